@@ -1,0 +1,157 @@
+"""Fake vendors for tests: make this process look like ROCm gfx942 x8, XPU, MPS, ... without the hardware.
+
+The kit patches the torch-level facts accel (and your own code) reads:
+``torch.version.cuda/hip/xpu``, availability and device-count functions, device
+properties and capability, and the build's arch list. It is a public test kit for
+downstream projects too; real selection never consults it.
+
+Example:
+    >>> import accel
+    >>> from accel.testing import fake_backend
+    >>> with fake_backend("rocm", arch="gfx942:sramecc+:xnack-", device_count=8):
+    ...     accel.backend().name, accel.backend().arch(), accel.device("cuda:7")
+    ('rocm', 'gfx942', device(type='cuda', index=7))
+
+.. note:: Faking only changes facts. Creating tensors on a faked device still
+   fails, since no such device exists.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any
+from unittest import mock
+
+import torch
+
+from accel.errors import UnknownBackendError
+
+__all__ = ["FakeDevice", "fake_backend", "VENDORS"]
+
+
+@dataclass(frozen=True)
+class FakeDevice:
+    """The facts of one faked vendor setup (what :func:`fake_backend` installed)."""
+
+    name: str
+    arch: str
+    device_count: int
+    device_name: str
+    properties: Any = field(repr=False)
+
+
+#: Default facts per vendor: (arch, device name, capability or None, torch build version).
+VENDORS: dict[str, dict[str, Any]] = {
+    "cuda": {"arch": "sm_90", "device_name": "NVIDIA H200", "build": "13.0"},
+    "rocm": {"arch": "gfx942:sramecc+:xnack-", "device_name": "AMD Instinct MI300X", "build": "7.1.0"},
+    "xpu": {"arch": "pvc", "device_name": "Intel(R) Data Center GPU Max 1550", "build": "20250301"},
+    "mps": {"arch": "apple-m3", "device_name": "Apple M3 Max", "build": None},
+    "cpu": {"arch": "x86_64", "device_name": "cpu", "build": None},
+}
+
+
+def _cc_from_sm(arch: str) -> tuple[int, int]:
+    num = arch.removeprefix("sm_").rstrip("af")
+    if not num.isdigit() or len(num) < 2:
+        raise ValueError(f"fake_backend: arch {arch!r} is not of the form 'sm_<major><minor>' (e.g. 'sm_90', 'sm_107')")
+    return int(num[:-1]), int(num[-1])
+
+
+@contextlib.contextmanager
+def fake_backend(
+    name: str,
+    *,
+    arch: str | None = None,
+    device_count: int = 1,
+    device_name: str | None = None,
+    arch_list: list[str] | None = None,
+    total_memory: int = 80 * 2**30,
+    extra_properties: dict[str, Any] | None = None,
+) -> Iterator[FakeDevice]:
+    """Make this process look like it has ``device_count`` devices of vendor ``name``.
+
+    Args:
+        name: ``"cuda"``, ``"rocm"``, ``"xpu"``, ``"mps"`` or ``"cpu"`` (``"cpu"``
+            hides every accelerator).
+        arch: ``"sm_90"``-style for cuda, a ``gcnArchName`` such as
+            ``"gfx942:sramecc+:xnack-"`` for rocm, a device family for xpu/mps.
+        device_count: visible devices (0 makes the vendor's probe say "no device visible").
+        device_name: what the driver would call the device.
+        arch_list: ``torch.cuda.get_arch_list()`` to report (default: covers ``arch``).
+        total_memory: bytes reported in the device properties.
+        extra_properties: more device-property attributes (``has_fp64=False`` ...).
+
+    Yields:
+        :class:`FakeDevice` with the installed facts.
+
+    Raises:
+        UnknownBackendError: ``name`` is not a built-in vendor.
+
+    .. note:: Side effects: patches attributes of ``torch``, ``torch.version``,
+       ``torch.cuda``, ``torch.xpu`` and ``torch.backends.mps`` until the block exits, and
+       clears accel's detection cache on entry and exit.
+    """
+    if name not in VENDORS:
+        raise UnknownBackendError(f"fake_backend: unknown vendor {name!r}. Valid: {', '.join(VENDORS)}.")
+    from accel import clear_cache
+
+    facts = VENDORS[name]
+    arch = arch or facts["arch"]
+    device_name = device_name or facts["device_name"]
+    props: dict[str, Any] = {"name": device_name, "total_memory": total_memory, "multi_processor_count": 132}
+    cuda_count = xpu_count = 0
+    mps_ok = False
+    cuda_ver = hip_ver = xpu_ver = None
+    if name == "cuda":
+        major, minor = _cc_from_sm(arch)
+        props.update(major=major, minor=minor, gcnArchName="NVIDIA")
+        cuda_count, cuda_ver = device_count, facts["build"]
+        arch_list = arch_list if arch_list is not None else [arch.rstrip("af")]
+    elif name == "rocm":
+        # ROCm reports a capability tuple that looks like an NVIDIA one (gfx942 -> 9.4).
+        props.update(major=9, minor=4, gcnArchName=arch)
+        cuda_count, hip_ver = device_count, facts["build"]
+        arch_list = arch_list if arch_list is not None else [arch.split(":")[0]]
+    elif name == "xpu":
+        props.update(has_fp64=True, driver_version="1.6", platform_name="Intel(R) oneAPI Unified Runtime over Level-Zero")
+        xpu_count, xpu_ver = device_count, facts["build"]
+    elif name == "mps":
+        mps_ok = device_count > 0
+    props.update(extra_properties or {})
+    ns = SimpleNamespace(**props)
+
+    def _props(device: Any = None) -> SimpleNamespace:
+        return ns
+
+    def _capability(device: Any = None) -> tuple[int, int]:
+        return ns.major, ns.minor
+
+    patches = [
+        mock.patch.object(torch.version, "cuda", cuda_ver),
+        mock.patch.object(torch.version, "hip", hip_ver),
+        mock.patch.object(torch.version, "xpu", xpu_ver, create=True),
+        mock.patch.object(torch.cuda, "device_count", lambda: cuda_count),
+        mock.patch.object(torch.cuda, "is_available", lambda: cuda_count > 0),
+        mock.patch.object(torch.cuda, "get_device_properties", _props),
+        mock.patch.object(torch.cuda, "get_device_capability", _capability),
+        mock.patch.object(torch.cuda, "get_device_name", lambda device=None: ns.name),
+        mock.patch.object(torch.cuda, "get_arch_list", lambda: list(arch_list or [])),
+        mock.patch.object(torch.xpu, "device_count", lambda: xpu_count),
+        mock.patch.object(torch.xpu, "is_available", lambda: xpu_count > 0),
+        mock.patch.object(torch.xpu, "get_device_properties", _props),
+        mock.patch.object(torch.backends.mps, "is_built", lambda: mps_ok),
+        mock.patch.object(torch.backends.mps, "is_available", lambda: mps_ok),
+    ]
+    if name == "mps":
+        patches.append(mock.patch("accel.backends.mps.MpsBackend.device_name", lambda self, index=0: device_name))
+    with contextlib.ExitStack() as stack:
+        for p in patches:
+            stack.enter_context(p)
+        clear_cache()
+        try:
+            yield FakeDevice(name, arch, device_count, device_name, ns)
+        finally:
+            clear_cache()

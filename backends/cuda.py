@@ -1,0 +1,137 @@
+"""NVIDIA CUDA backend: arch from the compute capability.
+
+Sources: NVIDIA CUDA C Programming Guide, "Compute Capabilities" table (fp8 tensor
+cores from 8.9 Ada; MXFP8/MXFP4/NVFP4 block-scaled MMA from 10.0 Blackwell);
+``torch.cuda.get_arch_list()`` for what the installed build ships.
+"""
+
+from __future__ import annotations
+
+import re
+
+import torch
+
+from ._base import Backend, Capabilities, TorchCudaDevices, dtypes_for
+
+__all__ = ["CudaBackend", "cuda_arch", "arch_family", "arch_covered"]
+
+#: compute capability major -> family name (NVIDIA's marketing families).
+_FAMILIES = {
+    (7, 0): "Volta", (7, 2): "Volta", (7, 5): "Turing",
+    (8, 0): "Ampere", (8, 6): "Ampere", (8, 7): "Ampere", (8, 9): "Ada",
+    (9, 0): "Hopper",
+    (10, 0): "Blackwell", (10, 3): "Blackwell", (11, 0): "Blackwell", (12, 0): "Blackwell", (12, 1): "Blackwell",
+    (10, 7): "Rubin",
+}
+
+
+def cuda_arch(major: int, minor: int) -> str:
+    """``sm_<major><minor>`` from a compute capability: ``(9, 0)`` -> ``"sm_90"``, ``(10, 7)`` -> ``"sm_107"``."""
+    return f"sm_{major}{minor}"
+
+
+def arch_family(major: int, minor: int) -> str:
+    """NVIDIA family name of a compute capability (``"Hopper"``), ``"unknown"`` if not listed."""
+    return _FAMILIES.get((major, minor), "unknown")
+
+
+_FLAG = re.compile(r"^(sm|compute)_(\d{2,3})([af]?)$")
+
+
+def _parse(flag: str) -> tuple[str, int, int] | None:
+    """``"sm_90"`` -> ``("sm", 9, 0)``; ``"sm_90a"`` -> ``("exact", 9, 0)``; junk -> ``None``."""
+    m = _FLAG.match(flag)
+    if m is None:
+        return None
+    kind, num, suffix = m.groups()
+    return ("exact" if suffix else kind), int(num[:-1]), int(num[-1])
+
+
+def arch_covered(major: int, minor: int, arch_list: list[str]) -> tuple[bool, str]:
+    """Whether a build compiled for ``arch_list`` has kernels for ``sm_<major><minor>``.
+
+    SASS (``sm_XY``) runs on the same major with an equal or higher minor; PTX
+    (``compute_XY``) is JIT-compiled for any equal or newer capability;
+    arch-specific targets (``sm_90a``) run on that arch only.
+
+    Returns:
+        ``(covered, reason)``.
+    """
+    want = (major, minor)
+    for flag in arch_list:
+        parsed = _parse(flag)
+        if parsed is None:
+            continue
+        kind, fmaj, fmin = parsed
+        if kind == "exact" and (fmaj, fmin) == want:
+            return True, f"build has {flag}"
+        if kind == "sm" and fmaj == major and fmin <= minor:
+            return True, f"build has SASS {flag}"
+        if kind == "compute" and (fmaj, fmin) <= want:
+            return True, f"build has PTX {flag} (JIT-compiled at first use)"
+    return False, (
+        f"{cuda_arch(major, minor)} is not in this torch build's arch list {arch_list} and no compatible PTX is "
+        "present: install a torch build for this GPU (see https://pytorch.org/get-started/locally/)"
+    )
+
+
+class CudaBackend(TorchCudaDevices, Backend):
+    """NVIDIA GPUs through a CUDA build of torch."""
+
+    name = "cuda"
+    vendor = "NVIDIA"
+    torch_device_type = "cuda"
+    dispatch_key = "CUDA"
+    visible_devices_env = ("CUDA_VISIBLE_DEVICES",)
+    distributed_backend = "nccl"
+    priority = 100
+
+    @classmethod
+    def _unavailable_reason(cls) -> str | None:
+        if getattr(torch.version, "hip", None):
+            return f"torch is a ROCm build (torch.version.hip={torch.version.hip!r}): AMD GPUs use the 'rocm' backend"
+        if not getattr(torch.version, "cuda", None):
+            return f"torch {torch.__version__} is not a CUDA build (torch.version.cuda is None)"
+        return None
+
+    def capability(self, index: int = 0, /) -> tuple[int, int]:
+        """The compute capability ``(major, minor)``.
+
+        .. note:: Initialises the CUDA runtime.
+        """
+        major, minor = torch.cuda.get_device_capability(index)
+        return int(major), int(minor)
+
+    def arch(self, index: int = 0, /) -> str:
+        """``sm_XY`` of device ``index`` (``sm_90`` Hopper, ``sm_100`` Blackwell, ``sm_107`` Rubin).
+
+        .. note:: Initialises the CUDA runtime.
+        """
+        return cuda_arch(*self.capability(index))
+
+    def family(self, index: int = 0, /) -> str:
+        """NVIDIA family name (``"Hopper"``)."""
+        return arch_family(*self.capability(index))
+
+    def arch_supported(self, index: int = 0, /) -> tuple[bool, str]:
+        """Whether ``torch.cuda.get_arch_list()`` covers this GPU (SASS or compatible PTX)."""
+        return arch_covered(*self.capability(index), list(torch.cuda.get_arch_list()))
+
+    def capabilities(self, index: int = 0, /) -> Capabilities:
+        """Feature flags from the compute capability (fp8 from sm_89, MX/NVFP4 from sm_100)."""
+        cc = self.capability(index)
+        fp8 = "ocp" if cc >= (8, 9) else None
+        blackwell_plus = cc >= (10, 0)
+        return Capabilities(
+            dtypes=dtypes_for(bf16=cc >= (8, 0), fp8=fp8),
+            fp8=fp8,
+            mxfp8=blackwell_plus,
+            mxfp4=blackwell_plus,
+            nvfp4=blackwell_plus,
+            graph_capture=True,
+            symmetric_memory=cc >= (9, 0),
+            flex_attention=cc >= (8, 0),
+            grouped_gemm=cc >= (9, 0),
+            tunable_op=True,
+            memory_telemetry=True,
+        )
