@@ -1,0 +1,55 @@
+"""The ``accel`` command line: ``info``, ``doctor``, ``demo``, ``kernels``, ``bench``.
+
+Each subcommand lives in its own module of this package exposing
+``add_parser(subparsers)`` (which sets ``func``) so adding one touches one file
+and the list below.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+__all__ = ["main"]
+
+#: subcommand modules, in ``--help`` order.
+SUBCOMMANDS = ("info", "doctor", "demo", "kernels", "bench")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full argument parser (every subcommand module that exists in this install)."""
+    from accel import __version__
+
+    parser = argparse.ArgumentParser(prog="accel", description="One PyTorch script, every accelerator.")
+    parser.add_argument("--version", action="version", version=f"accel {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in SUBCOMMANDS:
+        try:
+            module = importlib.import_module(f"accel.cli.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"accel.cli.{name}":
+                raise
+            continue
+        module.add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``accel`` console script. Returns the process exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    from accel.errors import AccelError
+
+    try:
+        return int(args.func(args) or 0)
+    except AccelError as exc:
+        print(f"accel {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,5 @@
+import sys
+
+from accel.cli import main
+
+sys.exit(main())
