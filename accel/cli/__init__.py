@@ -49,6 +49,9 @@ def main(argv: list[str] | None = None) -> int:
     except AccelError as exc:
         print(f"accel {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `accel info --json | head`: the reader left; not an error of ours
+        sys.stderr.close()
+        return 0
 
 
 if __name__ == "__main__":  # pragma: no cover

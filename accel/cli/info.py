@@ -1,0 +1,52 @@
+"""``accel info``: torch build, chosen backend and why, every probe, arch, capabilities, DSLs."""
+
+from __future__ import annotations
+
+import argparse
+
+from accel.cli._output import console, print_json, table
+
+__all__ = ["add_parser", "run"]
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("info", help="show torch build, device selection, arch, capabilities and DSL runtimes")
+    p.add_argument("--device", default=None, help="device spec to inspect (default: ACCEL_DEVICE, else best)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from accel.diagnostics import collect
+
+    info = collect(args.device)
+    if args.json:
+        print_json(info)
+        return 0
+    out = console()
+    t = info["torch"]
+    out.print(f"accel {info['accel']} | Python {info['python']} | {info['platform']}")
+    out.print(f"torch {t['torch']} (cuda={t['cuda']}, hip={t['hip']}, xpu={t['xpu']})")
+    sel = info["selection"]
+    out.print(f"selected: {sel.get('device', '-')} - {sel.get('reason', sel.get('error'))}")
+    out.print(table("probes", ["backend", "available", "devices", "reason"],
+                    [[n, p["available"], p["device_count"], p["reason"]] for n, p in info["probes"].items()]))
+    dev = info["device"] or {}
+    if dev:
+        rows = [["device name", dev.get("device_name")], ["arch", dev.get("arch")]]
+        if "arch_supported" in dev:
+            rows.append(["arch in torch build", f"{dev['arch_supported']['ok']} ({dev['arch_supported']['reason']})"])
+        for k, v in (dev.get("capabilities") or {}).items():
+            rows.append([k, ", ".join(v) if isinstance(v, list) else v])
+        if "error" in dev:
+            rows.append(["error", dev["error"]])
+        out.print(table(f"device ({dev['backend']}, {dev['vendor']})", ["fact", "value"], rows))
+    out.print(table("DSL runtimes", ["dsl", "version", "compatible", "detail"],
+                    [[d, v["version"] or "not installed", v["compatible"], v["detail"]] for d, v in info["dsl"].items()]))
+    env_rows = [[k, v if v is not None else "(unset)"] for k, v in info["visible_devices"].items()]
+    env_rows.append(["ACCEL_DEVICE", info["accel_device_env"] if info["accel_device_env"] is not None else "(unset)"])
+    out.print(table("environment", ["variable", "value"], env_rows))
+    ipex = info["ipex"]
+    out.print(f"intel-extension-for-pytorch: {ipex['installed'] or 'not installed'}"
+              + (f" (matches torch: {ipex['matches_torch']})" if ipex["installed"] else " (not needed)"))
+    return 0

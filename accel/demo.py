@@ -1,0 +1,235 @@
+"""The portable training demo behind ``accel demo``: a small transformer on real digits.
+
+Data: scikit-learn's ``load_digits`` (1,797 real 8x8 handwritten digits, shipped
+inside scikit-learn: no download). Each image is 8 tokens (its rows) of 8 pixels.
+The model uses ``torch.nn.RMSNorm``, softmax attention and ``torch.nn.LayerNorm``,
+so accel's kernel overrides route into it on GPUs.
+
+The run trains once without interruption, then checks exact resume: it reloads the
+checkpoint taken halfway (model + optimizer + :func:`accel.random.snapshot`, through
+``torch.save``/``torch.load(weights_only=True)``) into fresh objects, trains the
+second half again, and compares every loss bit for bit.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+import accel
+from accel.errors import AccelError
+
+__all__ = ["DigitsTransformer", "DemoError", "load_data", "run"]
+
+
+class DemoError(AccelError, RuntimeError):
+    """The demo could not run (missing optional dependency, bad arguments)."""
+
+
+class Attention(nn.Module):
+    """Multi-head self-attention written out, so ``aten::_softmax`` is what runs.
+
+    Shapes: ``x`` ``[B, T, D]`` -> ``[B, T, D]``.
+    """
+
+    def __init__(self, dim: int, heads: int, dropout: float) -> None:
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, d = x.shape
+        q, k, v = self.qkv(x).view(b, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        scores = (q @ k.transpose(-2, -1)) / math.sqrt(d // self.heads)
+        attn = self.drop(torch.softmax(scores, dim=-1))
+        return self.proj((attn @ v).transpose(1, 2).reshape(b, t, d))
+
+
+class Block(nn.Module):
+    """Pre-norm transformer block: RMSNorm -> attention, RMSNorm -> MLP, both residual."""
+
+    def __init__(self, dim: int, heads: int, dropout: float) -> None:
+        super().__init__()
+        self.norm1 = nn.RMSNorm(dim)
+        self.attn = Attention(dim, heads, dropout)
+        self.norm2 = nn.RMSNorm(dim)
+        self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim), nn.Dropout(dropout))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.norm1(x))
+        return x + self.mlp(self.norm2(x))
+
+
+class DigitsTransformer(nn.Module):
+    """A 2-block transformer over the 8 rows of an 8x8 digit.
+
+    Shapes: input ``[B, 8, 8]`` float32 pixels in [0, 1]; output ``[B, 10]`` logits.
+    """
+
+    def __init__(self, dim: int = 64, heads: int = 4, depth: int = 2, dropout: float = 0.1) -> None:
+        super().__init__()
+        self.embed = nn.Linear(8, dim)
+        self.pos = nn.Parameter(torch.zeros(1, 8, dim))
+        self.blocks = nn.Sequential(*(Block(dim, heads, dropout) for _ in range(depth)))
+        self.norm = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.blocks(self.embed(x) + self.pos)
+        return self.head(self.norm(h).mean(dim=1))
+
+
+@dataclass
+class Data:
+    """The digits split: ``x_*`` ``[N, 8, 8]`` float32 in [0, 1], ``y_*`` ``[N]`` int64."""
+
+    x_train: torch.Tensor
+    y_train: torch.Tensor
+    x_test: torch.Tensor
+    y_test: torch.Tensor
+
+
+def load_data(device: torch.device) -> Data:
+    """Load scikit-learn's digits, split 80/20 (stratified, fixed), and move them to ``device``.
+
+    Raises:
+        DemoError: scikit-learn is not installed.
+    """
+    try:
+        from sklearn.datasets import load_digits
+        from sklearn.model_selection import train_test_split
+    except ImportError as exc:
+        raise DemoError(
+            f"accel demo needs scikit-learn for its data set (load_digits): {exc}. "
+            "Install it with: pip install 'accel-portability[demo]'"
+        ) from None
+    digits = load_digits()
+    x = torch.tensor(digits.images, dtype=torch.float32) / 16.0
+    y = torch.tensor(digits.target, dtype=torch.int64)
+    idx_train, idx_test = train_test_split(list(range(len(y))), test_size=0.2, random_state=0, stratify=digits.target)
+    it, iv = torch.tensor(idx_train), torch.tensor(idx_test)
+    return Data(x[it].to(device), y[it].to(device), x[iv].to(device), y[iv].to(device))
+
+
+def _new_run(device: torch.device, lr: float) -> tuple[nn.Module, torch.optim.Optimizer]:
+    model = DigitsTransformer().to(device)
+    return model, torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
+
+
+def _train_epoch(model: nn.Module, opt: torch.optim.Optimizer, data: Data, batch: int, device: torch.device,
+                 step_ms: list[float] | None, advance: Callable[[], None]) -> list[float]:
+    """One epoch in a freshly shuffled order (from the CPU generator). Returns the float losses."""
+    model.train()
+    n = data.x_train.shape[0]
+    order = torch.randperm(n).to(device)
+    losses = []
+    for start in range(0, n, batch):
+        idx = order[start:start + batch]
+        t0 = time.perf_counter()
+        loss = nn.functional.cross_entropy(model(data.x_train[idx]), data.y_train[idx])
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        value = loss.item()  # synchronises the device, so the step time below is complete
+        if step_ms is not None:
+            step_ms.append((time.perf_counter() - t0) * 1e3)
+        losses.append(value)
+        advance()
+    return losses
+
+
+@torch.no_grad()
+def _accuracy(model: nn.Module, data: Data) -> float:
+    model.eval()
+    pred = model(data.x_test).argmax(dim=1)
+    return float((pred == data.y_test).float().mean().item())
+
+
+def run(device: object = None, *, epochs: int = 12, batch: int = 64, lr: float = 3e-3, seed: int = 0,
+        progress: Callable[[str, int], Callable[[], None]] | None = None) -> dict[str, Any]:
+    """Train the demo model and check exact resume.
+
+    Args:
+        device: device spec for :func:`accel.device` (``None``: ACCEL_DEVICE, else best).
+        epochs: training epochs (>= 2; the checkpoint is taken after ``epochs // 2``).
+        batch: batch size (>= 1).
+        lr: AdamW learning rate.
+        seed: seed for :func:`accel.random.manual_seed`.
+        progress: ``progress(label, total_steps)`` returns a callable advanced once per step.
+
+    Returns:
+        JSON-ready dict: ``device``, ``backend``, ``vendor``, ``arch``, ``accuracy``
+        (held-out, 0..1), ``step_ms`` (median ms per training step), ``steps``,
+        ``final_loss``, ``resume`` (``equal``, ``compared``, ``max_abs_diff``), ``seconds``.
+
+    Raises:
+        DemoError: bad ``epochs``/``batch``, or scikit-learn missing.
+        accel.errors.AccelError: device selection failed.
+    """
+    if epochs < 2 or batch < 1:
+        raise DemoError(f"accel demo: epochs={epochs}, batch={batch}. Need epochs >= 2 (the resume check "
+                        "stops halfway) and batch >= 1. Pass e.g. --epochs 12.")
+    t_start = time.perf_counter()
+    sel = accel.selection(device)
+    dev = sel.device
+    data = load_data(dev)
+    steps_per_epoch = math.ceil(data.x_train.shape[0] / batch)
+    half = epochs // 2
+    no_progress = lambda: None  # noqa: E731
+    bar = progress("train", epochs * steps_per_epoch) if progress else no_progress
+
+    accel.random.manual_seed(seed)
+    model, opt = _new_run(dev, lr)
+    losses: list[float] = []
+    step_ms: list[float] = []
+    checkpoint = io.BytesIO()
+    for epoch in range(epochs):
+        losses += _train_epoch(model, opt, data, batch, dev, step_ms, bar)
+        if epoch + 1 == half:
+            torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "rng": accel.random.snapshot(),
+                        "epoch": epoch + 1}, checkpoint)
+    accuracy = _accuracy(model, data)
+
+    # Resume into fresh objects built from a different seed: only the checkpoint can make them agree.
+    accel.random.manual_seed(seed + 1)
+    bar = progress("resume", (epochs - half) * steps_per_epoch) if progress else no_progress
+    model_b, opt_b = _new_run(dev, lr)
+    checkpoint.seek(0)
+    state = torch.load(checkpoint, weights_only=True, map_location="cpu")
+    model_b.load_state_dict(state["model"])
+    opt_b.load_state_dict(state["optimizer"])
+    accel.random.restore(state["rng"], strict=True)
+    resumed: list[float] = []
+    for _ in range(state["epoch"], epochs):
+        resumed += _train_epoch(model_b, opt_b, data, batch, dev, None, bar)
+    reference = losses[half * steps_per_epoch:]
+    diffs = [abs(a - b) for a, b in zip(reference, resumed)]
+    backend = sel.backend
+    return {
+        "device": str(dev),
+        "backend": backend.name,
+        "vendor": backend.vendor,
+        "arch": backend.arch(dev.index or 0),
+        "accuracy": accuracy,
+        "epochs": epochs,
+        "steps": len(losses),
+        "step_ms": statistics.median(step_ms[steps_per_epoch:] or step_ms),
+        "final_loss": losses[-1],
+        "resume": {
+            "equal": len(resumed) == len(reference) and resumed == reference,
+            "compared": len(resumed),
+            "max_abs_diff": max(diffs) if diffs else 0.0,
+            "checkpoint_epoch": half,
+        },
+        "seconds": time.perf_counter() - t_start,
+    }

@@ -1,0 +1,218 @@
+"""Facts and health checks behind ``accel info`` and ``accel doctor``.
+
+:func:`collect` gathers facts as a JSON-ready dict; :func:`checks` turns them into
+pass/fail checks, each failing one with a one-line fix.
+
+.. note:: Asking for the arch and capabilities initialises the selected device's
+   runtime (CUDA/HIP/XPU). Nothing here imports Triton or Helion: DSL versions
+   come from package metadata.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+from dataclasses import asdict, dataclass
+from importlib.metadata import PackageNotFoundError, requires
+from pathlib import Path
+from typing import Any
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.version import InvalidVersion, Version
+
+import accel
+from accel import _compat, _probe
+from accel.errors import AccelError
+
+__all__ = ["Check", "collect", "checks", "DSL_DISTRIBUTIONS"]
+
+#: DSL runtime -> its distribution name on PyPI.
+DSL_DISTRIBUTIONS = {"triton": "triton", "helion": "helion", "cutedsl": "nvidia-cutlass-dsl"}
+_ROCM_TRITON = "pytorch-triton-rocm"
+_XPU_TRITON = "pytorch-triton-xpu"
+_IPEX = "intel-extension-for-pytorch"
+
+
+@dataclass(frozen=True)
+class Check:
+    """One doctor check: ``ok`` or not, what was seen, and the one-line fix when not ok."""
+
+    name: str
+    ok: bool
+    detail: str
+    fix: str = ""
+
+
+def _base_version(v: str) -> Version | None:
+    try:
+        return Version(Version(v).base_version)
+    except InvalidVersion:
+        return None
+
+
+def dsl_versions() -> dict[str, str | None]:
+    """Installed DSL runtime versions (``None`` = not installed), read from metadata only."""
+    found = {dsl: _compat.module_version(dist) for dsl, dist in DSL_DISTRIBUTIONS.items()}
+    if found["triton"] is None:  # ROCm and XPU wheels ship triton under their own distribution names
+        found["triton"] = _compat.module_version(_ROCM_TRITON) or _compat.module_version(_XPU_TRITON)
+    return found
+
+
+def _requirement_on(dist: str, target: str) -> Requirement | None:
+    try:
+        reqs = requires(dist) or []
+    except PackageNotFoundError:
+        return None
+    for line in reqs:
+        try:
+            req = Requirement(line)
+        except InvalidRequirement:
+            continue
+        if req.name.lower() == target and (req.marker is None or req.marker.evaluate({"extra": ""})):
+            return req
+    return None
+
+
+def dsl_compat(dsl: str, installed: str | None, torch_version: str) -> tuple[bool, str]:
+    """Whether an installed DSL runtime fits the running torch, and why.
+
+    Triton: the version torch's own metadata pins (``Requires-Dist: triton==...``),
+    when it pins one. Helion: its ``Requires-Dist: torch...`` range.
+    """
+    if installed is None:
+        return True, "not installed"
+    if dsl == "triton":
+        req = _requirement_on("torch", "triton")
+        if req is None:
+            return True, f"triton {installed} (this torch build pins no triton; interpreter/CPU use only)"
+        ok = req.specifier.contains(installed, prereleases=True)
+        return ok, f"triton {installed}; torch pins {req}"
+    if dsl == "helion":
+        req = _requirement_on("helion", "torch")
+        base = _base_version(torch_version)
+        if req is None or base is None:
+            return True, f"helion {installed} (no torch requirement declared)"
+        ok = req.specifier.contains(base, prereleases=True)
+        return ok, f"helion {installed} needs {req}; running torch {torch_version}"
+    return True, f"{dsl} {installed}"
+
+
+def ipex_status(torch_version: str) -> dict[str, Any]:
+    """intel-extension-for-pytorch: installed version and whether its major.minor matches torch's.
+
+    accel never requires IPEX (its last release, 2.8, pairs with torch 2.8); it is only reported.
+    """
+    v = _compat.module_version(_IPEX)
+    if v is None:
+        return {"installed": None, "matches_torch": None}
+    a, b = _base_version(v), _base_version(torch_version)
+    match = bool(a and b and a.release[:2] == b.release[:2])
+    return {"installed": v, "matches_torch": match}
+
+
+def _hardware_seen() -> dict[str, bool]:
+    """GPUs the OS shows, independent of torch (driver files only; no runtime init)."""
+    return {
+        "nvidia": Path("/proc/driver/nvidia/gpus").is_dir() and any(Path("/proc/driver/nvidia/gpus").iterdir()),
+        "amd": Path("/dev/kfd").exists(),
+        "apple": sys.platform == "darwin" and platform.machine() == "arm64",
+    }
+
+
+def _device_facts(sel: Any) -> dict[str, Any]:
+    b = sel.backend
+    index = sel.device.index or 0
+    facts: dict[str, Any] = {"backend": b.name, "vendor": b.vendor, "device": str(sel.device)}
+    try:
+        facts["device_name"] = b.device_name(index)
+        facts["arch"] = b.arch(index)
+        ok, why = b.arch_supported(index)
+        facts["arch_supported"] = {"ok": ok, "reason": why}
+        facts["capabilities"] = b.capabilities(index).as_dict()
+    except (RuntimeError, AttributeError, OSError) as exc:
+        facts["error"] = f"{type(exc).__name__}: {exc}"
+    return facts
+
+
+def collect(spec: object = None) -> dict[str, Any]:
+    """Every fact ``accel info`` shows, as a JSON-ready dict.
+
+    Args:
+        spec: device spec as for :func:`accel.device` (``None``: the usual order).
+
+    Returns:
+        ``{"accel", "python", "platform", "torch", "selection", "probes", "device",
+        "dsl", "visible_devices", "ipex"}``. ``selection`` holds ``error`` instead of a
+        choice when selection fails (the message says what to do).
+
+    .. note:: Initialises the selected device's runtime (to read its arch).
+    """
+    build = _probe.torch_build()
+    info: dict[str, Any] = {
+        "accel": accel.__version__,
+        "python": platform.python_version(),
+        "platform": f"{platform.system()} {platform.machine()}",
+        "torch": build,
+        "probes": {n: asdict(p) for n, p in _probe.probes().items()},
+    }
+    try:
+        sel = accel.selection(spec)
+    except AccelError as exc:
+        info["selection"] = {"error": str(exc)}
+        info["device"] = None
+    else:
+        info["selection"] = {"backend": sel.backend.name, "device": str(sel.device), "source": sel.source,
+                             "reason": sel.reason}
+        info["device"] = _device_facts(sel)
+    versions = dsl_versions()
+    info["dsl"] = {}
+    for dsl, v in versions.items():
+        ok, why = dsl_compat(dsl, v, build["torch"])
+        info["dsl"][dsl] = {"version": v, "compatible": ok, "detail": why}
+    names = sorted({k for b in accel.backends.registered().values() for k in b.visible_devices_env})
+    info["visible_devices"] = {k: os.environ.get(k) for k in names}
+    info["accel_device_env"] = os.environ.get("ACCEL_DEVICE")
+    info["ipex"] = ipex_status(build["torch"])
+    return info
+
+
+def checks(info: dict[str, Any]) -> list[Check]:
+    """Doctor checks over :func:`collect`'s facts; each failing check carries a one-line fix."""
+    out: list[Check] = []
+    build = info["torch"]
+    sel = info["selection"]
+    if "error" in sel:
+        out.append(Check("selection", False, sel["error"].splitlines()[0],
+                         "unset ACCEL_DEVICE or set it to an available backend, e.g. ACCEL_DEVICE=cpu"))
+    else:
+        out.append(Check("selection", True, sel["reason"]))
+    hw = _hardware_seen()
+    probes = info["probes"]
+    wanted = {"nvidia": "cuda", "amd": "rocm", "apple": "mps"}
+    for vendor, backend in wanted.items():
+        if hw[vendor] and not probes.get(backend, {}).get("available"):
+            out.append(Check(f"torch build for {vendor} GPU", False,
+                             f"the OS shows a {vendor} GPU but torch {build['torch']} cannot use it: "
+                             f"{probes.get(backend, {}).get('reason')}",
+                             f"install the {backend} build of torch (https://pytorch.org/get-started/locally/)"))
+    if not any(c.name.startswith("torch build for") for c in out):
+        out.append(Check("torch build matches hardware", True,
+                         f"torch {build['torch']} (cuda={build['cuda']}, hip={build['hip']}, xpu={build['xpu']})"))
+    dev = info.get("device") or {}
+    if "arch_supported" in dev and dev["backend"] != "cpu":
+        ok, why = dev["arch_supported"]["ok"], dev["arch_supported"]["reason"]
+        out.append(Check("GPU arch covered by torch build", ok, f"{dev['arch']}: {why}",
+                         "" if ok else "install a torch build whose arch list includes this GPU"))
+    elif "error" in dev:
+        out.append(Check("device facts", False, dev["error"], "check the driver with the vendor's SMI tool"))
+    for dsl, d in info["dsl"].items():
+        fix = "" if d["compatible"] else f"pip install the {dsl} version that matches torch {build['torch']}"
+        out.append(Check(f"{dsl} version", d["compatible"], d["detail"], fix))
+    ipex = info["ipex"]
+    if ipex["installed"] is not None:
+        out.append(Check("intel-extension-for-pytorch", bool(ipex["matches_torch"]),
+                         f"{ipex['installed']} with torch {build['torch']} (accel never needs it)",
+                         "" if ipex["matches_torch"] else "pip uninstall intel-extension-for-pytorch "
+                         "(torch's native XPU support replaces it)"))
+    return out
