@@ -1,0 +1,1 @@
+"""DSL kernels as ATen operator overrides (installed as ``accel.kernels``)."""

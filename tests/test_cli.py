@@ -1,0 +1,108 @@
+"""The command line: info, doctor, demo (JSON and human output, exit codes)."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+import accel
+from accel.cli import main
+from accel.testing import fake_backend
+
+pytestmark = pytest.mark.cpu
+
+
+def _json(capsys, argv):
+    rc = main(argv)
+    return rc, json.loads(capsys.readouterr().out)
+
+
+def test_info_json_has_every_fact(capsys):
+    rc, info = _json(capsys, ["info", "--json"])
+    assert rc == 0
+    assert info["torch"]["torch"] == __import__("torch").__version__
+    assert set(info["probes"]) >= {"cuda", "rocm", "xpu", "mps", "cpu"}
+    assert info["selection"]["backend"] == "cpu"
+    assert info["device"]["arch"]
+    assert set(info["dsl"]) == {"triton", "helion", "cutedsl"}
+    assert "CUDA_VISIBLE_DEVICES" in info["visible_devices"]
+
+
+def test_info_human_output(capsys):
+    assert main(["info"]) == 0
+    out = capsys.readouterr().out
+    assert "probes" in out and "DSL runtimes" in out and "selected: cpu" in out
+
+
+def test_info_under_faked_rocm(capsys):
+    with fake_backend("rocm", arch="gfx950", device_count=4):
+        rc, info = _json(capsys, ["info", "--json"])
+    assert rc == 0 and info["device"]["arch"] == "gfx950" and info["device"]["capabilities"]["fp8"] == "ocp"
+    assert info["selection"]["backend"] == "rocm"
+
+
+def test_doctor_passes_here(capsys):
+    rc, report = _json(capsys, ["doctor", "--json"])
+    assert rc == 0 and report["ok"] and all(c["ok"] for c in report["checks"])
+
+
+def test_doctor_fails_on_uncovered_arch_with_fix(capsys):
+    with fake_backend("cuda", arch="sm_107", arch_list=["sm_80", "sm_90"]):
+        rc, report = _json(capsys, ["doctor", "--json"])
+    assert rc == 1 and not report["ok"]
+    bad = [c for c in report["checks"] if not c["ok"]]
+    assert bad[0]["name"] == "GPU arch covered by torch build" and bad[0]["fix"]
+
+
+def test_doctor_fails_on_bad_accel_device(capsys, monkeypatch):
+    monkeypatch.setenv("ACCEL_DEVICE", "cdua")
+    assert main(["doctor"]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL" in out and "1 failed" in out
+
+
+def test_doctor_flags_incompatible_helion(capsys, monkeypatch):
+    from accel import diagnostics
+
+    monkeypatch.setattr(diagnostics, "dsl_versions", lambda: {"triton": None, "helion": "1.5.1", "cutedsl": None})
+    monkeypatch.setattr(diagnostics, "_requirement_on",
+                        lambda dist, target: diagnostics.Requirement("torch>=99.0") if dist == "helion" else None)
+    rc, report = _json(capsys, ["doctor", "--json"])
+    helion = next(c for c in report["checks"] if c["name"] == "helion version")
+    assert rc == 1 and not helion["ok"] and "needs torch>=99.0" in helion["detail"] and helion["fix"]
+
+
+def test_ipex_reported_and_matched(monkeypatch):
+    from accel import diagnostics
+
+    monkeypatch.setattr(diagnostics._compat, "module_version", lambda d: "2.8.10+xpu" if d == diagnostics._IPEX else None)
+    assert diagnostics.ipex_status("2.13.0") == {"installed": "2.8.10+xpu", "matches_torch": False}
+    assert diagnostics.ipex_status("2.8.0") == {"installed": "2.8.10+xpu", "matches_torch": True}
+
+
+def test_unknown_device_is_a_clean_cli_error(capsys):
+    rc = main(["demo", "--device", "cdua", "--json"])
+    assert rc == 2
+    assert "unknown backend 'cdua'" in capsys.readouterr().err
+
+
+def test_demo_rejects_bad_epochs(capsys):
+    assert main(["demo", "--epochs", "1", "--json"]) == 2
+    assert "Need epochs >= 2" in capsys.readouterr().err
+
+
+def test_no_subcommand_prints_help(capsys):
+    assert main([]) == 2
+    assert "usage: accel" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_demo_json_trains_and_resumes_exactly():
+    r = subprocess.run([sys.executable, "-m", "accel.cli", "demo", "--json", "--device", "cpu"],
+                       capture_output=True, text=True, timeout=600, check=False)
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout)
+    assert res["ok"] and res["accuracy"] > 0.90
+    assert res["resume"]["equal"] and res["resume"]["compared"] > 0 and res["resume"]["max_abs_diff"] == 0.0
+    assert res["device"] == "cpu" and res["backend"] == "cpu" and res["step_ms"] > 0

@@ -1,0 +1,57 @@
+"""Wheel namespace hygiene: only ``accel`` is installed; backends/kernels live under it."""
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+pytestmark = pytest.mark.cpu
+
+
+@pytest.fixture(scope="module")
+def wheel_names(tmp_path_factory):
+    out = tmp_path_factory.mktemp("wheel")
+    r = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out),
+                        str(ROOT)], capture_output=True, text=True, timeout=300, check=False)
+    assert r.returncode == 0, r.stderr
+    (wheel,) = out.glob("accel_portability-*.whl")
+    with zipfile.ZipFile(wheel) as z:
+        return z.namelist()
+
+
+def test_only_accel_is_a_top_level_name(wheel_names):
+    tops = {n.split("/")[0] for n in wheel_names}
+    assert {t for t in tops if not t.endswith(".dist-info")} == {"accel"}
+    assert not any(n.startswith(("backends/", "kernels/")) for n in wheel_names)
+
+
+def test_backends_and_kernels_install_under_accel(wheel_names):
+    for vendor in ("_base", "cuda", "rocm", "xpu", "mps", "cpu"):
+        assert f"accel/backends/{vendor}.py" in wheel_names
+    assert "accel/kernels/__init__.py" in wheel_names
+
+
+def test_every_source_package_is_in_the_wheel(wheel_names):
+    """A subpackage added on disk but forgotten in pyproject's package list fails here."""
+    mapping = {"accel": "accel", "backends": "accel/backends", "kernels": "accel/kernels"}
+    for src, dest in mapping.items():
+        for init in (ROOT / src).rglob("__init__.py"):
+            rel = init.relative_to(ROOT / src).as_posix()
+            assert f"{dest}/{rel}" in wheel_names, f"{src}/{rel} is missing from the wheel"
+
+
+def test_console_script_declared(wheel_names):
+    ep = next(n for n in wheel_names if n.endswith("entry_points.txt"))
+    assert ep
+
+
+def test_installed_accel_is_not_the_source_tree_only():
+    import accel
+    import accel.backends
+    import accel.kernels
+
+    assert accel.backends.__name__ == "accel.backends" and accel.kernels.__name__ == "accel.kernels"
