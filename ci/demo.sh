@@ -2,8 +2,9 @@
 # The main job (README): install accel with its demo extra in .venv and run `accel demo`
 # (a small transformer trained on scikit-learn's real handwritten digits, with an exact-resume check)
 # on the best device present. Extra arguments go to `accel demo`, e.g. ./ci/demo.sh --device cpu --json
+# ACCEL_TORCH picks the torch requirement (default torch==2.13.0; e.g. ACCEL_TORCH="torch==2.14.1").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m venv .venv
-.venv/bin/python -m pip install --quiet --disable-pip-version-check "torch>=2.9" ".[demo]"
+.venv/bin/python -m pip install --quiet --disable-pip-version-check "${ACCEL_TORCH:-torch==2.13.0}" ".[demo]"
 exec .venv/bin/accel demo "$@"
