@@ -49,6 +49,7 @@ from accel.backends import Backend
 from accel.errors import (
     DeviceIndexError,
     DeviceMismatchError,
+    InvalidDeviceError,
     RngRestoreError,
     RngRestoreWarning,
     RngSnapshotError,
@@ -578,7 +579,7 @@ def _fork_targets(devices: object) -> tuple[_CpuStream | _DeviceStream, list[int
     if isinstance(devices, (str, int, torch.device)):
         devices = [devices]
     if not isinstance(devices, Iterable):
-        raise DeviceMismatchError(
+        raise InvalidDeviceError(
             f"accel.random.fork_rng: devices={devices!r} is not a list of devices. Pass None (every device of the "
             f"active backend), or a list such as [0, 1] or ['cuda:0']."
         )
@@ -601,7 +602,8 @@ def _fork_targets(devices: object) -> tuple[_CpuStream | _DeviceStream, list[int
 
 
 @contextlib.contextmanager
-def fork_rng(devices: Iterable[object] | None = None, enabled: bool = True) -> Iterator[None]:
+def fork_rng(devices: Iterable[object] | None = None, enabled: bool = True, *,
+             all_streams: bool = False) -> Iterator[None]:
     """Save the CPU generator and device generators, and put them back when the block exits.
 
     The device type comes from ``devices`` when given, else from the active backend
@@ -612,13 +614,15 @@ def fork_rng(devices: Iterable[object] | None = None, enabled: bool = True) -> I
         devices: device specs (``[0, 1]``, ``["xpu:0"]``, ``["cpu"]``); ``None``: every
             device of the active backend. CPU entries add nothing (CPU is always forked).
         enabled: ``False`` makes this a no-op context.
+        all_streams: also fork Python ``random`` and NumPy's global state (off by
+            default, as in ``torch.random.fork_rng``).
 
     Raises:
         DeviceMismatchError: (a ``ValueError``) ``devices`` mixes accelerator types.
+        InvalidDeviceError: (a ``TypeError``) ``devices`` is not a list of device specs.
         The errors of :func:`accel.device` for a bad device spec, before any state is read.
 
-    .. note:: Initialises the runtime of the forked devices. Python ``random`` and NumPy
-       are not forked (use :func:`snapshot`/:func:`restore`).
+    .. note:: Initialises the runtime of the forked devices.
 
     Example:
         >>> import torch, accel.random
@@ -632,6 +636,9 @@ def fork_rng(devices: Iterable[object] | None = None, enabled: bool = True) -> I
         yield
         return
     stream, indices = _fork_targets(devices)
+    np = _numpy() if all_streams else None
+    py_state = _pyrandom.getstate() if all_streams else None
+    np_state = np.random.get_state() if np is not None else None
     cpu_state = torch.get_rng_state()
     saved = [(i, stream.get_state(i)) for i in indices]
     try:
@@ -640,6 +647,10 @@ def fork_rng(devices: Iterable[object] | None = None, enabled: bool = True) -> I
         torch.set_rng_state(cpu_state)
         for i, state in saved:
             stream.set_state(state, i)
+        if py_state is not None:
+            _pyrandom.setstate(py_state)
+        if np_state is not None:
+            np.random.set_state(np_state)
 
 
 # -- snapshot / restore ----------------------------------------------------------------------------------------
@@ -755,6 +766,8 @@ def _plan_numpy(part: object, np: Any) -> tuple[Any, ...]:
     for name, kind in (("pos", int), ("has_gauss", int), ("cached_gaussian", float)):
         if not isinstance(part[name], kind) or isinstance(part[name], bool):
             raise _corrupt("numpy", f"{name} is {type(part[name]).__name__}, not {kind.__name__}")
+    if not 0 <= part["pos"] <= 624 or part["has_gauss"] not in (0, 1):
+        raise _corrupt("numpy", f"pos {part['pos']} / has_gauss {part['has_gauss']} outside 0..624 / 0..1")
     if np is None:
         return ()
     state = ("MT19937", np.asarray(words, dtype=np.uint32), part["pos"], part["has_gauss"], part["cached_gaussian"])
