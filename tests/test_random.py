@@ -13,7 +13,6 @@ import io
 import random
 import warnings
 
-import numpy as np
 import pytest
 import torch
 
@@ -35,6 +34,8 @@ from accel.errors import (
     UnknownBackendError,
 )
 from accel.testing import FakeGenerator, fake_backend, fake_rng
+
+np = pytest.importorskip("numpy", reason="these tests check NumPy's stream too; install numpy (the 'test' extra)")
 
 VENDORS = ["cuda", "rocm", "xpu", "mps"]
 STATE_BYTES = {"cuda": 16, "rocm": 16, "xpu": 16, "mps": 44}
@@ -571,3 +572,15 @@ def test_numpy_refusing_the_state_is_reported_as_corruption(cpu_backend, monkeyp
     with pytest.raises(RngSnapshotError, match="RandomState.set_state refuses it: state refused"):
         ar.restore(snap)
     assert all_states() == before
+
+
+def test_gpu_check_script_says_when_no_accelerator_is_active(monkeypatch):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "ci" / "gpu" / "rng_check.py"
+    env = {**__import__("os").environ, "ACCEL_DEVICE": "cpu"}
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, env=env, check=False)
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "no accelerator active" in out.stdout

@@ -156,7 +156,8 @@ def fake_rng(name: str, *, device_count: int = 1) -> Iterator[FakeRng]:
         UnknownBackendError: ``name`` is not an accelerator vendor.
 
     .. note:: Side effects: patches RNG functions of ``torch.cuda``/``torch.xpu``/``torch.mps``
-       and ``torch.accelerator.random`` (created if this torch lacks it) until the block exits.
+       and ``torch.accelerator.random`` (created if this torch lacks it) until the block exits,
+       and clears :mod:`accel._compat`'s cached answer about the latter on entry and exit.
     """
     if name not in _LAYOUT:
         raise UnknownBackendError(f"fake_rng: unknown accelerator vendor {name!r}. Valid: {', '.join(_LAYOUT)}.")
@@ -226,4 +227,15 @@ def fake_rng(name: str, *, device_count: int = 1) -> Iterator[FakeRng]:
     with contextlib.ExitStack() as stack:
         for p in patches:
             stack.enter_context(p)
+        stack.callback(_forget_compat)  # the faked torch.accelerator.random must not outlive the block
+        _forget_compat()
         yield rng
+
+
+def _forget_compat() -> None:
+    """Drop accel._compat's cached answer about ``torch.accelerator.random`` (it changes with the fake)."""
+    from accel import _compat
+
+    clear = getattr(_compat.has_accelerator_random, "cache_clear", None)
+    if clear is not None:  # None while a test has replaced the function
+        clear()
