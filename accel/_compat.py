@@ -14,6 +14,7 @@ import torch
 
 __all__ = [
     "accelerator_has",
+    "accelerator_random",
     "default_generator",
     "device_module",
     "has_accelerator_graph",
@@ -33,6 +34,11 @@ def accelerator_has(name: str) -> bool:
 def has_accelerator_random() -> bool:
     """``torch.accelerator.random`` (torch 2.14+)."""
     return accelerator_has("random")
+
+
+def accelerator_random():
+    """``torch.accelerator.random`` (2.14+; reads only: ``initial_seed``, ``get_rng_state(_all)``), or ``None``."""
+    return torch.accelerator.random if has_accelerator_random() else None
 
 
 @functools.cache

@@ -60,9 +60,9 @@ from accel.errors import (
 )
 
 __all__ = [
-    "PhiloxState",
     "SNAPSHOT_FORMAT",
     "SNAPSHOT_VERSION",
+    "PhiloxState",
     "default_generator",
     "fork_rng",
     "get_philox_state",
@@ -158,7 +158,7 @@ class _DeviceStream:
     @staticmethod
     def _upstream() -> Any:
         """``torch.accelerator.random`` where the running torch has it, else ``None``."""
-        return torch.accelerator.random if _compat.has_accelerator_random() else None
+        return _compat.accelerator_random()
 
     def _dev(self, index: int | None) -> str | torch.device:
         return self.device_type if index is None else torch.device(self.device_type, index)
@@ -568,7 +568,9 @@ def set_philox_state(state: tuple[int, int], device: object = None, /) -> None:
         gen.set_offset(offset)
     except RuntimeError as exc:
         gen.set_state(before)
-        raise RngUnsupportedError(f"{what}: the {label} generator refused seed/offset: {exc}. Use set_rng_state.") from exc
+        raise RngUnsupportedError(
+            f"{what}: the {label} generator refused seed/offset: {exc}. It is unchanged. Use set_rng_state."
+        ) from exc
 
 
 def _fork_targets(devices: object) -> tuple[_CpuStream | _DeviceStream, list[int]]:

@@ -180,7 +180,8 @@ def test_device_state_round_trip(path, vendor):
             a = rng.draw(index or 0, 6)
             ar.set_rng_state(state, index)
             assert torch.equal(a, rng.draw(index or 0, 6))
-        reader = "torch.accelerator.random.get_rng_state" if path == "accelerator" else f"torch.{rng.device_type}.get_rng_state"
+        module = "torch.accelerator.random" if path == "accelerator" else f"torch.{rng.device_type}"
+        reader = f"{module}.get_rng_state"
         assert reader in rng.calls
         assert f"torch.{rng.device_type}.set_rng_state" in rng.calls
 
@@ -307,7 +308,7 @@ def test_fork_rng_on_xpu_forks_xpu_not_cuda(path, monkeypatch):
         before = [g.get_state() for g in rng.generators]
         with ar.fork_rng():
             rng.draw(0, 8), rng.draw(1, 4)
-        assert all(torch.equal(b, g.get_state()) for b, g in zip(before, rng.generators))
+        assert all(torch.equal(b, g.get_state()) for b, g in zip(before, rng.generators, strict=True))
         assert "torch.xpu.set_rng_state" in rng.calls
 
 
@@ -415,7 +416,7 @@ def test_restore_other_vendor_skips_devices_with_one_warning(path):
         assert "cuda:0..1: skipped" in msg and "vendor 'cuda'" in msg and "'rocm'" in msg
         assert report["restored"] == ["python", "numpy", "torch_cpu"]
         assert _draws() == expected
-        assert all(torch.equal(b, g.get_state()) for b, g in zip(dev_before, rng.generators))
+        assert all(torch.equal(b, g.get_state()) for b, g in zip(dev_before, rng.generators, strict=True))
         before = all_states()
         with pytest.raises(RngRestoreError, match="cannot apply here"):
             ar.restore(snap, strict=True)
@@ -428,13 +429,13 @@ def test_restore_on_fewer_devices(path):
             rng.draw(i, 4 * (i + 1))
         snap = ar.snapshot()
     with faked("cuda", count=2) as rng:
-        with pytest.warns(RngRestoreWarning, match=r"cuda:2\.\.3: skipped: the snapshot has 4 cuda device stream\(s\); this machine has 2"):
+        skipped = r"cuda:2\.\.3: skipped: the snapshot has 4 cuda device stream\(s\); this machine has 2"
+        with pytest.warns(RngRestoreWarning, match=skipped):
             report = ar.restore(snap)
         assert report["restored"] == ["python", "numpy", "torch_cpu", "cuda:0", "cuda:1"]
         assert [g.get_offset() for g in rng.generators] == [4, 8]
-    with faked("cuda", count=3):
-        with pytest.warns(RngRestoreWarning, match=r"cuda:3: skipped"):
-            ar.restore(snap)
+    with faked("cuda", count=3), pytest.warns(RngRestoreWarning, match=r"cuda:3: skipped"):
+        ar.restore(snap)
 
 
 def test_restore_on_cpu_only_machine(monkeypatch):
@@ -581,6 +582,15 @@ def test_gpu_check_script_says_when_no_accelerator_is_active(monkeypatch):
 
     script = Path(__file__).resolve().parents[1] / "ci" / "gpu" / "rng_check.py"
     env = {**__import__("os").environ, "ACCEL_DEVICE": "cpu"}
-    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, env=env, check=False)
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, env=env,
+                         check=False)
     assert out.returncode == 2, out.stdout + out.stderr
     assert "no accelerator active" in out.stdout
+
+
+def test_compat_accelerator_random_follows_the_feature_flag(monkeypatch):
+    monkeypatch.setattr(accel._compat, "has_accelerator_random", lambda: False)
+    assert accel._compat.accelerator_random() is None
+    with fake_rng("xpu"):
+        monkeypatch.setattr(accel._compat, "has_accelerator_random", lambda: True)
+        assert accel._compat.accelerator_random() is torch.accelerator.random

@@ -108,7 +108,8 @@ def test_bad_states_leave_the_cuda_generator_unchanged():
 
 
 def test_manual_seed_does_not_initialise_cuda():
-    code = "import torch, accel.random; accel.random.manual_seed(0); accel.random.seed(); print(torch.cuda.is_initialized())"
+    code = ("import torch, accel.random; accel.random.manual_seed(0); accel.random.seed(); "
+            "print(torch.cuda.is_initialized())")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
     assert out.stdout.strip() == "False"
 

@@ -12,16 +12,15 @@ import random
 import pytest
 import torch
 
+import accel
+import accel._compat
+import accel.random as ar
+from accel.testing import fake_backend, fake_rng
+
 np = pytest.importorskip("numpy", reason="the properties cover NumPy's stream too; install the 'test' extra")
-pytest.importorskip("hypothesis", reason="property tests need hypothesis; install the 'test' extra")
-
-from hypothesis import HealthCheck, given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
-
-import accel  # noqa: E402
-import accel._compat  # noqa: E402
-import accel.random as ar  # noqa: E402
-from accel.testing import fake_backend, fake_rng  # noqa: E402
+hypothesis = pytest.importorskip("hypothesis", reason="property tests need hypothesis; install the 'test' extra")
+st = pytest.importorskip("hypothesis.strategies")
+given, settings, HealthCheck = hypothesis.given, hypothesis.settings, hypothesis.HealthCheck
 
 STREAMS = ["python", "numpy", "cpu", "dev0", "dev1"]
 draws = st.lists(st.tuples(st.sampled_from(STREAMS), st.integers(min_value=1, max_value=9)), max_size=12)

@@ -160,7 +160,8 @@ def main(argv: list[str] | None = None) -> int:
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
         return out.stdout.strip() == "False", f"is_initialized() -> {out.stdout.strip() or out.stderr.strip()[-80:]}"
 
-    path = "torch.accelerator.random" if accel._compat.has_accelerator_random() else f"torch.{dev.type} (no torch.accelerator.random)"
+    path = ("torch.accelerator.random" if accel._compat.has_accelerator_random()
+            else f"torch.{dev.type} (no torch.accelerator.random)")
     name = backend.device_name(0) if hasattr(backend, "device_name") else backend.name
     np_version = np.__version__ if np is not None else "not installed"
     print(f"accel.random GPU check: torch {torch.__version__}, Python {platform.python_version()}, numpy {np_version}")
