@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 from accel import errors
+from accel import random  # accel.random: portable RNG state (issue 4)
 from accel._probe import clear_cache, probes
 from accel._select import backend, device, selection
 from accel.backends import Backend, Capabilities, ProbeResult
@@ -21,5 +22,6 @@ __all__ = [
     "device",
     "errors",
     "probes",
+    "random",
     "selection",
 ]

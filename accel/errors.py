@@ -16,6 +16,13 @@ __all__ = [
     "DeviceIndexError",
     "DeviceMismatchError",
     "InvalidDeviceError",
+    "RngStateError",
+    "SeedError",
+    "RngUnsupportedError",
+    "RngSnapshotError",
+    "RngSnapshotVersionError",
+    "RngRestoreError",
+    "RngRestoreWarning",
 ]
 
 
@@ -44,3 +51,31 @@ class DeviceMismatchError(AccelError, ValueError):
 
 class InvalidDeviceError(AccelError, TypeError):
     """Something that is not a device spec (not a ``str``, ``int``, ``torch.device`` or ``None``)."""
+
+
+class RngStateError(AccelError, ValueError):
+    """An RNG state a generator cannot take: not a tensor, wrong dtype, wrong size, on a device, other vendor."""
+
+
+class SeedError(AccelError, ValueError):
+    """A seed that is not an integer, or outside ``-2**63 .. 2**64 - 1``."""
+
+
+class RngUnsupportedError(AccelError, RuntimeError):
+    """An RNG operation this device's generator does not have (Philox seed/offset on the CPU's mt19937)."""
+
+
+class RngSnapshotError(AccelError, ValueError):
+    """Not an :func:`accel.random.snapshot`, or a corrupted one. Nothing was restored."""
+
+
+class RngSnapshotVersionError(RngSnapshotError):
+    """A snapshot written by a newer accel (a format version this accel does not know). Nothing was restored."""
+
+
+class RngRestoreError(AccelError, RuntimeError):
+    """``restore(..., strict=True)``: a part of the snapshot cannot apply here, or failed to apply."""
+
+
+class RngRestoreWarning(UserWarning):
+    """``restore()`` skipped parts of a snapshot that cannot apply here (one warning lists them all)."""

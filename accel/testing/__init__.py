@@ -28,8 +28,9 @@ from unittest import mock
 import torch
 
 from accel.errors import UnknownBackendError
+from accel.testing._rng import FakeGenerator, FakeRng, fake_rng
 
-__all__ = ["FakeDevice", "fake_backend", "VENDORS"]
+__all__ = ["FakeDevice", "FakeGenerator", "FakeRng", "fake_backend", "fake_rng", "VENDORS"]
 
 
 @dataclass(frozen=True)
