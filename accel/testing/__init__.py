@@ -28,8 +28,9 @@ from unittest import mock
 import torch
 
 from accel.errors import UnknownBackendError
+from accel.testing.graphs import FakeGraph, FakeGraphLog, fake_graph_capture
 
-__all__ = ["FakeDevice", "fake_backend", "VENDORS"]
+__all__ = ["FakeDevice", "FakeGraph", "FakeGraphLog", "fake_backend", "fake_graph_capture", "VENDORS"]
 
 
 @dataclass(frozen=True)
