@@ -463,6 +463,10 @@ def test_cuda_uncapturable_op_aborts_and_device_recovers(kind):
     dev = accel.device("cuda")
     x = torch.ones(256, device=dev)
     host = torch.ones(256)  # pageable
+    first = graphs.Graph(dev)  # the first capture allocates the RNG's graph-safe seed/offset tensors
+    with first:
+        x.add_(0)
+    del first
     torch.cuda.synchronize()
     gc.collect()
     allocated = torch.cuda.memory_allocated(dev)
