@@ -13,8 +13,8 @@ every vendor, and says plainly where it cannot:
 * :func:`graph_pool_handle` makes a memory-pool id several graphs can share.
 * :func:`compare_step_time` times a step eagerly and graphed (for demos and reports).
 
-The graph class is chosen once per call from what the running torch has (asked
-through :mod:`accel._compat`): ``torch.accelerator.Graph`` (torch 2.12+), else
+The graph class comes from the active backend's ``graph_class()`` hook, which asks
+:mod:`accel._compat` what the running torch has: ``torch.accelerator.Graph`` (torch 2.12+), else
 ``torch.cuda.CUDAGraph`` (CUDA and ROCm builds), else ``torch.xpu.XPUGraph``.
 MPS and CPU have no graph capture: :func:`graphed` then runs the function
 eagerly and warns once (``strict=True`` raises :class:`GraphCaptureUnsupported`).
@@ -185,7 +185,7 @@ def _lookup(device: Any = None) -> tuple[GraphSupport, _Plan | None]:
     name, dev = sel.backend.name, sel.device
     if name in _NO_GRAPHS:
         return GraphSupport(False, _NO_GRAPHS[name], name, dev), None
-    found = _compat.graph_class(dev.type)
+    found = sel.backend.graph_class()
     if found is None:
         wanted = _VENDOR_CLASS.get(dev.type, f"a graph class for {dev.type!r}")
         return GraphSupport(

@@ -171,6 +171,7 @@ def test_cuda_and_rocm_use_cudagraph_without_accelerator_graph(vendor, monkeypat
         support, plan = graphs._lookup()
         assert support.supported and support.backend == vendor
         assert support.graph_class == "torch.cuda.CUDAGraph" and plan.graph_type is _Recorder
+        assert accel.backend().graph_class() == ("torch.cuda.CUDAGraph", _Recorder)
         assert "torch.cuda.CUDAGraph" in graphs.is_supported().reason
         g = plan.make_graph((0, 7), None)
         plan.begin(g, (0, 7), None)
@@ -237,6 +238,12 @@ def test_mps_has_no_graphs(monkeypatch):
             g = graphs.graphed(lambda k: k + 1, (1,))
         assert not g.captured and g(1) == 2
         assert "MPS has no graph capture" in str(_fallback_warnings(record)[0].message)
+
+
+def test_cpu_and_mps_backends_have_no_graph_class():
+    assert accel.backend("cpu").graph_class() is None
+    with fake_backend("mps"):
+        assert accel.backend().graph_class() is None
 
 
 def test_compat_graph_pool_functions_are_per_vendor():
