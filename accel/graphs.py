@@ -492,7 +492,7 @@ class GraphedCallable:
         )
         self._consts = tuple((i, a) for i, a in enumerate(sample) if not isinstance(a, torch.Tensor))
         self._copies = tuple((i, static_inputs[i]) for i, *_ in self._tensors) if graph is not None else ()
-        self._replay = graph._replayable.replay if graph is not None else None
+        self._replay = graph.replay if graph is not None else None
 
     def _mismatch(self, i: int, got: Any, want: str) -> GraphInputError:
         name = getattr(self.fn, "__name__", type(self.fn).__name__)

@@ -278,6 +278,9 @@ def test_graphed_captures_on_a_side_stream_and_replays_with_copied_inputs():
         assert log.replays == 1 and len(calls) == 3  # replay does not call the function
         g(g.static_inputs[0])
         assert log.replays == 2
+        g.graph.reset()
+        with pytest.raises(GraphStateError, match="has no completed capture"):
+            g(new)
         assert log.open_pools == set()
         assert "graph" in repr(g)
 
