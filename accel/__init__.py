@@ -6,10 +6,12 @@
 from __future__ import annotations
 
 from accel import errors
-from accel import random  # accel.random: portable RNG state (issue 4)
 from accel._probe import clear_cache, probes
 from accel._select import backend, device, selection
 from accel.backends import Backend, Capabilities, ProbeResult
+
+# Public submodules: accel.random (portable RNG state), accel.graphs (portable graph capture).
+from accel import graphs, random  # noqa: E402,I001
 
 __version__ = "0.1.0"
 
@@ -21,6 +23,7 @@ __all__ = [
     "clear_cache",
     "device",
     "errors",
+    "graphs",
     "probes",
     "random",
     "selection",

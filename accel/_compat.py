@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+from typing import Any
 
 import torch
 
@@ -21,6 +22,8 @@ __all__ = [
     "has_accelerator_random",
     "has_native_dsl_registry",
     "has_xpu_graph",
+    "graph_class",
+    "graph_pool_functions",
     "module_version",
 ]
 
@@ -51,6 +54,46 @@ def has_accelerator_graph() -> bool:
 def has_xpu_graph() -> bool:
     """An XPU graph class (``torch.xpu.XPUGraph``) in the running torch."""
     return hasattr(getattr(torch, "xpu", None), "XPUGraph")
+
+
+def graph_class(device_type: str) -> tuple[str, type] | None:
+    """The graph class the running torch offers for ``device_type``, as ``(qualified name, class)``.
+
+    Order: ``torch.accelerator.Graph`` (torch 2.12+, any device type with a graph
+    implementation), else the vendor class: ``torch.cuda.CUDAGraph`` for ``"cuda"``
+    (CUDA and ROCm builds), ``torch.xpu.XPUGraph`` for ``"xpu"``. ``None`` when the
+    running torch has none for that device type (``"mps"``, ``"cpu"``, old XPU builds).
+    Reads attributes only; never initialises a device.
+    """
+    if device_type in ("cuda", "xpu") and has_accelerator_graph():
+        return "torch.accelerator.Graph", torch.accelerator.Graph
+    if device_type == "cuda" and hasattr(torch.cuda, "CUDAGraph"):
+        return "torch.cuda.CUDAGraph", torch.cuda.CUDAGraph
+    if device_type == "xpu" and has_xpu_graph():
+        return "torch.xpu.XPUGraph", torch.xpu.XPUGraph
+    return None
+
+
+def graph_pool_functions(device_type: str) -> tuple[Any, Any, Any]:
+    """``(graph_pool_handle, end_allocate_to_pool, release_pool)`` of ``device_type``'s allocator.
+
+    ``graph_pool_handle()`` returns a fresh memory-pool id (``torch.cuda.graph_pool_handle``,
+    ``torch.xpu.graph_pool_handle``). ``end_allocate_to_pool(device_index, pool)`` and
+    ``release_pool(device_index, pool)`` are the allocator hooks (``torch._C._cuda_endAllocateToPool``,
+    older ``torch._C._cuda_endAllocateCurrentStreamToPool``; ``torch._C._cuda_releasePool``; the
+    ``_xpu_`` ones) used to close a capture that the driver aborted. Each is ``None`` where the
+    running torch lacks it.
+    """
+    module = getattr(torch, device_type, None)
+    handle = getattr(module, "graph_pool_handle", None)
+    prefix = {"cuda": "_cuda", "xpu": "_xpu"}.get(device_type)
+    if prefix is None:
+        return handle, None, None
+    end = getattr(torch._C, f"{prefix}_endAllocateToPool", None) or getattr(
+        torch._C, f"{prefix}_endAllocateCurrentStreamToPool", None
+    )
+    release = getattr(torch._C, f"{prefix}_releasePool", None)
+    return handle, end, release
 
 
 @functools.cache

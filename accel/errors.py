@@ -23,6 +23,11 @@ __all__ = [
     "RngSnapshotVersionError",
     "RngRestoreError",
     "RngRestoreWarning",
+    "GraphCaptureUnsupported",
+    "GraphCaptureError",
+    "GraphInputError",
+    "GraphStateError",
+    "GraphFallbackWarning",
 ]
 
 
@@ -79,3 +84,30 @@ class RngRestoreError(AccelError, RuntimeError):
 
 class RngRestoreWarning(UserWarning):
     """``restore()`` skipped parts of a snapshot that cannot apply here (one warning lists them all)."""
+class GraphCaptureUnsupported(AccelError, RuntimeError):
+    """Graph capture was required (``strict=True``, or :class:`accel.graphs.Graph`) where there is none.
+
+    MPS and CPU have no graph capture; nor does a torch build without a graph class
+    for its device (an XPU build without ``torch.xpu.XPUGraph``).
+    """
+
+
+class GraphCaptureError(AccelError, RuntimeError):
+    """A graph capture was aborted: the captured code ran an operation a graph cannot hold.
+
+    Host synchronisations (``.item()``, ``.cpu()``), host-to-device copies from pageable
+    memory, data-dependent shapes. When raised, the capture has been closed, its memory
+    pool released and the previous current stream restored: the device is usable.
+    """
+
+
+class GraphInputError(AccelError, ValueError):
+    """Arguments that do not match what a graph was captured with (count, shape, dtype, device)."""
+
+
+class GraphStateError(AccelError, RuntimeError):
+    """A graph used out of order: replayed before a capture, or captured twice."""
+
+
+class GraphFallbackWarning(UserWarning):
+    """:func:`accel.graphs.graphed` runs the function eagerly instead of replaying a graph (said once per reason)."""

@@ -175,6 +175,16 @@ class Backend:
         """Inductor settings that serve this vendor; empty by default."""
         return {}
 
+    def graph_class(self) -> tuple[str, type] | None:
+        """The graph class :mod:`accel.graphs` captures with here, as ``(qualified name, class)``.
+
+        ``None`` where the running torch has no graph capture for this vendor (MPS, CPU,
+        an XPU build without ``torch.xpu.XPUGraph``). Never initialises a device.
+        """
+        from accel import _compat
+
+        return _compat.graph_class(self.torch_device_type)
+
     def device(self, index: int | None = None, /) -> torch.device:
         """A ``torch.device`` of this backend (``index=None`` means the current device)."""
         return torch.device(self.torch_device_type, index) if index is not None else torch.device(self.torch_device_type)

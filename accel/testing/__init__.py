@@ -30,7 +30,10 @@ import torch
 from accel.errors import UnknownBackendError
 from accel.testing._rng import FakeGenerator, FakeRng, fake_rng
 
-__all__ = ["FakeDevice", "FakeGenerator", "FakeRng", "fake_backend", "fake_rng", "VENDORS"]
+from accel.testing.graphs import FakeGraph, FakeGraphLog, fake_graph_capture
+
+__all__ = ["FakeDevice", "FakeGenerator", "FakeGraph", "FakeGraphLog", "FakeRng", "VENDORS", "fake_backend",
+           "fake_graph_capture", "fake_rng"]
 
 
 @dataclass(frozen=True)

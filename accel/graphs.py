@@ -1,0 +1,742 @@
+"""Portable graph capture: one API over ``torch.accelerator.Graph``, CUDA/HIP graphs and XPU graphs.
+
+A launch-bound step (small batch, small model, decoding) spends most of its time
+launching kernels. Capturing it once as a device graph and replaying the graph
+launches all its kernels in one call. This module does that the same way on
+every vendor, and says plainly where it cannot:
+
+* :class:`Graph` captures the work of a ``with`` block; :meth:`Graph.replay` runs it again.
+* :func:`graphed` turns a function of tensors into a callable that copies new
+  inputs into static buffers and replays a captured graph (the warm-up on a side
+  stream is done for you).
+* :func:`is_supported` says whether this device has graph capture, and why.
+* :func:`graph_pool_handle` makes a memory-pool id several graphs can share.
+* :func:`compare_step_time` times a step eagerly and graphed (for demos and reports).
+
+The graph class comes from the active backend's ``graph_class()`` hook, which asks
+:mod:`accel._compat` what the running torch has: ``torch.accelerator.Graph`` (torch 2.12+), else
+``torch.cuda.CUDAGraph`` (CUDA and ROCm builds), else ``torch.xpu.XPUGraph``.
+MPS and CPU have no graph capture: :func:`graphed` then runs the function
+eagerly and warns once (``strict=True`` raises :class:`GraphCaptureUnsupported`).
+
+An operation that a graph cannot hold (``.item()`` and other host
+synchronisations, a host-to-device copy from pageable memory, data-dependent
+shapes) aborts the capture cleanly: the capture is closed, its memory pool
+released, the previous current stream restored, and :class:`GraphCaptureError`
+is raised (or, with ``graphed(..., fallback=True)``, the function runs eagerly).
+
+Example:
+    >>> import warnings, torch, accel.graphs
+    >>> ok, why = accel.graphs.is_supported("cpu")
+    >>> ok, why.startswith("CPU has no graph capture")
+    (False, True)
+    >>> def step(x):
+    ...     return (x * 2).sum()
+    >>> with warnings.catch_warnings():
+    ...     warnings.simplefilter("ignore")  # "runs eagerly" is said once per process
+    ...     fast = accel.graphs.graphed(step, (torch.ones(4),))
+    >>> fast(torch.ones(4)), fast.captured
+    (tensor(8.), False)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from accel import _compat
+from accel._select import selection
+from accel.errors import (
+    GraphCaptureError,
+    GraphCaptureUnsupported,
+    GraphFallbackWarning,
+    GraphInputError,
+    GraphStateError,
+)
+
+__all__ = [
+    "Graph",
+    "GraphSupport",
+    "GraphedCallable",
+    "StepTimes",
+    "compare_step_time",
+    "graph_pool_handle",
+    "graphed",
+    "is_supported",
+]
+
+#: Why backends without any graph capture have none (keyed by accel backend name).
+_NO_GRAPHS = {
+    "mps": "MPS has no graph capture in PyTorch (no MPS graph class, and torch.accelerator.Graph "
+    "has no MPS implementation)",
+    "cpu": "CPU has no graph capture: CPU operators run eagerly on the host",
+}
+
+#: The vendor graph class each torch device type would use, for messages.
+_VENDOR_CLASS = {"cuda": "torch.cuda.CUDAGraph", "xpu": "torch.xpu.XPUGraph"}
+
+#: Reasons already warned about by :func:`graphed` (said once per process per reason).
+_WARNED: set[str] = set()
+
+
+@dataclass(frozen=True)
+class GraphSupport:
+    """Whether a device has graph capture, and why.
+
+    Unpacks as ``(supported, reason)`` and is truthy when supported.
+
+    Attributes:
+        supported: graph capture can be used on :attr:`device`.
+        reason: one line saying why (also when supported: which graph class).
+        backend: accel backend name (``"cuda"``, ``"rocm"``, ``"xpu"``, ``"mps"``, ``"cpu"``).
+        device: the ``torch.device`` asked about.
+        graph_class: qualified name of the graph class used (``"torch.cuda.CUDAGraph"``), or ``None``.
+    """
+
+    supported: bool
+    reason: str
+    backend: str
+    device: torch.device
+    graph_class: str | None = None
+
+    def __bool__(self) -> bool:
+        return self.supported
+
+    def __iter__(self):
+        yield self.supported
+        yield self.reason
+
+
+class _Plan:
+    """How to capture on one device type: the graph class and the stream/allocator functions.
+
+    Private. :mod:`accel.testing` subclasses it to fake graph capture on CPU.
+    """
+
+    def __init__(self, device_type: str, graph_name: str, graph_type: type) -> None:
+        self.device_type = device_type
+        self.graph_name = graph_name
+        self.graph_type = graph_type
+        self.module = getattr(torch, device_type)
+        self.pool_handle_fn, self.end_allocate, self.release_pool = _compat.graph_pool_functions(device_type)
+        self._side_streams: dict[int, Any] = {}
+
+    # graph construction and capture start differ per class
+    def make_graph(self, pool: Any, mode: str | None) -> Any:
+        if self.graph_name == "torch.accelerator.Graph":
+            return self.graph_type(pool=pool, capture_error_mode=mode or "default")
+        return self.graph_type()
+
+    def begin(self, graph: Any, pool: Any, mode: str | None) -> None:
+        if self.graph_name == "torch.accelerator.Graph":
+            graph.capture_begin()  # pool and mode were given at construction
+        elif self.graph_name == "torch.cuda.CUDAGraph":
+            graph.capture_begin(pool=pool, capture_error_mode=mode or "global")
+        else:  # torch.xpu.XPUGraph has no capture modes
+            graph.capture_begin(pool=pool)
+
+    def pool_handle(self) -> Any:
+        if self.pool_handle_fn is None:
+            return None
+        return self.pool_handle_fn()
+
+    # device and streams
+    def index_of(self, device: torch.device) -> int:
+        return device.index if device.index is not None else int(self.module.current_device())
+
+    def device_guard(self, index: int) -> contextlib.AbstractContextManager:
+        return self.module.device(index)
+
+    def synchronize(self, index: int) -> None:
+        self.module.synchronize(index)
+
+    def current_stream(self, index: int) -> Any:
+        return self.module.current_stream(index)
+
+    def stream_ctx(self, stream: Any) -> contextlib.AbstractContextManager:
+        return self.module.stream(stream)
+
+    def new_stream(self, index: int) -> Any:
+        return self.module.Stream(device=index)
+
+    def side_stream(self, index: int) -> Any:
+        """The stream warm-ups and captures run on (one per device, reused so pools can be shared)."""
+        s = self._side_streams.get(index)
+        if s is None:
+            s = self._side_streams[index] = self.new_stream(index)
+        return s
+
+
+_PLANS: dict[str, _Plan] = {}
+
+
+def _lookup(device: Any = None) -> tuple[GraphSupport, _Plan | None]:
+    """The :class:`GraphSupport` of ``device`` and, when supported, its :class:`_Plan`.
+
+    Never initialises a device runtime.
+    """
+    sel = selection(device)
+    name, dev = sel.backend.name, sel.device
+    if name in _NO_GRAPHS:
+        return GraphSupport(False, _NO_GRAPHS[name], name, dev), None
+    found = sel.backend.graph_class()
+    if found is None:
+        wanted = _VENDOR_CLASS.get(dev.type, f"a graph class for {dev.type!r}")
+        return GraphSupport(
+            False,
+            f"torch {torch.__version__} has no graph class for {name} devices (neither torch.accelerator.Graph "
+            f"nor {wanted}); upgrade torch to a build that has one",
+            name,
+            dev,
+        ), None
+    graph_name, graph_type = found
+    plan = _PLANS.get(dev.type)
+    if plan is None or plan.graph_type is not graph_type:
+        plan = _PLANS[dev.type] = _Plan(dev.type, graph_name, graph_type)
+    return GraphSupport(True, f"{name} graph capture through {graph_name}", name, dev, graph_name), plan
+
+
+def is_supported(device: Any = None, /) -> GraphSupport:
+    """Whether ``device`` has graph capture in the running torch, and why.
+
+    Args:
+        device: anything :func:`accel.device` accepts (``None``: the selected device).
+
+    Returns:
+        :class:`GraphSupport`; unpacks as ``(supported, reason)``.
+
+    Raises:
+        accel.errors.UnknownBackendError: ``device`` names no known backend.
+        accel.errors.BackendUnavailableError: ``device`` names a backend that is not usable here.
+
+    Example:
+        >>> import accel.graphs
+        >>> accel.graphs.is_supported("cpu").supported
+        False
+    """
+    return _lookup(device)[0]
+
+
+def graph_pool_handle(device: Any = None, /) -> Any:
+    """A fresh memory-pool id that several graphs can share (pass it as ``pool=``).
+
+    Graphs sharing a pool must be replayed in the order they were captured (their
+    private memory overlaps). Backed by ``torch.cuda.graph_pool_handle`` (CUDA and
+    ROCm) or ``torch.xpu.graph_pool_handle``.
+
+    Args:
+        device: anything :func:`accel.device` accepts (``None``: the selected device).
+
+    Returns:
+        An opaque pool id (a ``tuple[int, int]`` in current torch).
+
+    Raises:
+        GraphCaptureUnsupported: the device has no graph capture (MPS, CPU).
+    """
+    support, plan = _lookup(device)
+    if plan is None or plan.pool_handle_fn is None:
+        raise GraphCaptureUnsupported(
+            f"graph_pool_handle: no graph memory pools on {support.device} ({support.reason}). "
+            "Graph pools exist only where graph capture does. Call it only when "
+            "accel.graphs.is_supported() is true."
+        )
+    return plan.pool_handle()
+
+
+def _unsupported_error(what: str, support: GraphSupport) -> GraphCaptureUnsupported:
+    return GraphCaptureUnsupported(
+        f"{what}: graph capture is unsupported on {support.device} ({support.reason}). "
+        "Only CUDA, ROCm and XPU devices have graphs. Check accel.graphs.is_supported() first, or use "
+        "accel.graphs.graphed(..., strict=False), which runs the function eagerly there."
+    )
+
+
+def _mentions_capture(exc: BaseException | None) -> bool:
+    return isinstance(exc, Exception) and "captur" in str(exc).lower()
+
+
+class Graph:
+    """A device graph: capture the work of a ``with`` block once, :meth:`replay` it many times.
+
+    Capture runs on a side stream that first waits for the current stream, so it
+    works whichever stream is current (CUDA forbids capturing the default stream);
+    the previous current stream is restored afterwards and waits for the capture
+    stream. Replay runs on the current stream. Tensors created inside the block live
+    in the graph's private memory pool and are rewritten by every replay.
+
+    Args:
+        device: anything :func:`accel.device` accepts (``None``: the selected device).
+        pool: a pool id from :func:`graph_pool_handle` or another graph's :meth:`pool`
+            to share memory with (``None``: a fresh private pool).
+        capture_error_mode: ``"global"``, ``"thread_local"`` or ``"relaxed"`` (see
+            ``cudaStreamCaptureMode``); ``None`` keeps the backend's default (global on
+            CUDA/ROCm). Ignored by ``torch.xpu.XPUGraph``.
+
+    Raises:
+        GraphCaptureUnsupported: the device has no graph capture (MPS, CPU).
+
+    Example (on a CUDA, ROCm or XPU device)::
+
+        x = torch.zeros(1000, device="cuda")
+        g = accel.graphs.Graph()
+        with g:
+            x += 1
+        g.replay()  # x is now 1 (capture does not run the work, replay does)
+
+    .. note:: Entering the block synchronises the device.
+    """
+
+    def __init__(self, device: Any = None, /, *, pool: Any = None, capture_error_mode: str | None = None) -> None:
+        support, plan = _lookup(device)
+        if plan is None:
+            raise _unsupported_error("accel.graphs.Graph", support)
+        self._init(support, plan, pool, capture_error_mode)
+
+    def _init(self, support: GraphSupport, plan: _Plan, pool: Any, mode: str | None) -> None:
+        self.device: torch.device = support.device
+        self.graph_class: str = plan.graph_name
+        self._plan = plan
+        self._pool = self._user_pool = pool
+        self._mode = mode
+        self._graph: Any = None
+        self._replayable: Any = None
+        self._capture: tuple[Any, ...] | None = None
+
+    @property
+    def captured(self) -> bool:
+        """Whether a capture has completed (the graph can be replayed)."""
+        return self._replayable is not None
+
+    def __enter__(self) -> Graph:
+        if self._capture is not None or self._replayable is not None:
+            raise GraphStateError(
+                f"accel.graphs.Graph: capture started on a graph that is "
+                f"{'capturing' if self._capture is not None else 'already captured'}. "
+                "A graph holds one capture. Call reset() first, or create a new Graph."
+            )
+        plan = self._plan
+        index = plan.index_of(self.device)
+        pool = self._pool if self._pool is not None else plan.pool_handle()
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(plan.device_guard(index))
+            plan.synchronize(index)
+            prev = plan.current_stream(index)
+            side = plan.side_stream(index)
+            side.wait_stream(prev)
+            stack.enter_context(plan.stream_ctx(side))
+            graph = plan.make_graph(pool, self._mode)
+            try:
+                plan.begin(graph, pool, self._mode)
+            except RuntimeError as exc:
+                stack.close()
+                self._abandon(graph, index, pool, ended=False)
+                raise GraphCaptureError(
+                    f"accel.graphs.Graph: capture could not start on {self.device} ({self.graph_class}): "
+                    f"{type(exc).__name__}: {exc}. Only one capture may be underway per stream, and not "
+                    "inside another capture. Finish the other capture first."
+                ) from exc
+            self._graph = graph
+            self._capture = (stack.pop_all(), index, pool, prev, side)
+        self._pool = pool
+        return self
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        if self._capture is None:
+            return None
+        stack, index, pool, prev, side = self._capture
+        self._capture = None
+        plan, graph = self._plan, self._graph
+        end_exc: RuntimeError | None = None
+        try:
+            # End on the capture stream even if the block changed the current stream.
+            with plan.stream_ctx(side):
+                graph.capture_end()
+        except RuntimeError as e:
+            end_exc = e
+        finally:
+            stack.close()  # previous current stream and device restored
+            prev.wait_stream(side)
+        if end_exc is None and exc is None:
+            self._replayable = graph
+            return None
+        self._abandon(graph, index, pool, ended=end_exc is None)
+        if end_exc is None and not _mentions_capture(exc):
+            return None  # an ordinary error in the user's code: propagate it unchanged
+        cause = exc if exc is not None else end_exc
+        raise GraphCaptureError(
+            f"accel.graphs.Graph: capture aborted on {self.device} ({self.graph_class}): "
+            f"{type(cause).__name__}: {str(cause).strip().splitlines()[0] if str(cause).strip() else ''}. "
+            "A graph cannot hold host synchronisations (.item(), .cpu(), .tolist(), printing a device "
+            "tensor, synchronize()), host-to-device copies from pageable memory, or data-dependent shapes "
+            "(nonzero, boolean masks). The capture was closed and its memory released; the device is "
+            "usable. Move such operations out of the captured code, or use "
+            "accel.graphs.graphed(..., fallback=True) to run it eagerly."
+        ) from cause
+
+    def _abandon(self, graph: Any, index: int, pool: Any, *, ended: bool) -> None:
+        """Close what an aborted capture left open: allocator routing, the graph, the pool."""
+        plan = self._plan
+        if not ended and plan.end_allocate is not None and pool is not None:
+            # torch ends pool routing only after the driver ends the capture; when the driver
+            # reported the abort first, routing is still open. If torch did end it, it says
+            # "not currently recording" (RuntimeError): nothing left to close.
+            with contextlib.suppress(RuntimeError):
+                plan.end_allocate(index, pool)
+        graph.reset()  # forgets the capture; releases the pool when the capture had ended
+        if not ended and plan.release_pool is not None and pool is not None:
+            # The capture took a reference on the pool at begin; give it back. A pool torch
+            # never created raises RuntimeError: nothing to release.
+            with contextlib.suppress(RuntimeError):
+                plan.release_pool(index, pool)
+        self._graph = None
+        self._pool = self._user_pool  # a pool made for this capture is gone; a given one stays
+
+    def replay(self) -> None:
+        """Run the captured work again, on the current stream (asynchronous, like any launch).
+
+        Raises:
+            GraphStateError: nothing has been captured yet.
+        """
+        g = self._replayable
+        if g is None:
+            raise GraphStateError(
+                "accel.graphs.Graph.replay: this graph has no completed capture. A graph replays only "
+                "what a `with graph:` block captured. Capture first (and check that the capture did not raise)."
+            )
+        g.replay()
+
+    def reset(self) -> None:
+        """Forget the captured graph (frees its memory pool once no other graph shares it)."""
+        if self._capture is not None:
+            raise GraphStateError(
+                "accel.graphs.Graph.reset: called inside the `with graph:` block that is capturing. "
+                "A capture must end before it is reset. Call reset() after the block."
+            )
+        if self._replayable is not None:
+            self._replayable.reset()
+        self._replayable = None
+        self._graph = None
+        self._pool = self._user_pool
+
+    def pool(self) -> Any:
+        """This graph's memory-pool id, to share with another graph (``Graph(pool=g.pool())``).
+
+        Raises:
+            GraphStateError: no pool yet (no capture started and none was given).
+        """
+        if self._pool is None:
+            raise GraphStateError(
+                "accel.graphs.Graph.pool: this graph has no memory pool yet. A pool is chosen when the "
+                "capture starts. Capture first, or create the graph with pool=graph_pool_handle()."
+            )
+        return self._pool
+
+    def __repr__(self) -> str:
+        state = "captured" if self.captured else "capturing" if self._capture else "empty"
+        return f"<accel.graphs.Graph {state} on {self.device} via {self.graph_class}>"
+
+
+def _describe(a: Any) -> str:
+    if isinstance(a, torch.Tensor):
+        return f"a tensor of shape {tuple(a.shape)}, dtype {a.dtype} on {a.device}"
+    return f"{type(a).__name__} {a!r}"
+
+
+class GraphedCallable:
+    """What :func:`graphed` returns: call it like the function it wraps.
+
+    When :attr:`captured`, each call checks the arguments against the sample
+    (count; shape, dtype and device of tensors; equality of other values, which the
+    graph baked in), copies tensor arguments into the static input buffers, replays
+    the graph and returns the static outputs. Otherwise it checks the same way and
+    calls the function eagerly.
+
+    Attributes:
+        captured: a graph is replayed (``False``: the function runs eagerly).
+        reason: why (which graph class, or why it runs eagerly).
+        static_inputs: the input buffers the graph reads (``()`` when eager).
+        static_outputs: what the function returned during capture; every call
+            rewrites these same tensors (``None`` when eager).
+        graph: the :class:`Graph` (``None`` when eager).
+
+    .. note:: Returned tensors are the graph's static outputs: the next call
+       overwrites them. Clone what you keep. Autograd does not flow through the
+       graph boundary (capture the whole step, backward and optimizer included).
+    """
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        sample: tuple[Any, ...],
+        *,
+        graph: Graph | None = None,
+        static_inputs: tuple[Any, ...] = (),
+        static_outputs: Any = None,
+        reason: str,
+    ) -> None:
+        self.fn = fn
+        self.graph = graph
+        self.captured = graph is not None
+        self.reason = reason
+        self.static_inputs = static_inputs
+        self.static_outputs = static_outputs
+        self._n = len(sample)
+        self._tensors = tuple(
+            (i, a.shape, a.dtype, a.device) for i, a in enumerate(sample) if isinstance(a, torch.Tensor)
+        )
+        self._consts = tuple((i, a) for i, a in enumerate(sample) if not isinstance(a, torch.Tensor))
+        self._copies = tuple((i, static_inputs[i]) for i, *_ in self._tensors) if graph is not None else ()
+        self._replay = graph.replay if graph is not None else None
+
+    def _mismatch(self, i: int, got: Any, want: str) -> GraphInputError:
+        name = getattr(self.fn, "__name__", type(self.fn).__name__)
+        return GraphInputError(
+            f"graphed {name}: argument {i} is {_describe(got)}, but the graph was captured with {want}. "
+            "A captured graph replays fixed shapes, dtypes, devices and non-tensor values. Pass a matching "
+            "argument (pad or bucket inputs to the captured shape), or call accel.graphs.graphed() again "
+            "with sample arguments of the new shape."
+        )
+
+    def __call__(self, *args: Any) -> Any:
+        if len(args) != self._n:
+            name = getattr(self.fn, "__name__", type(self.fn).__name__)
+            raise GraphInputError(
+                f"graphed {name}: called with {len(args)} argument(s), but the graph was captured with "
+                f"{self._n}. A graphed callable takes the same positional arguments as its sample_args. "
+                "Pass exactly those."
+            )
+        for i, shape, dtype, dev in self._tensors:
+            a = args[i]
+            if not isinstance(a, torch.Tensor) or a.shape != shape or a.dtype != dtype or a.device != dev:
+                raise self._mismatch(i, a, f"a tensor of shape {tuple(shape)}, dtype {dtype} on {dev}")
+        for i, v in self._consts:
+            a = args[i]
+            if a is not v and (type(a) is not type(v) or a != v):
+                raise self._mismatch(i, a, f"{_describe(v)} (baked into the graph)")
+        replay = self._replay
+        if replay is None:
+            return self.fn(*args)
+        for i, buf in self._copies:
+            a = args[i]
+            if a is not buf:
+                buf.copy_(a)
+        replay()
+        return self.static_outputs
+
+    def __repr__(self) -> str:
+        name = getattr(self.fn, "__name__", type(self.fn).__name__)
+        return f"<accel.graphs.GraphedCallable {name}: {'graph' if self.captured else 'eager'} ({self.reason})>"
+
+
+def _warn_once(message: str) -> None:
+    if message in _WARNED:
+        return
+    _WARNED.add(message)
+    warnings.warn(message, GraphFallbackWarning, stacklevel=3)
+
+
+def _sample_device(args: tuple[Any, ...], name: str) -> torch.device | None:
+    devices = {a.device for a in args if isinstance(a, torch.Tensor)}
+    if len(devices) > 1:
+        raise GraphInputError(
+            f"graphed {name}: sample_args hold tensors on several devices: "
+            f"{', '.join(sorted(str(d) for d in devices))}. A graph runs on one device. "
+            "Move every tensor argument to the same device."
+        )
+    return next(iter(devices), None)
+
+
+def graphed(
+    fn: Callable[..., Any],
+    sample_args: Any,
+    warmup: int = 3,
+    *,
+    strict: bool = False,
+    fallback: bool = False,
+    pool: Any = None,
+) -> GraphedCallable:
+    """Capture ``fn(*sample_args)`` as a graph; return a callable that replays it on new inputs.
+
+    ``fn`` runs ``warmup`` times on a side stream (cuBLAS handles, autograd and
+    optimizer state get created outside the capture), then once under capture.
+    The capture runs on a copy of the tensor arguments (the static inputs). A
+    whole training step can be captured: forward, ``loss.backward()`` and an
+    optimizer created with ``capturable=True``; call ``zero_grad(set_to_none=True)``
+    at the start of ``fn``.
+
+    Args:
+        fn: the step, a function of positional arguments.
+        sample_args: a tuple of arguments (a single tensor is wrapped). Tensor
+            arguments fix the shapes, dtypes and device of every later call; other
+            values are baked into the graph.
+        warmup: eager runs before the capture (>= 0). They execute ``fn``, side effects included.
+        strict: raise :class:`GraphCaptureUnsupported` where graphs are unsupported
+            (MPS, CPU) instead of running eagerly with a one-time warning.
+        fallback: when the capture aborts (an operation a graph cannot hold), run
+            ``fn`` eagerly with a one-time warning instead of raising.
+        pool: a memory-pool id from :func:`graph_pool_handle` to share.
+
+    Returns:
+        A :class:`GraphedCallable`; its ``captured`` attribute says whether it replays a graph.
+
+    Raises:
+        GraphCaptureUnsupported: ``strict=True`` and the device has no graph capture.
+        GraphCaptureError: the capture aborted and ``fallback=False``.
+        GraphInputError: bad ``sample_args`` or ``warmup``; later, calls whose arguments do not match.
+
+    Example:
+        >>> import warnings, torch, accel.graphs
+        >>> with warnings.catch_warnings(record=True):
+        ...     warnings.simplefilter("always")
+        ...     double = accel.graphs.graphed(lambda x: x * 2, torch.ones(3))
+        >>> double(torch.full((3,), 2.0))
+        tensor([4., 4., 4.])
+        >>> double(torch.ones(5))
+        Traceback (most recent call last):
+        ...
+        accel.errors.GraphInputError: graphed <lambda>: argument 0 is a tensor of shape (5,), ...
+
+    .. note:: On a device with graphs, synchronises the device and runs ``fn``
+       ``warmup`` times.
+    """
+    name = getattr(fn, "__name__", type(fn).__name__)
+    if not callable(fn):
+        raise GraphInputError(
+            f"graphed: fn is {type(fn).__name__} {fn!r}, not callable. graphed() captures a function. "
+            "Pass the step function (or an nn.Module)."
+        )
+    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
+        raise GraphInputError(
+            f"graphed {name}: warmup={warmup!r}. warmup is the number of eager runs before capture, an int >= 0. "
+            "Pass e.g. warmup=3."
+        )
+    if isinstance(sample_args, torch.Tensor):
+        args: tuple[Any, ...] = (sample_args,)
+    elif isinstance(sample_args, (tuple, list)):
+        args = tuple(sample_args)
+    else:
+        raise GraphInputError(
+            f"graphed {name}: sample_args is {type(sample_args).__name__}. sample_args is a tuple (or list) of "
+            "the positional arguments fn is called with, or a single tensor. Wrap it: (x,)."
+        )
+    support, plan = _lookup(_sample_device(args, name))
+    if plan is None:
+        if strict:
+            raise _unsupported_error(f"graphed {name} (strict=True)", support)
+        reason = f"runs eagerly: {support.reason}"
+        _warn_once(
+            f"accel.graphs.graphed: {support.reason}; functions run eagerly on {support.device} (same results, "
+            "no replay speed-up). Pass strict=True to make this an error."
+        )
+        return GraphedCallable(fn, args, reason=reason)
+
+    static = tuple(a.detach().clone() if isinstance(a, torch.Tensor) else a for a in args)
+    index = plan.index_of(support.device)
+    with plan.device_guard(index):
+        prev = plan.current_stream(index)
+        side = plan.side_stream(index)
+        side.wait_stream(prev)
+        with plan.stream_ctx(side):
+            for _ in range(warmup):
+                fn(*static)
+        prev.wait_stream(side)
+        graph = Graph.__new__(Graph)
+        graph._init(support, plan, pool, None)
+        try:
+            with graph:
+                outputs = fn(*static)
+        except GraphCaptureError as exc:
+            if not fallback:
+                raise
+            _warn_once(f"accel.graphs.graphed: capture of {name} aborted, it runs eagerly (fallback=True): {exc}")
+            return GraphedCallable(fn, args, reason=f"runs eagerly: capture aborted: {exc}")
+    return GraphedCallable(
+        fn, args, graph=graph, static_inputs=static, static_outputs=outputs, reason=support.reason
+    )
+
+
+@dataclass(frozen=True)
+class StepTimes:
+    """Wall-clock time of one step, eager and through :func:`graphed`.
+
+    Attributes:
+        eager_ms: mean ms per eager step.
+        graphed_ms: mean ms per graphed step (an eager step where not captured).
+        captured: whether the graphed step replayed a graph.
+        reason: the graphed callable's reason (graph class, or why it ran eagerly).
+        iters: steps timed per variant.
+    """
+
+    eager_ms: float
+    graphed_ms: float
+    captured: bool
+    reason: str
+    iters: int
+
+    @property
+    def speedup(self) -> float:
+        """``eager_ms / graphed_ms`` (1.0 means no gain)."""
+        return self.eager_ms / self.graphed_ms if self.graphed_ms > 0 else float("inf")
+
+
+def compare_step_time(
+    step: Callable[..., Any], sample_args: Sequence[Any] | torch.Tensor, *, iters: int = 50, warmup: int = 3
+) -> StepTimes:
+    """Time ``step(*sample_args)`` eagerly and through :func:`graphed` (for demos and reports).
+
+    Each variant runs ``warmup`` untimed steps, then ``iters`` timed ones between two
+    device synchronisations (host wall clock, ``time.perf_counter``). Where graphs
+    are unsupported or the capture aborts, the graphed variant runs eagerly
+    (``captured=False``; a one-time warning says why). For recorded numbers use
+    ``benchmarks/graphs.py``.
+
+    Args:
+        step: the step function (it runs ``2 * (warmup + iters) + 1`` times: side effects!).
+        sample_args: its positional arguments (tensors on one device), reused every step.
+        iters: timed steps per variant (>= 1).
+        warmup: untimed steps per variant (>= 0).
+
+    Returns:
+        :class:`StepTimes`.
+
+    Raises:
+        GraphInputError: ``iters < 1`` or bad ``sample_args``.
+
+    Example:
+        >>> import warnings, torch, accel.graphs
+        >>> with warnings.catch_warnings():
+        ...     warnings.simplefilter("ignore")
+        ...     t = accel.graphs.compare_step_time(lambda x: x @ x, (torch.eye(8),), iters=3)
+        >>> t.captured, t.eager_ms > 0, t.graphed_ms > 0
+        (False, True, True)
+
+    .. note:: Initialises the device runtime and synchronises it.
+    """
+    if isinstance(iters, bool) or not isinstance(iters, int) or iters < 1:
+        raise GraphInputError(
+            f"compare_step_time: iters={iters!r}. iters is the number of timed steps, an int >= 1. Pass e.g. iters=50."
+        )
+    args = (sample_args,) if isinstance(sample_args, torch.Tensor) else tuple(sample_args)
+    dev = _sample_device(args, getattr(step, "__name__", "step")) or selection().device
+    sync = getattr(torch, dev.type).synchronize if dev.type != "cpu" else (lambda: None)
+
+    def timed(call: Callable[..., Any]) -> float:
+        for _ in range(warmup):
+            call(*args)
+        sync()
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            call(*args)
+        sync()
+        return (time.perf_counter() - t0) * 1e3 / iters
+
+    eager_ms = timed(step)
+    fast = graphed(step, args, warmup=warmup, fallback=True)
+    graphed_ms = timed(fast)
+    return StepTimes(eager_ms, graphed_ms, fast.captured, fast.reason, iters)
