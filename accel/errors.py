@@ -16,6 +16,9 @@ __all__ = [
     "DeviceIndexError",
     "DeviceMismatchError",
     "InvalidDeviceError",
+    "InvalidEventError",
+    "InvalidStreamError",
+    "UnsupportedOperationError",
 ]
 
 
@@ -44,3 +47,15 @@ class DeviceMismatchError(AccelError, ValueError):
 
 class InvalidDeviceError(AccelError, TypeError):
     """Something that is not a device spec (not a ``str``, ``int``, ``torch.device`` or ``None``)."""
+
+
+class InvalidStreamError(AccelError, TypeError):
+    """Something that is not a stream where one is required (``accel.set_stream(3)``)."""
+
+
+class InvalidEventError(AccelError, TypeError):
+    """Something that is not an event where one is required (``accel.elapsed_time(0, 1)``)."""
+
+
+class UnsupportedOperationError(AccelError, RuntimeError):
+    """The active backend has no such operation (event timing on the CPU)."""
