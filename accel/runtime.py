@@ -117,6 +117,7 @@ class _Runtime:
         self.type = t = b.torch_device_type
         self.count = b.device_count()  # from the probe: never initialises a device
         self.accepted = frozenset({b.name, t})
+        self._stream_type_ids: set[int] = set()  # c10 device type ids of streams that passed the full check
         acc = torch.accelerator
 
         def op(name: str, fallback):
@@ -149,9 +150,11 @@ class _Runtime:
             self.get_stream = op("current_stream", acc.current_stream)
             self.set_stream = op("set_stream", acc.set_stream)
 
+    _CPU_STREAM = torch.Stream("cpu")
+
     @staticmethod
     def _cpu_stream(index: int = 0) -> torch.Stream:
-        return torch.Stream("cpu")
+        return _Runtime._CPU_STREAM
 
     def valid(self) -> str:
         """The valid devices, for messages: ``"indices 0..7 ('cuda:0'..'cuda:7')"``."""
@@ -213,6 +216,12 @@ class _Runtime:
 
     def check_stream(self, s: object, what: str) -> int:
         """Validate a stream of the active backend; returns its device index."""
+        if isinstance(s, Stream) and s.device_type in self._stream_type_ids:  # fast path: a type seen before
+            if self.type == "cpu":
+                return 0
+            i = s.device_index
+            if 0 <= i < self.count:
+                return i
         if not isinstance(s, Stream):
             raise InvalidStreamError(
                 f"{what}: got {s!r} of type {type(s).__name__}, which is not a stream. Pass a torch.Stream (for "
@@ -220,9 +229,9 @@ class _Runtime:
             )
         dev = s.device
         self._check_type(dev.type, repr(s), what)
-        if self.type == "cpu":
-            return 0
-        return self.index(dev.index, what)
+        i = 0 if self.type == "cpu" else self.index(dev.index, what)
+        self._stream_type_ids.add(s.device_type)
+        return i
 
 
 _RT: _Runtime | None = None
@@ -349,23 +358,26 @@ class device_index:  # noqa: N801 - a context manager named like torch.accelerat
         0
     """
 
-    __slots__ = ("_index", "_prev")
+    __slots__ = ("_index", "_prev", "_rt")
 
     def __init__(self, device: object, /) -> None:
-        self._index = None if device is None else _runtime().index(device, "accel.device_index")
+        self._rt = rt = _runtime()
+        self._index = None if device is None else rt.index(device, "accel.device_index")
         self._prev: int | None = None
 
     def __enter__(self) -> int | None:
-        if self._index is not None:
-            rt = _runtime()
-            self._prev = rt.current()
-            if self._prev != self._index:
-                rt.set_device(self._index)
-        return self._index
+        i = self._index
+        if i is not None:
+            self._prev = prev = self._rt.current()
+            if prev != i:
+                self._rt.set_device(i)
+        return i
 
     def __exit__(self, *exc: object) -> None:
-        if self._index is not None and self._prev is not None and self._prev != self._index:
-            _runtime().set_device(self._prev)
+        prev = self._prev
+        if prev is not None and prev != self._index:
+            self._rt.set_device(prev)
+        self._prev = None
 
 
 class stream:  # noqa: N801 - a context manager named like torch.cuda.stream
@@ -391,21 +403,20 @@ class stream:  # noqa: N801 - a context manager named like torch.cuda.stream
         device(type='cpu')
     """
 
-    __slots__ = ("_stream", "_saved")
+    __slots__ = ("_stream", "_saved", "_rt", "_there")
 
     def __init__(self, stream: object, /) -> None:
-        if stream is not None:
-            _runtime().check_stream(stream, "accel.stream")
+        self._rt = rt = _runtime()
+        self._there = None if stream is None else rt.check_stream(stream, "accel.stream")
         self._stream = stream
         self._saved: tuple[object, object | None] | None = None
 
     def __enter__(self) -> object:
         s = self._stream
-        if s is None:
-            return None
-        rt = _runtime()
+        rt, there = self._rt, self._there
+        if s is None or rt.type == "cpu":  # the CPU has one stream: nothing to switch
+            return s
         here = rt.current()
-        there = rt.check_stream(s, "accel.stream")
         prev_there = rt.get_stream(there)
         prev_here = rt.get_stream(here) if here != there else None
         rt.set_stream(s)
@@ -416,7 +427,7 @@ class stream:  # noqa: N801 - a context manager named like torch.cuda.stream
         if self._saved is None:
             return
         prev_there, prev_here = self._saved
-        rt = _runtime()
+        rt = self._rt
         rt.set_stream(prev_there)
         if prev_here is not None:
             rt.set_stream(prev_here)  # also makes the previous device current again

@@ -234,6 +234,8 @@ def test_fake_cuda_streams(fake_cuda):
     s1 = make_stream("cuda", 1, 42)
     accel.set_stream(s1)
     assert fake_cuda.device == 1 and accel.current_stream() == s1
+    with pytest.raises(DeviceIndexError, match="device index 2 is out of range"):  # after the fast path saw 'cuda'
+        accel.set_stream(make_stream("cuda", 2, 1))
 
 
 def test_fake_cuda_stream_context_restores_stream_and_device(fake_cuda):
