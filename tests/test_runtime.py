@@ -309,6 +309,14 @@ def test_device_cache_follows_accel_device_env(monkeypatch):
         accel.device([1])
 
 
+def test_device_cache_keeps_equal_values_of_other_types_apart(cpu):
+    assert accel.device(0) == torch.device("cpu", 0)
+    with pytest.raises(InvalidDeviceError, match="of type bool"):
+        accel.device(False)  # 0 == False: must not hit 0's cache entry
+    with pytest.raises(InvalidDeviceError, match="of type float"):
+        accel.device(0.0)
+
+
 # -- no device initialised by import or resolution; docstring examples ----------------------------------
 
 def test_import_and_resolution_initialise_nothing():
