@@ -10,8 +10,12 @@ from accel._probe import clear_cache, probes
 from accel._select import backend, device, selection
 from accel.backends import Backend, Capabilities, ProbeResult
 
-# Public submodules: accel.random (portable RNG state), accel.graphs (portable graph capture).
-from accel import graphs, random  # noqa: E402,I001
+# Public submodules: accel.random (portable RNG state), accel.graphs (portable graph capture),
+# accel.memory and accel.runtime (device runtime, resolved once per backend; see accel.runtime).
+from accel import _resolve, graphs, memory, random, runtime
+from accel.runtime import Event, Stream, device_index, elapsed_time, stream
+
+__getattr__ = _resolve.lazy_exports(globals(), runtime.RESOLVED, lambda: {n: getattr(runtime, n) for n in runtime.RESOLVED})
 
 __version__ = "0.1.0"
 
@@ -19,6 +23,19 @@ __all__ = [
     "Backend",
     "Capabilities",
     "ProbeResult",
+    "Event",
+    "Stream",
+    "current_device_index",
+    "current_stream",
+    "device_count",
+    "device_index",
+    "elapsed_time",
+    "memory",
+    "runtime",
+    "set_device_index",
+    "set_stream",
+    "stream",
+    "synchronize",
     "backend",
     "clear_cache",
     "device",

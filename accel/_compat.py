@@ -9,15 +9,18 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
 __all__ = [
+    "RUNTIME_SOURCES",
     "accelerator_has",
     "accelerator_random",
     "default_generator",
     "device_module",
+    "event_class",
     "has_accelerator_graph",
     "has_accelerator_random",
     "has_native_dsl_registry",
@@ -25,6 +28,8 @@ __all__ = [
     "graph_class",
     "graph_pool_functions",
     "module_version",
+    "resolve",
+    "stream_class",
 ]
 
 
@@ -153,3 +158,109 @@ def module_version(dist_or_module: str) -> str | None:
         return version(dist_or_module)
     except PackageNotFoundError:
         return None
+
+
+# -- runtime and memory functions ---------------------------------------------------------
+# Where each runtime / memory operation lives in torch, per torch device type, fastest
+# first. ``resolve`` hands out the first one the running torch has, unchanged (no
+# wrapper). Raw ``torch._C`` bindings come first where they answer exactly what the
+# public function does minus its Python argument handling (accel validates arguments
+# itself); the public torch functions follow as the portable fallback.
+# ``synchronize`` / ``memory_stats_raw`` / ``reset_*`` sources may only be called once
+# ``is_initialized`` says so: the raw bindings do not check it themselves.
+_TELEMETRY = ("device_memory_used", "utilization", "power_draw", "clock_rate", "temperature")
+
+RUNTIME_SOURCES: dict[str, dict[str, tuple[str, ...]]] = {
+    "cuda": {  # NVIDIA and AMD (ROCm builds of torch call AMD GPUs "cuda")
+        "device_count": ("torch.cuda.device_count",),
+        "is_initialized": ("torch.cuda.is_initialized",),
+        "current_device": ("torch._C._cuda_getDevice", "torch.cuda.current_device"),
+        "set_device": ("torch._C._cuda_setDevice", "torch.cuda.set_device"),
+        "synchronize": ("torch._C._cuda_synchronize", "torch.cuda.synchronize"),
+        "synchronize_device": ("torch._C._accelerator_synchronizeDevice", "torch.cuda.synchronize"),
+        "current_stream": ("torch._C._accelerator_getStream", "torch.cuda.current_stream"),
+        "set_stream": ("torch._C._accelerator_setStream", "torch.cuda.set_stream"),
+        "memory_stats_raw": ("torch._C._cuda_memoryStats", "torch.cuda.memory_stats_as_nested_dict"),
+        "reset_peak": ("torch._C._cuda_resetPeakMemoryStats", "torch.cuda.reset_peak_memory_stats"),
+        "reset_accumulated": ("torch._C._cuda_resetAccumulatedMemoryStats",
+                              "torch.cuda.reset_accumulated_memory_stats"),
+        "empty_cache": ("torch.cuda.empty_cache",),
+        "empty_host_cache": ("torch._C._host_emptyCache", "torch.accelerator.empty_host_cache"),
+        "mem_get_info": ("torch._C._accelerator_getMemoryInfo", "torch.cuda.mem_get_info"),
+        **{name: (f"torch.cuda.{name}",) for name in _TELEMETRY},
+    },
+    "xpu": {
+        "device_count": ("torch.xpu.device_count",),
+        "is_initialized": ("torch.xpu.is_initialized",),
+        "current_device": ("torch._C._xpu_getDevice", "torch.xpu.current_device"),
+        "set_device": ("torch._C._xpu_setDevice", "torch.xpu.set_device"),
+        "synchronize": ("torch.xpu.synchronize",),
+        "synchronize_device": ("torch._C._accelerator_synchronizeDevice", "torch._C._xpu_synchronize",
+                               "torch.xpu.synchronize"),
+        "current_stream": ("torch._C._accelerator_getStream", "torch.xpu.current_stream"),
+        "set_stream": ("torch._C._accelerator_setStream", "torch.xpu.set_stream"),
+        "memory_stats_raw": ("torch._C._xpu_memoryStats", "torch.xpu.memory_stats_as_nested_dict"),
+        "reset_peak": ("torch._C._xpu_resetPeakMemoryStats", "torch.xpu.reset_peak_memory_stats"),
+        "reset_accumulated": ("torch._C._xpu_resetAccumulatedMemoryStats",
+                              "torch.xpu.reset_accumulated_memory_stats"),
+        "empty_cache": ("torch.xpu.empty_cache",),
+        "empty_host_cache": ("torch.accelerator.empty_host_cache",),
+        "mem_get_info": ("torch._C._accelerator_getMemoryInfo", "torch._C._xpu_getMemoryInfo", "torch.xpu.mem_get_info"),
+        **{name: (f"torch.xpu.{name}",) for name in _TELEMETRY},
+    },
+    "mps": {  # one device, no lazy initialisation, its own memory counters
+        "device_count": ("torch.mps.device_count",),
+        "synchronize": ("torch._C._mps_deviceSynchronize", "torch.mps.synchronize"),
+        "current_stream": ("torch._C._accelerator_getStream", "torch.accelerator.current_stream"),
+        "set_stream": ("torch._C._accelerator_setStream", "torch.accelerator.set_stream"),
+        "current_allocated_memory": ("torch._C._mps_currentAllocatedMemory", "torch.mps.current_allocated_memory"),
+        "driver_allocated_memory": ("torch._C._mps_driverAllocatedMemory", "torch.mps.driver_allocated_memory"),
+        "recommended_max_memory": ("torch._C._mps_recommendedMaxMemory", "torch.mps.recommended_max_memory"),
+        "empty_cache": ("torch.mps.empty_cache",),
+    },
+}
+
+
+def _lookup(path: str) -> Any:
+    obj: Any = torch
+    for part in path.split(".")[1:]:
+        obj = getattr(obj, part, None)
+        if obj is None:
+            return None
+    return obj
+
+
+def resolve(device_type: str, op: str) -> Callable[..., Any] | None:
+    """The torch callable for ``op`` on ``device_type`` in the running torch, or ``None``.
+
+    Tries :data:`RUNTIME_SOURCES` ``[device_type][op]`` in order and returns the first
+    attribute the running torch has, unchanged (torch's own function, no wrapper).
+    Attribute look-ups only: never imports a DSL, never initialises a device.
+
+    Args:
+        device_type: a torch device type (``"cuda"``, ``"xpu"``, ``"mps"``).
+        op: an operation name from :data:`RUNTIME_SOURCES` (``"current_device"``, ...).
+
+    Returns:
+        The callable, or ``None`` when neither the running torch nor the table has it.
+
+    Example:
+        >>> from accel import _compat
+        >>> _compat.resolve("cpu", "synchronize") is None
+        True
+    """
+    for path in RUNTIME_SOURCES.get(device_type, {}).get(op, ()):
+        found = _lookup(path)
+        if found is not None:
+            return found
+    return None
+
+
+def stream_class() -> type:
+    """The generic stream class: ``torch.Stream`` (present in every supported torch)."""
+    return torch.Stream
+
+
+def event_class() -> type:
+    """The generic event class: ``torch.Event`` (present in every supported torch)."""
+    return torch.Event

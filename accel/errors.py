@@ -28,6 +28,9 @@ __all__ = [
     "GraphInputError",
     "GraphStateError",
     "GraphFallbackWarning",
+    "InvalidEventError",
+    "InvalidStreamError",
+    "UnsupportedOperationError",
 ]
 
 
@@ -111,3 +114,13 @@ class GraphStateError(AccelError, RuntimeError):
 
 class GraphFallbackWarning(UserWarning):
     """:func:`accel.graphs.graphed` runs the function eagerly instead of replaying a graph (said once per reason)."""
+class InvalidStreamError(AccelError, TypeError):
+    """Something that is not a stream where one is required (``accel.set_stream(3)``)."""
+
+
+class InvalidEventError(AccelError, TypeError):
+    """Something that is not an event where one is required (``accel.elapsed_time(0, 1)``)."""
+
+
+class UnsupportedOperationError(AccelError, RuntimeError):
+    """The active backend has no such operation (event timing on the CPU)."""

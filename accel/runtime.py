@@ -1,0 +1,465 @@
+"""Device runtime: synchronize, device index, streams and events, on every vendor and torch 2.9+.
+
+One API over ``torch.accelerator`` and the device modules (``torch.cuda``,
+``torch.xpu``, ``torch.mps``). The functions are resolved once for the active
+backend (:func:`accel.backend`) at first use, through :mod:`accel._compat`;
+where torch has a function that gives exactly accel's answer, that function
+itself is handed out, unchanged. :func:`accel.clear_cache` resolves them again.
+
+=============================  =====================================================
+function                       what it does (CPU behaviour)
+=============================  =====================================================
+``synchronize(device=None,/)``  wait for all work queued on the device (no-op on CPU;
+                               no-op while the device runtime is not initialised)
+``device_count()``             visible devices of the active backend (CPU: ``1``)
+``current_device_index()``     the current device index (CPU: ``0``)
+``set_device_index(device,/)``  make ``device`` current (CPU: only ``0``, a no-op)
+``device_index(device, /)``    context manager: ``device`` current inside the block
+``current_stream(device=None,/)``  the current :class:`Stream` of ``device``
+                               (CPU: the CPU's one stream, ``torch.Stream("cpu")``)
+``set_stream(stream, /)``      make ``stream`` current; also makes its device current
+                               (CPU: accepts a CPU stream, a no-op)
+``stream(stream, /)``          context manager: ``stream`` current inside the block
+``Stream`` / ``Event``         ``torch.Stream`` / ``torch.Event`` (generic classes)
+``elapsed_time(start, end,/)``  milliseconds between two recorded events (CPU: raises
+                               :class:`~accel.errors.UnsupportedOperationError`)
+=============================  =====================================================
+
+A ``device`` argument is an ``int`` index, a ``str`` (``"cuda"``, ``"cuda:1"``, or the
+backend name such as ``"rocm:1"``), a ``torch.device`` of the active backend's device
+type, or ``None`` (the current device) where allowed. Anything else raises a typed
+error from :mod:`accel.errors` that names the value and the valid range, before any
+state is touched: :class:`~accel.errors.DeviceIndexError` (index outside
+``0 .. device_count() - 1``), :class:`~accel.errors.DeviceMismatchError` (another
+vendor's device, ``"xpu:0"`` while CUDA is active) or
+:class:`~accel.errors.InvalidDeviceError` (not a device at all).
+
+Example:
+    >>> import accel
+    >>> from accel.testing import fake_backend
+    >>> with fake_backend("cpu"):
+    ...     accel.synchronize()
+    ...     accel.device_count(), accel.current_device_index()
+    ...     with accel.device_index(0):
+    ...         accel.current_stream().device
+    (1, 0)
+    device(type='cpu')
+"""
+
+from __future__ import annotations
+
+import torch
+
+from accel import _compat, _probe, _resolve
+from accel._select import backend as _active_backend
+from accel.errors import (
+    DeviceIndexError,
+    DeviceMismatchError,
+    InvalidDeviceError,
+    InvalidEventError,
+    InvalidStreamError,
+    UnsupportedOperationError,
+)
+
+__all__ = [
+    "Event",
+    "Stream",
+    "current_device_index",
+    "current_stream",
+    "device_count",
+    "device_index",
+    "elapsed_time",
+    "set_device_index",
+    "set_stream",
+    "stream",
+    "synchronize",
+]
+
+#: The names resolved per backend at first use (see :mod:`accel._resolve`).
+RESOLVED = ("synchronize", "device_count", "current_device_index", "set_device_index", "current_stream",
+            "set_stream")
+
+#: ``torch.Stream``: the generic stream class (``torch.cuda.Stream`` is a subclass).
+Stream = _compat.stream_class()
+#: ``torch.Event``: the generic event class; ``Event(enable_timing=True)`` for timing.
+Event = _compat.event_class()
+
+
+def _zero() -> int:
+    """Always ``0``: the CPU and MPS have one device, index 0."""
+    return 0
+
+
+def _one() -> int:
+    """Always ``1``: the CPU counts as one device."""
+    return 1
+
+
+def _true() -> bool:
+    return True
+
+
+def _false() -> bool:
+    return False
+
+
+def _noop(*_args: object) -> None:
+    """Does nothing (the operation has no effect on this backend)."""
+
+
+class _Runtime:
+    """The active backend's runtime operations, resolved once (cleared by ``accel.clear_cache``)."""
+
+    def __init__(self) -> None:
+        b = _active_backend()
+        self.backend = b
+        self.name = b.name
+        self.type = t = b.torch_device_type
+        self.count = b.device_count()  # from the probe: never initialises a device
+        self.accepted = frozenset({b.name, t})
+        self._stream_type_ids: set[int] = set()  # c10 device type ids of streams that passed the full check
+        acc = torch.accelerator
+
+        def op(name: str, fallback):
+            return _compat.resolve(t, name) or fallback
+
+        if t == "cpu":
+            self.device_count = _one
+            self.is_initialized = _false
+            self.current = _zero
+            self.set_device = _noop
+            self.sync = self.sync_device = _noop
+            self.get_stream = self._cpu_stream
+            self.set_stream = _noop
+        elif t == "mps":
+            self.device_count = op("device_count", _one)
+            self.is_initialized = _true  # MPS has no lazy initialisation
+            self.current = _zero
+            self.set_device = _noop
+            self.sync = op("synchronize", acc.synchronize)
+            self.sync_device = lambda index: self.sync()
+            self.get_stream = op("current_stream", acc.current_stream)
+            self.set_stream = op("set_stream", acc.set_stream)
+        else:  # cuda (NVIDIA, AMD), xpu, and any other torch.accelerator device type
+            self.device_count = op("device_count", acc.device_count)
+            self.is_initialized = op("is_initialized", _true)
+            self.current = op("current_device", acc.current_device_index)
+            self.set_device = op("set_device", acc.set_device_index)
+            self.sync = op("synchronize", acc.synchronize)
+            self.sync_device = op("synchronize_device", acc.synchronize)
+            self.get_stream = op("current_stream", acc.current_stream)
+            self.set_stream = op("set_stream", acc.set_stream)
+
+    _CPU_STREAM = torch.Stream("cpu")
+
+    @staticmethod
+    def _cpu_stream(index: int = 0) -> torch.Stream:
+        return _Runtime._CPU_STREAM
+
+    def valid(self) -> str:
+        """The valid devices, for messages: ``"indices 0..7 ('cuda:0'..'cuda:7')"``."""
+        last = self.count - 1
+        return f"valid indices are 0..{last} ('{self.type}:0'..'{self.type}:{last}')"
+
+    def index(self, device: object, what: str) -> int:
+        """The index ``device`` names on the active backend; ``None`` means the current one.
+
+        Raises:
+            DeviceIndexError: index outside ``0 .. count - 1``.
+            DeviceMismatchError: a device of another type than the active backend's.
+            InvalidDeviceError: not an ``int``, ``str``, ``torch.device`` or ``None``.
+        """
+        if type(device) is int:
+            if 0 <= device < self.count:
+                return device
+            shown, idx = repr(device), device
+        elif device is None:
+            return self.current()
+        elif isinstance(device, torch.device):
+            kind, idx, shown = device.type, device.index, repr(device)
+            self._check_type(kind, shown, what)
+            if idx is None:
+                return self.current()
+        elif isinstance(device, str):
+            kind, sep, rest = device.strip().lower().partition(":")
+            shown = repr(device)
+            self._check_type(kind, shown, what)
+            if not sep:
+                return self.current()
+            if not rest.isdigit():
+                raise DeviceIndexError(
+                    f"{what}: device {shown}: the index {rest!r} is not a non-negative integer. "
+                    f"Backend {self.name!r} has {self.count} device(s): {self.valid()}. Pass one of those."
+                )
+            idx = int(rest)
+        else:
+            raise InvalidDeviceError(
+                f"{what}: got {device!r} of type {type(device).__name__}, which is not a device. A device is an "
+                f"int index, a str such as '{self.type}:0', a torch.device of type '{self.type}' or None (the "
+                f"current device); backend {self.name!r}: {self.valid()}. Pass one of those."
+            )
+        if 0 <= idx < self.count:
+            return idx
+        raise DeviceIndexError(
+            f"{what}: device index {idx}{'' if shown == str(idx) else f' (from {shown})'} is out of range: backend {self.name!r} has {self.count} "
+            f"visible device(s), so {self.valid()}. Use an index in that range or check the visible-devices "
+            f"variables."
+        )
+
+    def _check_type(self, kind: str, shown: str, what: str) -> None:
+        if kind not in self.accepted:
+            raise DeviceMismatchError(
+                f"{what}: device {shown} is of type {kind!r}, but the active backend is {self.name!r} (torch "
+                f"device type {self.type!r}; {self.valid()}). Pass a device of the active backend, or select "
+                f"another backend with ACCEL_DEVICE (then call accel.clear_cache())."
+            )
+
+    def check_stream(self, s: object, what: str) -> int:
+        """Validate a stream of the active backend; returns its device index."""
+        if isinstance(s, Stream) and s.device_type in self._stream_type_ids:  # fast path: a type seen before
+            if self.type == "cpu":
+                return 0
+            i = s.device_index
+            if 0 <= i < self.count:
+                return i
+        if not isinstance(s, Stream):
+            raise InvalidStreamError(
+                f"{what}: got {s!r} of type {type(s).__name__}, which is not a stream. Pass a torch.Stream (for "
+                f"example accel.current_stream() or accel.Stream({self.type!r}))."
+            )
+        dev = s.device
+        self._check_type(dev.type, repr(s), what)
+        i = 0 if self.type == "cpu" else self.index(dev.index, what)
+        self._stream_type_ids.add(s.device_type)
+        return i
+
+
+_RT: _Runtime | None = None
+
+
+def _runtime() -> _Runtime:
+    """The active backend's :class:`_Runtime` (built at first use)."""
+    global _RT
+    if _RT is None:
+        _RT = _Runtime()
+    return _RT
+
+
+def _forget() -> None:
+    global _RT
+    _RT = None
+
+
+_probe.on_clear(_forget)
+
+
+def _build() -> dict[str, object]:
+    rt = _runtime()
+    is_init, sync, sync_device, current, index = rt.is_initialized, rt.sync, rt.sync_device, rt.current, rt.index
+    set_device, get_stream, set_stream_raw, check_stream = rt.set_device, rt.get_stream, rt.set_stream, rt.check_stream
+
+    def synchronize(device=None, /) -> None:
+        """Wait until all work queued on ``device`` (default: the current device) has finished.
+
+        Args:
+            device: ``None``, an index, ``"cuda:1"``-style str or ``torch.device``.
+
+        Raises:
+            DeviceIndexError, DeviceMismatchError, InvalidDeviceError: bad ``device``.
+
+        .. note:: A no-op on the CPU, and while the device runtime is not initialised
+           (nothing can be queued then); it never initialises a device.
+        """
+        if device is None:
+            if is_init():
+                sync()
+            return
+        i = index(device, "accel.synchronize")
+        if is_init():
+            sync_device(i)
+
+    def set_device_index(device, /) -> None:
+        """Make ``device`` the current device (an index, ``"cuda:1"``-style str or ``torch.device``).
+
+        Raises:
+            DeviceIndexError, DeviceMismatchError, InvalidDeviceError: bad ``device``
+            (``None`` too: say which device).
+
+        .. note:: Initialises the device runtime (CUDA/HIP/XPU). A no-op on CPU and MPS
+           (one device, index 0).
+        """
+        if device is None:
+            raise InvalidDeviceError(
+                f"accel.set_device_index: got None. Say which device to make current: {rt.valid()}."
+            )
+        set_device(index(device, "accel.set_device_index"))
+
+    def current_stream(device=None, /) -> torch.Stream:
+        """The current :class:`Stream` of ``device`` (default: the current device).
+
+        Returns:
+            ``torch.Stream`` (on CUDA through ``torch.cuda`` fallbacks, a ``torch.cuda.Stream``,
+            a subclass). On CPU the CPU's one stream, ``torch.Stream("cpu")``.
+
+        Raises:
+            DeviceIndexError, DeviceMismatchError, InvalidDeviceError: bad ``device``.
+
+        .. note:: Initialises the device runtime (CUDA/HIP/XPU).
+        """
+        if device is None:
+            return get_stream(current())
+        return get_stream(index(device, "accel.current_stream"))
+
+    def set_stream(stream, /) -> None:
+        """Make ``stream`` the current stream of its device, and its device the current device.
+
+        Raises:
+            InvalidStreamError: ``stream`` is not a ``torch.Stream``.
+            DeviceMismatchError, DeviceIndexError: a stream of another backend, or of a device
+            that is not visible.
+
+        .. note:: A no-op on CPU (after validation).
+        """
+        check_stream(stream, "accel.set_stream")
+        set_stream_raw(stream)
+
+    return {
+        "synchronize": synchronize,
+        "device_count": rt.device_count,
+        "current_device_index": current,
+        "set_device_index": set_device_index,
+        "current_stream": current_stream,
+        "set_stream": set_stream,
+    }
+
+
+__getattr__ = _resolve.lazy_exports(globals(), RESOLVED, _build)
+
+
+class device_index:  # noqa: N801 - a context manager named like torch.accelerator.device_index
+    """Context manager: ``device`` is the current device inside the block, the previous one after.
+
+    Args:
+        device: an index, ``"cuda:1"``-style str, ``torch.device``, or ``None`` (changes nothing).
+
+    Raises:
+        DeviceIndexError, DeviceMismatchError, InvalidDeviceError: bad ``device``, raised when
+        the object is created, before any state changes.
+
+    .. note:: Initialises the device runtime (CUDA/HIP/XPU) on entry. On CPU and MPS it
+       only validates (one device, index 0).
+
+    Example:
+        >>> import accel
+        >>> from accel.testing import fake_backend
+        >>> with fake_backend("cpu"):
+        ...     with accel.device_index(0) as i:
+        ...         i
+        0
+    """
+
+    __slots__ = ("_index", "_prev", "_rt")
+
+    def __init__(self, device: object, /) -> None:
+        self._rt = rt = _runtime()
+        self._index = None if device is None else rt.index(device, "accel.device_index")
+        self._prev: int | None = None
+
+    def __enter__(self) -> int | None:
+        i = self._index
+        if i is not None:
+            self._prev = prev = self._rt.current()
+            if prev != i:
+                self._rt.set_device(i)
+        return i
+
+    def __exit__(self, *exc: object) -> None:
+        prev = self._prev
+        if prev is not None and prev != self._index:
+            self._rt.set_device(prev)
+        self._prev = None
+
+
+class stream:  # noqa: N801 - a context manager named like torch.cuda.stream
+    """Context manager: ``stream`` is current inside the block; the previous streams and device after.
+
+    Args:
+        stream: a ``torch.Stream`` of the active backend, or ``None`` (changes nothing).
+
+    Raises:
+        InvalidStreamError, DeviceMismatchError, DeviceIndexError: bad ``stream``, raised when the
+        object is created, before any state changes.
+
+    .. note:: Like ``torch.cuda.stream``: on entry the stream's device becomes current too;
+       on exit the previous current stream of that device and the previous device (with its
+       current stream) are restored. A no-op on CPU.
+
+    Example:
+        >>> import accel
+        >>> from accel.testing import fake_backend
+        >>> with fake_backend("cpu"):
+        ...     with accel.stream(accel.current_stream()) as s:
+        ...         s.device
+        device(type='cpu')
+    """
+
+    __slots__ = ("_stream", "_saved", "_rt", "_there")
+
+    def __init__(self, stream: object, /) -> None:
+        self._rt = rt = _runtime()
+        self._there = None if stream is None else rt.check_stream(stream, "accel.stream")
+        self._stream = stream
+        self._saved: tuple[object, object | None] | None = None
+
+    def __enter__(self) -> object:
+        s = self._stream
+        rt, there = self._rt, self._there
+        if s is None or rt.type == "cpu":  # the CPU has one stream: nothing to switch
+            return s
+        here = rt.current()
+        prev_there = rt.get_stream(there)
+        prev_here = rt.get_stream(here) if here != there else None
+        rt.set_stream(s)
+        self._saved = (prev_there, prev_here)
+        return s
+
+    def __exit__(self, *exc: object) -> None:
+        if self._saved is None:
+            return
+        prev_there, prev_here = self._saved
+        rt = self._rt
+        rt.set_stream(prev_there)
+        if prev_here is not None:
+            rt.set_stream(prev_here)  # also makes the previous device current again
+        self._saved = None
+
+
+def elapsed_time(start: object, end: object, /) -> float:
+    """Milliseconds of device time between two recorded events.
+
+    Args:
+        start: an :class:`Event` created with ``enable_timing=True`` and recorded.
+        end: the same, recorded after ``start``.
+
+    Returns:
+        Elapsed time in milliseconds (float), as ``start.elapsed_time(end)`` measures it
+        on the device. Call ``end.synchronize()`` (or :func:`synchronize`) first.
+
+    Raises:
+        InvalidEventError: ``start`` or ``end`` is not a ``torch.Event``.
+        UnsupportedOperationError: the active backend is the CPU (torch has no CPU events;
+            time host code with ``time.perf_counter_ns()``).
+    """
+    for name, ev in (("start", start), ("end", end)):
+        if not isinstance(ev, Event):
+            raise InvalidEventError(
+                f"accel.elapsed_time: {name} is {ev!r} of type {type(ev).__name__}, not an event. Pass two "
+                f"accel.Event(enable_timing=True) objects, both recorded."
+            )
+    rt = _runtime()
+    if rt.type == "cpu":
+        raise UnsupportedOperationError(
+            "accel.elapsed_time: the active backend is 'cpu', which has no events (torch: 'cpu backend doesn't "
+            "support events'). Time host code with time.perf_counter_ns(), or select an accelerator."
+        )
+    return start.elapsed_time(end)
