@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# One batched run on the lent GPU machine (no network there): install accel and the carried
+# wheels (.whl: helion 1.4.0, filecheck, Liger-Kernel, platformdirs; optionally quack + CuTeDSL),
+# then run the stages named on the command line, writing logs and results under $OUT (or ./gpu-out).
+#   stages: facts tests rng host graphs kernels quant
+# Usage (device tool, carry [".whl"]): bash ci/gpu/h200.sh facts tests rng host graphs
+set -u
+export PYTHONUNBUFFERED=1
+REPO=$(cd "$(dirname "$0")/../.." && pwd)
+OUT=${OUT:-$REPO/gpu-out}
+mkdir -p "$OUT"
+SITE=/tmp/site
+if [ -d "$REPO/.whl" ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target "$SITE" "$REPO"/.whl/*.whl /tmp/big/*.whl 2>/dev/null \
+    || python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target "$SITE" "$REPO"/.whl/*.whl
+fi
+python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --upgrade --target /tmp/accel "$REPO" \
+  || { echo "accel install failed"; exit 1; }
+export PYTHONPATH=/tmp/accel:$SITE:$SITE/nvidia_cutlass_dsl/dsl_packages
+export PATH=/tmp/accel/bin:$PATH
+accel() { python3 -m accel.cli "$@"; }
+cd /tmp  # never import the source tree: accel.backends only exists in the installed layout
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
+for stage in "$@"; do
+  echo "=================== stage: $stage"
+  case $stage in
+    facts)
+      accel info 2>&1 | tee "$OUT/info.txt"
+      accel doctor 2>&1 | tee "$OUT/doctor.txt"; echo "doctor exit: ${PIPESTATUS[0]}"
+      accel demo --device cuda 2>&1 | tail -14 | tee "$OUT/demo.txt"
+      accel demo --device cuda --json > "$OUT/demo.json"; echo "demo --json exit: $?"
+      ;;
+    tests)
+      timeout 420 python3 -m pytest "$REPO/tests" -q -x -p no:cacheprovider --timeout 120 -m "not slow" 2>&1 \
+        | tail -40 | tee "$OUT/pytest.txt"
+      ;;
+    rng) python3 "$REPO/ci/gpu/rng_check.py" 2>&1 | tee "$OUT/rng_check.txt" ;;
+    host) python3 "$REPO/benchmarks/host_overhead.py" --out "$OUT" 2>&1 | tail -40 ;;
+    graphs) timeout 240 python3 "$REPO/benchmarks/graphs.py" --out "$OUT" 2>&1 | tail -30 ;;
+    kernels) timeout 400 python3 "$REPO/benchmarks/kernels.py" --out "$OUT" 2>&1 | tail -60 ;;
+    quant) timeout 120 python3 "$REPO/benchmarks/quant.py" --out "$OUT" 2>&1 | tail -30 ;;
+    *) echo "unknown stage $stage" ;;
+  esac
+done
+ls -la "$OUT"
