@@ -16,6 +16,10 @@ __all__ = [
     "DeviceIndexError",
     "DeviceMismatchError",
     "InvalidDeviceError",
+    "CompileOptionError",
+    "UnsupportedFormatError",
+    "QuantizationError",
+    "DistributedError",
 ]
 
 
@@ -44,3 +48,22 @@ class DeviceMismatchError(AccelError, ValueError):
 
 class InvalidDeviceError(AccelError, TypeError):
     """Something that is not a device spec (not a ``str``, ``int``, ``torch.device`` or ``None``)."""
+
+
+class CompileOptionError(AccelError, ValueError):
+    """A ``torch.compile`` mode or option that the running torch does not have."""
+
+
+class UnsupportedFormatError(AccelError, NotImplementedError):
+    """A low-precision format (fp8, MXFP8, MXFP4, NVFP4) the device or the running torch lacks.
+
+    ``NotImplementedError`` is a ``RuntimeError``, so ``except RuntimeError`` catches it too.
+    """
+
+
+class QuantizationError(AccelError, ValueError):
+    """Bad input to :mod:`accel.quant`: a shape, dtype, scale layout or format name that does not fit."""
+
+
+class DistributedError(AccelError, RuntimeError):
+    """A c10d process group that cannot be set up as asked (backend not registered, bad rank)."""
