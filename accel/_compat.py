@@ -24,6 +24,7 @@ __all__ = [
     "ck_available",
     "cutedsl_available",
     "has_cuda_tunable",
+    "tunable_writer",
     "has_dtype",
     "has_rdna3_flex_heuristics",
     "has_scaled_mm",
@@ -214,3 +215,12 @@ def has_symmetric_memory() -> bool:
 def has_cuda_tunable() -> bool:
     """``torch.cuda.tunable`` (TunableOp for GEMMs on CUDA and ROCm)."""
     return hasattr(getattr(torch, "cuda", None), "tunable")
+
+
+def tunable_writer() -> object:
+    """The running torch's "write TunableOp results now" function, or ``None``.
+
+    ``torch.cuda.tunable.write_file`` where public, else the binding
+    ``torch._C._cuda_tunableop_write_file``; without either, torch writes at exit.
+    """
+    return getattr(torch.cuda.tunable, "write_file", None) or getattr(torch._C, "_cuda_tunableop_write_file", None)

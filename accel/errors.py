@@ -20,6 +20,8 @@ __all__ = [
     "UnsupportedFormatError",
     "QuantizationError",
     "DistributedError",
+    "FeatureUnavailableError",
+    "TunableFileError",
 ]
 
 
@@ -67,3 +69,11 @@ class QuantizationError(AccelError, ValueError):
 
 class DistributedError(AccelError, RuntimeError):
     """A c10d process group that cannot be set up as asked (backend not registered, bad rank)."""
+
+
+class FeatureUnavailableError(AccelError, RuntimeError):
+    """A vendor feature (TunableOp, symmetric memory, ...) asked for on a backend or torch without it."""
+
+
+class TunableFileError(AccelError, FileNotFoundError):
+    """A TunableOp results file that is missing or that torch rejected."""

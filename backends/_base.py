@@ -185,6 +185,8 @@ class Backend:
     dispatch_key: ClassVar[str]
     visible_devices_env: ClassVar[tuple[str, ...]] = ()
     distributed_backend: ClassVar[str] = "gloo"
+    #: newer c10d backends preferred over ``distributed_backend`` where the running torch registers them.
+    newer_distributed_backends: ClassVar[tuple[str, ...]] = ()
     block_scale_swizzle: ClassVar[str | None] = None
     priority: ClassVar[int] = 0
 

@@ -126,6 +126,7 @@ class CudaBackend(TorchCudaDevices, Backend):
     dispatch_key = "CUDA"
     visible_devices_env = ("CUDA_VISIBLE_DEVICES",)
     distributed_backend = "nccl"
+    newer_distributed_backends = ("nccl2",)  # only used where torch registers it
     priority = 100
     gemm_templates = CUDA_GEMM_TEMPLATES
     block_scale_swizzle = "SWIZZLE_32_4_4"  # cuBLAS 128x4 scale tiles
