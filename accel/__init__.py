@@ -16,6 +16,10 @@ from accel import _resolve, graphs, memory, random, runtime
 from accel.runtime import Event, Stream, device_index, elapsed_time, stream
 
 __getattr__ = _resolve.lazy_exports(globals(), runtime.RESOLVED, lambda: {n: getattr(runtime, n) for n in runtime.RESOLVED})
+# Vendor features behind one vocabulary. accel.compile is the function; the module stays
+# importable as ``from accel.compile import ...``.
+from accel import distributed, quant, tunable
+from accel.compile import compile, compile_plan, flex_attention_kernel_options
 
 __version__ = "0.1.0"
 
@@ -38,6 +42,12 @@ __all__ = [
     "synchronize",
     "backend",
     "clear_cache",
+    "compile",
+    "compile_plan",
+    "distributed",
+    "flex_attention_kernel_options",
+    "quant",
+    "tunable",
     "device",
     "errors",
     "graphs",

@@ -31,6 +31,12 @@ __all__ = [
     "InvalidEventError",
     "InvalidStreamError",
     "UnsupportedOperationError",
+    "CompileOptionError",
+    "UnsupportedFormatError",
+    "QuantizationError",
+    "DistributedError",
+    "FeatureUnavailableError",
+    "TunableFileError",
 ]
 
 
@@ -124,3 +130,28 @@ class InvalidEventError(AccelError, TypeError):
 
 class UnsupportedOperationError(AccelError, RuntimeError):
     """The active backend has no such operation (event timing on the CPU)."""
+class CompileOptionError(AccelError, ValueError):
+    """A ``torch.compile`` mode or option that the running torch does not have."""
+
+
+class UnsupportedFormatError(AccelError, NotImplementedError):
+    """A low-precision format (fp8, MXFP8, MXFP4, NVFP4) the device or the running torch lacks.
+
+    ``NotImplementedError`` is a ``RuntimeError``, so ``except RuntimeError`` catches it too.
+    """
+
+
+class QuantizationError(AccelError, ValueError):
+    """Bad input to :mod:`accel.quant`: a shape, dtype, scale layout or format name that does not fit."""
+
+
+class DistributedError(AccelError, RuntimeError):
+    """A c10d process group that cannot be set up as asked (backend not registered, bad rank)."""
+
+
+class FeatureUnavailableError(AccelError, RuntimeError):
+    """A vendor feature (TunableOp, symmetric memory, ...) asked for on a backend or torch without it."""
+
+
+class TunableFileError(AccelError, FileNotFoundError):
+    """A TunableOp results file that is missing or that torch rejected."""

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import torch
 
-__all__ = ["Backend", "Capabilities", "ProbeResult"]
+__all__ = ["Backend", "Capabilities", "CompilePlan", "GemmTemplate", "PlanItem", "ProbeResult"]
 
 
 @dataclass(frozen=True)
@@ -94,6 +95,70 @@ def dtypes_for(*, bf16: bool = True, float64: bool = True, fp8: str | None = Non
     return tuple(names) + _FP8_DTYPES[fp8]
 
 
+class PlanItem(NamedTuple):
+    """One Inductor setting: ``key`` (dotted, as in ``torch._inductor.config``), ``value``, ``reason``."""
+
+    key: str
+    value: Any
+    reason: str
+
+
+class CompilePlan(list):
+    """The :class:`PlanItem` s to set (the list itself) plus :attr:`skipped` decisions with reasons.
+
+    Attributes:
+        skipped: items considered but not set (``value`` is what would have been set).
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.skipped: list[PlanItem] = []
+
+    @property
+    def options(self) -> dict[str, Any]:
+        """The items as a ``{key: value}`` dict for ``torch.compile(options=...)``."""
+        return {item.key: item.value for item in self}
+
+    def propose(self, key: str, value: Any, reason: str, user_options: dict[str, Any]) -> None:
+        """Plan ``key = value`` unless the running torch lacks the key or the user set it."""
+        from accel import _compat
+
+        if not _compat.inductor_config_has(key):
+            self.skip(key, value, f"the running torch has no Inductor config key {key!r} ({reason})")
+        elif key in user_options:
+            self.skip(key, value, f"you set {key}={user_options[key]!r}; yours wins (accel would: {reason})")
+        else:
+            self.append(PlanItem(key, value, reason))
+
+    def skip(self, key: str, value: Any, reason: str) -> None:
+        """Record a decision not taken."""
+        self.skipped.append(PlanItem(key, value, reason))
+
+
+@dataclass(frozen=True)
+class GemmTemplate:
+    """A GEMM template family Inductor adds under max-autotune (vendor facts as data).
+
+    Attributes:
+        token: its name in ``max_autotune_gemm_backends`` (``"NVGEMM"``, ``"CK"``).
+        description: one line saying what it is.
+        config_key: an Inductor config key that exists exactly when the running torch
+            has this backend (``"nvgemm_max_profiling_configs"``).
+        package: what provides it (for the reason text), e.g. ``"nvidia-cutlass-dsl"``.
+        install: how to install it (``"pip install nvidia-cutlass-dsl"``).
+        available: name of the :mod:`accel._compat` function that says whether torch finds it.
+        arch_ok: ``arch -> (ok, reason)``.
+    """
+
+    token: str
+    description: str
+    config_key: str
+    package: str
+    install: str
+    available: str
+    arch_ok: Callable[[str], tuple[bool, str]]
+
+
 class Backend:
     """One vendor: facts as class attributes, hooks as methods.
 
@@ -109,6 +174,8 @@ class Backend:
         dispatch_key: the ATen dispatch key kernels register at.
         visible_devices_env: environment variables that restrict visible devices.
         distributed_backend: the c10d backend name.
+        block_scale_swizzle: ``torch.nn.functional.SwizzleType`` name of the layout this
+            vendor's block-scaled GEMM wants its MX/NVFP4 scales in (``None``: unknown).
         priority: higher wins when several backends are available.
     """
 
@@ -118,6 +185,9 @@ class Backend:
     dispatch_key: ClassVar[str]
     visible_devices_env: ClassVar[tuple[str, ...]] = ()
     distributed_backend: ClassVar[str] = "gloo"
+    #: newer c10d backends preferred over ``distributed_backend`` where the running torch registers them.
+    newer_distributed_backends: ClassVar[tuple[str, ...]] = ()
+    block_scale_swizzle: ClassVar[str | None] = None
     priority: ClassVar[int] = 0
 
     # -- probing -----------------------------------------------------------------
@@ -171,8 +241,90 @@ class Backend:
         """Whether the installed torch build has kernels for this device, and why."""
         return True, "no per-arch kernels in this build"
 
-    def compile_options(self, *, mode: str | None = None) -> dict[str, Any]:
-        """Inductor settings that serve this vendor; empty by default."""
+    # -- compile options (shared logic; vendor facts are the data in gemm_templates) ----
+    #: GEMM template families Inductor may add under max-autotune on this vendor.
+    gemm_templates: ClassVar[tuple[GemmTemplate, ...]] = ()
+
+    def compile_plan(self, *, mode: str | None = None, options: dict[str, Any] | None = None,
+                     index: int = 0) -> CompilePlan:
+        """What ``torch.compile`` should additionally be told on this vendor, arch and torch, and why.
+
+        Every key is checked against ``torch._inductor.config`` of the running torch
+        before it is planned; a key the user already set in ``options`` is left to
+        the user (the decision moves to :attr:`CompilePlan.skipped`).
+
+        Args:
+            mode: a ``torch.compile`` mode (``None`` = ``"default"``, ``"max-autotune"``, ...).
+            options: the user's explicit Inductor options; they always win.
+            index: the device whose arch decides.
+
+        Returns:
+            A :class:`CompilePlan`: the ``(key, value, reason)`` items to set, plus the
+            decisions not taken with their reasons.
+
+        Raises:
+            CompileOptionError: ``mode`` is not a mode of the running torch.
+
+        .. note:: Imports ``torch._inductor`` and reads the device arch (initialises
+           the device runtime on real hardware).
+        """
+        from accel import _compat
+        from accel.errors import CompileOptionError
+
+        options = dict(options or {})
+        try:
+            mode_opts = _compat.inductor_mode_options(mode)
+        except RuntimeError as exc:
+            raise CompileOptionError(
+                f"compile plan: unknown torch.compile mode {mode!r} ({exc}). Use one of the modes the running "
+                f"torch lists in torch._inductor.list_mode_options(), or None."
+            ) from exc
+        plan = CompilePlan()
+        autotune = bool(options.get("max_autotune", mode_opts.get("max_autotune", False))
+                        or options.get("max_autotune_gemm", False))
+        if self.gemm_templates:
+            arch = self.arch(index)
+            tokens = [t.token for t in self.gemm_templates if self._template_ok(t, arch, autotune, mode, plan)]
+            if tokens:
+                key = "max_autotune_gemm_backends"
+                base = str(options.get(key, _compat.inductor_config_get(key)))
+                have = [x.strip().upper() for x in base.split(",") if x.strip()]
+                added = [t for t in tokens if t not in have]
+                value = ",".join(have + added)
+                why = f"add {', '.join(added)} to the GEMM autotuning candidates on {arch} (" + "; ".join(
+                    t.description for t in self.gemm_templates if t.token in added) + ")"
+                if added:
+                    plan.propose(key, value, why, options)
+        self._vendor_plan(plan, mode_opts=mode_opts, options=options, autotune=autotune, index=index)
+        return plan
+
+    @staticmethod
+    def _template_ok(t: GemmTemplate, arch: str, autotune: bool, mode: str | None, plan: CompilePlan) -> bool:
+        from accel import _compat
+
+        def skip(reason: str) -> bool:
+            plan.skip("max_autotune_gemm_backends", t.token, reason)
+            return False
+
+        if not autotune:
+            return skip(f"{t.token} is only used while autotuning GEMMs (mode={mode!r} does not autotune; "
+                        "use mode='max-autotune' or 'max-autotune-no-cudagraphs')")
+        if not _compat.inductor_config_has(t.config_key):
+            return skip(f"the running torch has no {t.token} GEMM backend (no Inductor config key {t.config_key!r})")
+        ok, why = t.arch_ok(arch)
+        if not ok:
+            return skip(f"{t.token} does not serve {arch}: {why}")
+        if not getattr(_compat, t.available)():
+            return skip(f"{t.token} needs {t.package}, which the running torch cannot find: {t.install}")
+        return True
+
+    def _vendor_plan(self, plan: CompilePlan, *, mode_opts: dict[str, Any], options: dict[str, Any],
+                     autotune: bool, index: int) -> None:
+        """Hook for a vendor's decisions that are not GEMM template families (none by default)."""
+
+    def flex_attention_kernel_options(self, seq_len: int, *, head_dim: int, dtype: torch.dtype,
+                                      index: int = 0) -> dict[str, int]:
+        """``kernel_options`` for ``flex_attention`` at this shape; ``{}`` (Inductor decides) by default."""
         return {}
 
     def graph_class(self) -> tuple[str, type] | None:
@@ -184,6 +336,10 @@ class Backend:
         from accel import _compat
 
         return _compat.graph_class(self.torch_device_type)
+
+    def compile_options(self, *, mode: str | None = None) -> dict[str, Any]:
+        """The Inductor options :meth:`compile_plan` would set for ``mode`` (``{key: value}``)."""
+        return self.compile_plan(mode=mode).options
 
     def device(self, index: int | None = None, /) -> torch.device:
         """A ``torch.device`` of this backend (``index=None`` means the current device)."""

@@ -11,7 +11,7 @@ import re
 
 import torch
 
-from ._base import Backend, Capabilities, TorchCudaDevices, dtypes_for
+from ._base import Backend, Capabilities, GemmTemplate, TorchCudaDevices, dtypes_for
 
 __all__ = ["CudaBackend", "cuda_arch", "arch_family", "arch_covered"]
 
@@ -75,6 +75,48 @@ def arch_covered(major: int, minor: int, arch_list: list[str]) -> tuple[bool, st
     )
 
 
+def _cc_of(arch: str) -> tuple[int, int] | None:
+    parsed = _parse(arch)
+    return None if parsed is None else (parsed[1], parsed[2])
+
+
+def _hopper_or_newer(arch: str) -> tuple[bool, str]:
+    cc = _cc_of(arch)
+    if cc is not None and cc >= (9, 0):
+        return True, f"{arch} is sm_90 or newer"
+    return False, "accel adds NVGEMM on sm_90 (Hopper) and newer only, where CUTLASS's Python GEMMs have kernels"
+
+
+def _blackwell_class(arch: str) -> tuple[bool, str]:
+    cc = _cc_of(arch)
+    if cc is not None and (10, 0) <= cc < (11, 0):
+        return True, f"{arch} is in sm_100..sm_109"
+    return False, "torch's CuTeDSL GEMM templates serve sm_100..sm_109 only (torch._inductor.config comment)"
+
+
+#: GEMM template families for Inductor's max-autotune on NVIDIA (vendor facts as data).
+CUDA_GEMM_TEMPLATES = (
+    GemmTemplate(
+        token="NVGEMM",
+        description="NVGEMM: CuTeDSL-generated CUTLASS GEMMs with epilogue fusion",
+        config_key="nvgemm_max_profiling_configs",
+        package="nvidia-cutlass-dsl",
+        install="pip install nvidia-cutlass-dsl",
+        available="nvgemm_available",
+        arch_ok=_hopper_or_newer,
+    ),
+    GemmTemplate(
+        token="CUTEDSL",
+        description="CUTEDSL: CuTeDSL GEMM templates for Blackwell",
+        config_key="cutedsl_enable_autotuning",
+        package="nvidia-cutlass-dsl",
+        install="pip install nvidia-cutlass-dsl",
+        available="cutedsl_available",
+        arch_ok=_blackwell_class,
+    ),
+)
+
+
 class CudaBackend(TorchCudaDevices, Backend):
     """NVIDIA GPUs through a CUDA build of torch."""
 
@@ -84,7 +126,10 @@ class CudaBackend(TorchCudaDevices, Backend):
     dispatch_key = "CUDA"
     visible_devices_env = ("CUDA_VISIBLE_DEVICES",)
     distributed_backend = "nccl"
+    newer_distributed_backends = ("nccl2",)  # only used where torch registers it
     priority = 100
+    gemm_templates = CUDA_GEMM_TEMPLATES
+    block_scale_swizzle = "SWIZZLE_32_4_4"  # cuBLAS 128x4 scale tiles
 
     @classmethod
     def _unavailable_reason(cls) -> str | None:

@@ -11,9 +11,12 @@ processor table for the families.
 
 from __future__ import annotations
 
+import sys
+from typing import Any
+
 import torch
 
-from ._base import Backend, Capabilities, TorchCudaDevices, dtypes_for
+from ._base import Backend, Capabilities, CompilePlan, GemmTemplate, TorchCudaDevices, dtypes_for
 
 __all__ = ["RocmBackend", "gfx_arch", "gfx_family"]
 
@@ -46,6 +49,42 @@ def _fp8_flavour(arch: str) -> str | None:
     return None
 
 
+def _ck_arch_ok(arch: str) -> tuple[bool, str]:
+    from accel import _compat
+
+    supported = list(_compat.inductor_config_get("rocm.ck_supported_arch", []))
+    if arch in supported:
+        return True, f"{arch} is in torch._inductor.config.rocm.ck_supported_arch"
+    return False, f"torch._inductor.config.rocm.ck_supported_arch lists {supported}"
+
+
+#: GEMM template families for Inductor's max-autotune on AMD (vendor facts as data).
+ROCM_GEMM_TEMPLATES = (
+    GemmTemplate(
+        token="CK",
+        description="CK: Composable Kernel GEMM templates",
+        config_key="rocm.ck_supported_arch",
+        package="Composable Kernel for Inductor (import name ck4inductor)",
+        install="pip install git+https://github.com/rocm/composable_kernel@develop",
+        available="ck_available",
+        arch_ok=_ck_arch_ok,
+    ),
+)
+
+#: Modules that hold Inductor's import-time ``origami`` handle (torch 2.14, torch 2.13).
+_ORIGAMI_HOLDERS = ("torch._inductor.heuristics.template.triton", "torch._inductor.template_heuristics.triton")
+
+#: RDNA3 (gfx11xx) FlexAttention forward blocks by sequence length: (upper bound, options).
+#: Source: torch 2.14 ``ROCmConfigHeuristic`` (``rdna3_*_seq_flex_config``), profiled by
+#: AMD on gfx1151 with head_dim 256 for bf16/fp16; accel supplies them on older torch.
+RDNA3_FLEX_TIERS: tuple[tuple[float, dict[str, int]], ...] = (
+    (128, {"BLOCK_M": 16, "BLOCK_N": 16, "num_stages": 1, "num_warps": 4, "waves_per_eu": 2}),
+    (512, {"BLOCK_M": 32, "BLOCK_N": 16, "num_stages": 1, "num_warps": 4, "waves_per_eu": 2,
+           "matrix_instr_nonkdim": 16}),
+    (float("inf"), {"BLOCK_M": 64, "BLOCK_N": 16, "num_stages": 1, "num_warps": 4, "waves_per_eu": 2}),
+)
+
+
 class RocmBackend(TorchCudaDevices, Backend):
     """AMD GPUs through a ROCm (HIP) build of torch."""
 
@@ -56,6 +95,44 @@ class RocmBackend(TorchCudaDevices, Backend):
     visible_devices_env = ("HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
     distributed_backend = "nccl"  # RCCL answers to the name "nccl" in c10d
     priority = 100
+    gemm_templates = ROCM_GEMM_TEMPLATES
+    block_scale_swizzle = "NO_SWIZZLE"  # hipBLASLt takes plain row-major scales (not verified on gfx950 here)
+
+    def _vendor_plan(self, plan: CompilePlan, *, mode_opts: dict[str, Any], options: dict[str, Any],
+                     autotune: bool, index: int) -> None:
+        """Origami tile selection: reported, never set (Inductor reads it once, when it loads)."""
+        from accel import _compat
+
+        key = "rocm.origami"
+        if not _compat.inductor_config_has(key):
+            plan.skip(key, True, "the running torch has no Origami tile selection (no Inductor config key 'rocm.origami')")
+            return
+        if not autotune:
+            plan.skip(key, True, "Origami only preselects GEMM tiles while autotuning (use mode='max-autotune')")
+            return
+        if not _compat.origami_available():
+            plan.skip(key, True, "Origami needs the package rocm-origami: pip install rocm-origami")
+            return
+        loaded = [sys.modules[m] for m in _ORIGAMI_HOLDERS if m in sys.modules]
+        if any(getattr(m, "origami", None) is not None for m in loaded):
+            plan.skip(key, True, "Origami is already active in this process (enabled when Inductor loaded)")
+            return
+        plan.skip(key, True, "Inductor reads rocm.origami once, when it loads, and ignores it in compile options: "
+                             "start the process with TORCHINDUCTOR_MAX_AUTOTUNE=1 TORCHINDUCTOR_ORIGAMI=1 to use it")
+
+    def flex_attention_kernel_options(self, seq_len: int, *, head_dim: int, dtype: torch.dtype,
+                                      index: int = 0) -> dict[str, int]:
+        """FlexAttention forward block sizes for RDNA3 (gfx11xx) by sequence length; ``{}`` elsewhere.
+
+        Only in the domain AMD profiled (bf16/fp16, ``head_dim`` 256), and only where
+        the running torch does not already pick these tiers itself.
+        """
+        from accel import _compat
+
+        if (gfx_family(self.arch(index)) != "RDNA3" or head_dim != 256
+                or dtype not in (torch.bfloat16, torch.float16) or _compat.has_rdna3_flex_heuristics()):
+            return {}
+        return next(dict(opts) for bound, opts in RDNA3_FLEX_TIERS if seq_len < bound)
 
     @classmethod
     def _unavailable_reason(cls) -> str | None:

@@ -42,6 +42,7 @@ class XpuBackend(Backend):
     dispatch_key = "XPU"
     visible_devices_env = ("ZE_AFFINITY_MASK",)
     distributed_backend = "xccl"
+    block_scale_swizzle = "NO_SWIZZLE"  # oneDNN: unswizzled, unpadded (torch/_meta_registrations.py)
     priority = 80
 
     @classmethod
@@ -72,6 +73,9 @@ class XpuBackend(Backend):
         return Capabilities(
             dtypes=dtypes_for(float64=has_fp64, fp8="ocp"),
             fp8="ocp",
+            # torch's XPU scaled_mm (oneDNN) takes MX block scales (torch/_meta_registrations.py)
+            mxfp8=True,
+            mxfp4=True,
             float64=has_fp64,
             graph_capture=_compat.has_xpu_graph(),
             flex_attention=True,

@@ -1,0 +1,142 @@
+"""``torch.compile`` told what serves this vendor, arch and torch: one call, every vendor.
+
+:func:`compile` is ``torch.compile`` plus the Inductor settings the active backend
+plans (:meth:`accel.backends.Backend.compile_plan`): NVGEMM (and CuTeDSL on
+Blackwell) among the GEMM autotuning candidates on NVIDIA, Composable Kernel on
+AMD Instinct, each only where the running torch has the config key, the package
+is installed and the arch is served. :func:`compile_plan` says what would be set
+and why (``accel info`` shows it). A user's explicit options always win.
+
+:func:`flex_attention_kernel_options` gives ``kernel_options`` for
+``torch.nn.attention.flex_attention.flex_attention`` (RDNA3 block sizes by sequence
+length; ``{}`` elsewhere).
+
+Importing this module imports neither ``torch._inductor`` nor a DSL, and
+initialises no device.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from accel._select import backend as _active_backend
+from accel.backends._base import CompilePlan, PlanItem
+
+__all__ = ["CompilePlan", "PlanItem", "compile", "compile_plan", "flex_attention_kernel_options"]
+
+
+def compile_plan(mode: str | None = None, *, options: dict[str, Any] | None = None) -> CompilePlan:
+    """What :func:`compile` would add to ``torch.compile`` on the active backend, and why.
+
+    Args:
+        mode: a ``torch.compile`` mode (``None`` = ``"default"``, ``"reduce-overhead"``,
+            ``"max-autotune"``, ``"max-autotune-no-cudagraphs"``).
+        options: the Inductor options you would pass yourself; yours win.
+
+    Returns:
+        A :class:`~accel.backends.CompilePlan`: a list of ``(key, value, reason)``
+        items that would be set, and ``.skipped``: the decisions not taken, each with
+        its reason (package missing, arch not served, key absent in this torch, ...).
+
+    Raises:
+        CompileOptionError: ``mode`` is not a mode of the running torch.
+
+    .. note:: Imports ``torch._inductor`` and reads the device arch (initialises the
+       device runtime on a GPU).
+
+    Example:
+        >>> import accel
+        >>> from accel.testing import fake_backend
+        >>> with fake_backend("cpu"):
+        ...     plan = accel.compile_plan("max-autotune")
+        >>> list(plan), plan.options
+        ([], {})
+    """
+    return _active_backend().compile_plan(mode=mode, options=options)
+
+
+def compile(model: Callable[..., Any] | None = None, /, *, mode: str | None = None,  # noqa: A001 - mirrors torch.compile
+            options: dict[str, Any] | None = None, backend: str | Callable[..., Any] = "inductor",
+            **kwargs: Any) -> Any:
+    """``torch.compile`` with the Inductor settings that serve the active vendor.
+
+    The final Inductor options are, later ones winning: what ``mode`` means
+    (``torch._inductor.list_mode_options(mode)``), then accel's plan
+    (:func:`compile_plan`), then your ``options``. With nothing to add, the call
+    is exactly ``torch.compile(model, mode=mode, options=options, ...)``.
+    Backends other than ``"inductor"`` get the call unchanged.
+
+    Args:
+        model: module or function to compile; ``None`` returns a decorator, as in torch.
+        mode: a ``torch.compile`` mode; may be combined with ``options`` here
+            (``torch.compile`` refuses both at once; accel merges them).
+        options: Inductor options; yours always win over accel's.
+        backend: the ``torch.compile`` backend.
+        **kwargs: passed to ``torch.compile`` (``fullgraph``, ``dynamic``, ...).
+
+    Returns:
+        What ``torch.compile`` returns.
+
+    Raises:
+        CompileOptionError: ``mode`` is not a mode of the running torch.
+
+    Example:
+        >>> import torch, accel
+        >>> f = accel.compile(lambda x: x * 2, backend="eager")
+        >>> f(torch.ones(2)).tolist()
+        [2.0, 2.0]
+    """
+    if backend != "inductor":
+        return torch.compile(model, mode=mode, options=options, backend=backend, **kwargs)
+    plan = compile_plan(mode, options=options)
+    if not plan and not (mode is not None and options is not None):
+        return torch.compile(model, mode=mode, options=options, backend=backend, **kwargs)
+    from accel import _compat
+
+    merged = _compat.inductor_mode_options(mode)
+    merged.update(plan.options)
+    merged.update(options or {})
+    return torch.compile(model, options=merged, backend=backend, **kwargs)
+
+
+def flex_attention_kernel_options(seq_len: int, *, head_dim: int, dtype: torch.dtype) -> dict[str, int]:
+    """``kernel_options`` for ``flex_attention`` on the active device at this shape.
+
+    On AMD RDNA3 (gfx11xx) with bf16/fp16 and ``head_dim`` 256: forward block sizes
+    by sequence length (``seq_len < 128``: 16x16; ``< 512``: 32x16; else 64x16; all
+    ``num_warps=4``, ``waves_per_eu=2``), the tiers AMD profiled on gfx1151 and
+    torch 2.14 picks itself. ``{}`` everywhere else, including on a torch that
+    already applies those tiers (an explicit value would pin them and stop
+    max-autotune from searching).
+
+    Args:
+        seq_len: query sequence length (tokens).
+        head_dim: per-head embedding size.
+        dtype: the query dtype.
+
+    Returns:
+        A dict for ``flex_attention(..., kernel_options=...)`` (maybe empty).
+
+    Raises:
+        CompileOptionError: (a ``ValueError``) ``seq_len`` or ``head_dim`` is not a positive int.
+
+    Example:
+        >>> import torch, accel
+        >>> from accel.testing import fake_backend
+        >>> with fake_backend("cuda", arch="sm_90"):  # not RDNA3: Inductor decides
+        ...     accel.flex_attention_kernel_options(4096, head_dim=128, dtype=torch.bfloat16)
+        {}
+    """
+    for name, value in (("seq_len", seq_len), ("head_dim", head_dim)):
+        if isinstance(value, builtins.bool) or not isinstance(value, int) or value <= 0:
+            from accel.errors import CompileOptionError
+
+            raise CompileOptionError(
+                f"flex_attention_kernel_options: {name}={value!r}. It must be a positive int. "
+                f"Pass the query's {name} as an int."
+            )
+    return _active_backend().flex_attention_kernel_options(seq_len, head_dim=head_dim, dtype=dtype)
