@@ -65,8 +65,11 @@ def _probe_table() -> str:
                      for name, p in _probe.probes().items())
 
 
-def _parse(spec: object, source: str) -> tuple[str, int | None, str]:
-    """``spec`` -> ``(backend name, index or None, what the user wrote)``; raises typed errors."""
+def _parse(spec: object, source: str, env: str | None = None) -> tuple[str, int | None, str]:
+    """``spec`` -> ``(backend name, index or None, what the user wrote)``; raises typed errors.
+
+    An int index applies to the ``ACCEL_DEVICE`` backend when that is set, else to the best one.
+    """
     if isinstance(spec, torch.device):
         return _name_for_device_type(spec.type, repr(spec), source), spec.index, repr(spec)
     if isinstance(spec, bool) or not isinstance(spec, (str, int)):
@@ -75,8 +78,8 @@ def _parse(spec: object, source: str) -> tuple[str, int | None, str]:
             f"'cuda' or 'cuda:1', an int index, or a torch.device. Pass one of those."
         )
     if isinstance(spec, int):
-        best = _best()
-        return best.name, spec, str(spec)
+        name = _parse(env, f"{ENV_VAR}=")[0] if env else _best().name
+        return name, spec, str(spec)
     text = spec.strip().lower()
     name, sep, idx = text.partition(":")
     index: int | None = None
@@ -121,7 +124,7 @@ def _resolve(spec: object, env: str | None) -> Selection:
         p = _probe.probes()[b.name]
         return Selection(b, b.device(), "best available", f"best available: {b.name} ({p.reason})")
     label = "argument " if source == "argument" else f"{ENV_VAR}="
-    name, index, shown = _parse(raw, label)
+    name, index, shown = _parse(raw, label, env)
     p = _probe.probes()[name]
     if not p.available:
         raise BackendUnavailableError(

@@ -45,7 +45,10 @@ def test_env_cpu_on_gpu_machine_does_not_touch_cuda(monkeypatch):
     monkeypatch.setenv("ACCEL_DEVICE", "cpu")
     with fake_backend("cuda", device_count=1):
         assert accel.device() == torch.device("cpu")
-    assert not torch.cuda.is_initialized()
+    # in a fresh process (earlier tests in this one may have used a real GPU):
+    r = _run("import torch, accel; print(accel.device(), torch.cuda.is_initialized())", ACCEL_DEVICE="cpu")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["cpu", "False"]
 
 
 def test_rocm_is_selected_from_torch_version_hip_not_the_device_string():
@@ -94,11 +97,15 @@ def test_non_device_object_is_a_type_error(bad):
         accel.device(bad)
 
 
-def test_int_index_uses_best_backend():
+def test_int_index_uses_best_backend(monkeypatch):
     with fake_backend("xpu", device_count=2):
         assert accel.device(1) == torch.device("xpu", 1)
         with pytest.raises(DeviceIndexError):
             accel.device(2)
+        monkeypatch.setenv("ACCEL_DEVICE", "cpu")  # an int index applies to the ACCEL_DEVICE backend
+        assert accel.device(0) == torch.device("cpu", 0)
+        with pytest.raises(DeviceIndexError, match="backend 'cpu' has 1 visible"):
+            accel.device(1)
 
 
 def test_selection_is_cached_and_clear_cache_reprobes(monkeypatch):
