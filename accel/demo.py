@@ -121,13 +121,18 @@ def load_data(device: torch.device) -> Data:
     return Data(x[it].to(device), y[it].to(device), x[iv].to(device), y[iv].to(device))
 
 
-def _new_run(device: torch.device, lr: float) -> tuple[nn.Module, torch.optim.Optimizer]:
+def _new_run(device: torch.device, lr: float, total_steps: int
+             ) -> tuple[nn.Module, torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler]:
+    """Model, AdamW and a one-cycle schedule (warm-up then cosine decay over ``total_steps``)."""
     model = DigitsTransformer().to(device)
-    return model, torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=total_steps, pct_start=0.15)
+    return model, opt, sched
 
 
-def _train_epoch(model: nn.Module, opt: torch.optim.Optimizer, data: Data, batch: int, device: torch.device,
-                 step_ms: list[float] | None, advance: Callable[[], None]) -> list[float]:
+def _train_epoch(model: nn.Module, opt: torch.optim.Optimizer, sched: torch.optim.lr_scheduler.LRScheduler,
+                 data: Data, batch: int, device: torch.device, step_ms: list[float] | None,
+                 advance: Callable[[], None]) -> list[float]:
     """One epoch in a freshly shuffled order (from the CPU generator). Returns the float losses."""
     model.train()
     n = data.x_train.shape[0]
@@ -140,6 +145,7 @@ def _train_epoch(model: nn.Module, opt: torch.optim.Optimizer, data: Data, batch
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
+        sched.step()
         value = loss.item()  # synchronises the device, so the step time below is complete
         if step_ms is not None:
             step_ms.append((time.perf_counter() - t0) * 1e3)
@@ -189,29 +195,31 @@ def run(device: object = None, *, epochs: int = 12, batch: int = 64, lr: float =
     bar = progress("train", epochs * steps_per_epoch) if progress else no_progress
 
     accel.random.manual_seed(seed)
-    model, opt = _new_run(dev, lr)
+    total_steps = epochs * steps_per_epoch
+    model, opt, sched = _new_run(dev, lr, total_steps)
     losses: list[float] = []
     step_ms: list[float] = []
     checkpoint = io.BytesIO()
     for epoch in range(epochs):
-        losses += _train_epoch(model, opt, data, batch, dev, step_ms, bar)
+        losses += _train_epoch(model, opt, sched, data, batch, dev, step_ms, bar)
         if epoch + 1 == half:
-            torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "rng": accel.random.snapshot(),
-                        "epoch": epoch + 1}, checkpoint)
+            torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
+                        "rng": accel.random.snapshot(), "epoch": epoch + 1}, checkpoint)
     accuracy = _accuracy(model, data)
 
     # Resume into fresh objects built from a different seed: only the checkpoint can make them agree.
     accel.random.manual_seed(seed + 1)
     bar = progress("resume", (epochs - half) * steps_per_epoch) if progress else no_progress
-    model_b, opt_b = _new_run(dev, lr)
+    model_b, opt_b, sched_b = _new_run(dev, lr, total_steps)
     checkpoint.seek(0)
     state = torch.load(checkpoint, weights_only=True, map_location="cpu")
     model_b.load_state_dict(state["model"])
     opt_b.load_state_dict(state["optimizer"])
+    sched_b.load_state_dict(state["scheduler"])
     accel.random.restore(state["rng"], strict=True)
     resumed: list[float] = []
     for _ in range(state["epoch"], epochs):
-        resumed += _train_epoch(model_b, opt_b, data, batch, dev, None, bar)
+        resumed += _train_epoch(model_b, opt_b, sched_b, data, batch, dev, None, bar)
     reference = losses[half * steps_per_epoch:]
     diffs = [abs(a - b) for a, b in zip(reference, resumed)]
     backend = sel.backend
