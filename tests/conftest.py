@@ -1,6 +1,7 @@
 """Shared test setup: accel's own pytest plugin (hardware markers, fake_backend fixture)."""
 
 import pytest
+import torch
 
 import accel
 
@@ -14,3 +15,21 @@ def _fresh_detection(monkeypatch):
     accel.clear_cache()
     yield
     accel.clear_cache()
+
+
+# torch-level facts accel.testing fakes: a test that leaks a fake (e.g. monkeypatch inside fake_backend,
+# whose teardown then restores the *fake*) would silently change every later test's hardware.
+_WATCHED = [(torch.version, "cuda"), (torch.version, "hip"), (torch.cuda, "device_count"),
+            (torch.cuda, "is_available"), (torch.cuda, "get_device_properties"), (torch.xpu, "device_count"),
+            (torch.xpu, "is_available"), (torch.backends.mps, "is_available")]
+_ORIGINAL = [getattr(obj, name, None) for obj, name in _WATCHED]
+
+
+@pytest.fixture(autouse=True)
+def _no_leaked_fakes():
+    yield
+    leaked = [f"{obj.__name__}.{name}" for (obj, name), orig in zip(_WATCHED, _ORIGINAL)
+              if getattr(obj, name, None) is not orig]
+    for (obj, name), orig in zip(_WATCHED, _ORIGINAL):
+        setattr(obj, name, orig)
+    assert not leaked, f"test leaked faked torch facts: {leaked} (patch inside the fake_backend block with mock.patch)"

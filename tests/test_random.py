@@ -339,10 +339,12 @@ def test_fork_rng_only_the_listed_devices(path):
         assert rng.generators[0].get_offset() == 4
 
 
-def test_fork_rng_rejects_mixed_accelerator_types(monkeypatch):
-    with faked("cuda"):
-        monkeypatch.setattr(torch.version, "xpu", "20250301", raising=False)
-        monkeypatch.setattr(torch.xpu, "device_count", lambda: 1)
+def test_fork_rng_rejects_mixed_accelerator_types():
+    from unittest import mock
+
+    # inner patches are undone before faked() restores the real functions (no leak into later tests)
+    with faked("cuda"), mock.patch.object(torch.version, "xpu", "20250301", create=True), \
+            mock.patch.object(torch.xpu, "device_count", lambda: 1):
         accel.clear_cache()
         with pytest.raises(DeviceMismatchError, match="mix 'cuda' and 'xpu'"), ar.fork_rng(["cuda:0", "xpu:0"]):
             pass
