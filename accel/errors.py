@@ -16,6 +16,11 @@ __all__ = [
     "DeviceIndexError",
     "DeviceMismatchError",
     "InvalidDeviceError",
+    "KernelRegistrationError",
+    "KernelUnavailableError",
+    "UnknownKernelError",
+    "AccelWarning",
+    "KernelFallbackWarning",
 ]
 
 
@@ -44,3 +49,23 @@ class DeviceMismatchError(AccelError, ValueError):
 
 class InvalidDeviceError(AccelError, TypeError):
     """Something that is not a device spec (not a ``str``, ``int``, ``torch.device`` or ``None``)."""
+
+
+class KernelRegistrationError(AccelError, ValueError):
+    """A kernel override that cannot be registered (unknown op, backend or name; no ATen kernel to fall back to)."""
+
+
+class KernelUnavailableError(AccelError, RuntimeError):
+    """A built-in kernel whose DSL runtime or hardware is missing in this process; the message says which."""
+
+
+class UnknownKernelError(AccelError, LookupError):
+    """A kernel registration name or ATen op that accel does not know."""
+
+
+class AccelWarning(UserWarning):
+    """Base class of every warning accel emits."""
+
+
+class KernelFallbackWarning(AccelWarning):
+    """A routed kernel raised or disagreed with ATen; ATen's result was used and that shape now runs ATen."""
