@@ -8,7 +8,22 @@ import math
 
 import torch
 
-__all__ = ["rows_view", "device_guard", "sm_count"]
+__all__ = ["rows_view", "device_guard", "sm_count", "empty", "empty_like", "poison_outputs"]
+
+#: Tests set this: every output buffer the impls allocate starts filled with NaN,
+#: so an element a kernel forgets to write cannot pass as a right answer.
+poison_outputs = False
+
+
+def empty(shape, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """``torch.empty`` for kernel outputs (NaN-filled while :data:`poison_outputs` is set)."""
+    t = torch.empty(shape, dtype=dtype, device=device)
+    return t.fill_(float("nan")) if poison_outputs else t
+
+
+def empty_like(t: torch.Tensor) -> torch.Tensor:
+    """``torch.empty_like`` for kernel outputs (NaN-filled while :data:`poison_outputs` is set)."""
+    return empty(t.shape, t.dtype, t.device)
 
 
 def rows_view(t: torch.Tensor, n: int) -> torch.Tensor:

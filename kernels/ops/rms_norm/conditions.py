@@ -26,8 +26,9 @@ ALIGN = 16
 class Limits:
     """Shape bounds of one DSL's kernels (rows ``N`` held in registers, etc.)."""
 
-    def __init__(self, max_n_fwd: int, max_n_bwd: int, needs_weight: bool = False) -> None:
+    def __init__(self, max_n_fwd: int, max_n_bwd: int, needs_weight: bool = False, max_numel: int = 1 << 62) -> None:
         self.max_n_fwd, self.max_n_bwd, self.needs_weight = max_n_fwd, max_n_bwd, needs_weight
+        self.max_numel = max_numel
 
 
 def device_types_for(backends: Sequence[str]) -> dict[str, str | None]:
@@ -94,6 +95,8 @@ def _common(input: torch.Tensor, normalized_shape: Sequence[int], weight: torch.
     if n > max_n:
         return f"N={n} > {max_n} (row bound of the {dsl} kernel)", 0
     numel = input.numel()
+    if numel > limits.max_numel:
+        return f"{numel} elements > {limits.max_numel} (the {dsl} kernel indexes with int32)", 0
     if numel < tuning.MIN_NUMEL.get(dsl, 0):
         return f"{numel} elements < tuning.MIN_NUMEL[{dsl!r}]={tuning.MIN_NUMEL.get(dsl, 0)} (ATen is faster)", 0
     return None, n

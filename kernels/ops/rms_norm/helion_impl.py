@@ -16,15 +16,16 @@ from packaging.version import InvalidVersion, Version
 from accel._compat import module_version
 
 from . import reference
-from ._launch import device_guard, row_count, rows_view
+from ._launch import device_guard, empty, empty_like, row_count, rows_view
 from ._pair import register_pair
 from .conditions import Limits
 
 __all__ = ["DSL", "LIMITS", "MIN_VERSION", "available", "fused_rms_norm", "fused_rms_norm_backward", "register"]
 
 DSL = "helion"
-#: Rows up to 16384 elements (a whole row per tile), weight required.
-LIMITS = Limits(max_n_fwd=16384, max_n_bwd=16384, needs_weight=True)
+#: Rows up to 16384 elements (a whole row per tile), weight required; Helion's
+#: generated code indexes with int32, so fewer than 2**31 elements.
+LIMITS = Limits(max_n_fwd=16384, max_n_bwd=16384, needs_weight=True, max_numel=(1 << 31) - 1)
 #: Oldest Helion the kernels are checked with (1.4.0 runs on the H200's torch 2.11).
 MIN_VERSION = Version("1.4.0")
 
@@ -58,8 +59,10 @@ def fused_rms_norm(input: torch.Tensor, normalized_shape: Sequence[int], weight:
     n = row_count(normalized_shape)
     x = rows_view(input, n)
     eps = torch.finfo(torch.float32).eps if eps is None else float(eps)
+    y = empty_like(x)
+    rstd = empty(x.shape[0], torch.float32, x.device)
     with device_guard(x.device):
-        y, rstd = k.rms_norm_fwd(x, weight.view(n), eps)
+        k.rms_norm_fwd(x, weight.view(n), eps, y, rstd)
     return y.view(input.shape), rstd.view(reference.stat_shape(input, normalized_shape))
 
 
@@ -72,8 +75,9 @@ def fused_rms_norm_backward(grad_out: torch.Tensor, input: torch.Tensor, normali
     k = _kernels()
     n = row_count(normalized_shape)
     x = rows_view(input, n)
+    dx = empty_like(x)
     with device_guard(x.device):
-        dx, dw = k.rms_norm_bwd(rows_view(grad_out, n), x, weight.view(n), rstd.view(-1, 1))
+        dw = k.rms_norm_bwd(rows_view(grad_out, n), x, weight.view(n), rstd.view(-1, 1), dx)
     return (dx.view(input.shape) if output_mask[0] else None,
             dw.view(weight.shape) if output_mask[1] else None)
 

@@ -14,7 +14,7 @@ import torch
 from accel._compat import module_version
 
 from . import reference
-from ._launch import device_guard, row_count, rows_view, sm_count
+from ._launch import device_guard, empty, empty_like, row_count, rows_view, sm_count
 from ._pair import register_pair
 from .conditions import Limits
 
@@ -49,8 +49,8 @@ def fused_rms_norm(input: torch.Tensor, normalized_shape: Sequence[int], weight:
     n = row_count(normalized_shape)
     x = rows_view(input, n)
     m = x.shape[0]
-    y = torch.empty_like(x)
-    rstd = torch.empty(m, dtype=torch.float32, device=x.device)
+    y = empty_like(x)
+    rstd = empty(m, torch.float32, x.device)
     eps = torch.finfo(torch.float32).eps if eps is None else float(eps)
     block_n, rows, warps, looped = k.fwd_config(n)
     w = weight if weight is not None else x
@@ -81,8 +81,8 @@ def fused_rms_norm_backward(grad_out: torch.Tensor, input: torch.Tensor, normali
     programs = max(1, min(m, sm_count(x.device) * (4 if block_n <= 4096 else 2)))
     per_program = -(-m // programs)
     programs = -(-m // per_program)
-    dx = torch.empty_like(x) if want_dx else x
-    partial = torch.empty((programs, n), dtype=torch.float32, device=x.device) if want_dw else x
+    dx = empty_like(x) if want_dx else x
+    partial = empty((programs, n), torch.float32, x.device) if want_dw else x
     w = weight if weight is not None else x
     with device_guard(x.device):
         k.rms_norm_bwd_rows[(programs,)](dy, x, w, rstd, dx, partial, m, n, per_program, BLOCK_N=block_n,

@@ -83,10 +83,10 @@ def rms_norm_bwd_rows(DY, X, W, RSTD, DX, DW_PARTIAL, M, N, rows_per_program,
     if HAS_W:
         w = tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32)
     dw = tl.zeros([BLOCK_N], dtype=tl.float32)
-    first = pid * rows_per_program
+    first = pid.to(tl.int64) * rows_per_program  # int64 rows: M * N may exceed 2**31
     last = tl.minimum(first + rows_per_program, M)
     for row in range(first, last):
-        base = row.to(tl.int64) * N
+        base = row * N
         x = tl.load(X + base + cols, mask=col_ok, other=0.0, eviction_policy="evict_first").to(tl.float32)
         dy = tl.load(DY + base + cols, mask=col_ok, other=0.0, eviction_policy="evict_first").to(tl.float32)
         rstd = tl.load(RSTD + row)
