@@ -10,6 +10,8 @@ from accel._probe import clear_cache, probes
 from accel._select import backend, device, selection
 from accel.backends import Backend, Capabilities, ProbeResult
 
+from accel import kernels  # noqa: E402  (issue 5: DSL kernel overrides; imports no DSL runtime)
+
 __version__ = "0.1.0"
 
 __all__ = [
@@ -20,6 +22,7 @@ __all__ = [
     "clear_cache",
     "device",
     "errors",
+    "kernels",
     "probes",
     "selection",
 ]
