@@ -58,48 +58,83 @@ def _arch(device: torch.device) -> str:
     return device.type
 
 
-def _common(input: torch.Tensor, normalized_shape: Sequence[int], weight: torch.Tensor | None,
-            devices: dict[str, str | None], dsl: str, limits: Limits, max_n: int) -> tuple[str | None, int]:
-    dev = input.device.type
-    if dev not in devices:
-        return f"device type {dev!r} not served (registered for {', '.join(devices)})", 0
-    vendor = devices[dev]
-    if vendor == "nvidia" and torch.version.hip:
-        return "ROCm build: these kernels are measured on NVIDIA only", 0
-    if vendor == "amd" and not torch.version.hip:
-        return "not a ROCm build", 0
+#: Reason templates, keyed by what :func:`_check` returns (formatting only happens in ``why_not``).
+_REASONS = {
+    "numel_small": "{numel} elements < tuning.MIN_NUMEL[{dsl!r}]={min_numel} (ATen is faster)",
+    "numel_big": "{numel} elements > {max_numel} (the {dsl} kernel indexes with int32)",
+    "device": "device type {device!r} not served (registered for {devices})",
+    "rocm": "ROCm build: these kernels are measured on NVIDIA only",
+    "not_rocm": "not a ROCm build",
+    "dtype": "dtype {dtype} not in fp32/bf16/fp16",
+    "shape": "normalized_shape {normalized_shape} does not match the input's trailing dims {shape}",
+    "no_weight": "{dsl} kernel needs a weight",
+    "weight": "weight differs in dtype/device/size or is not contiguous",
+    "layout": "input not contiguous",
+    "align": "input or its rows not {align}-byte aligned (N={n}, {esize}-byte elements)",
+    "long_row": "N={n} > {max_n} (row bound of the {dsl} kernel)",
+}
+
+
+def _check(input: torch.Tensor, normalized_shape: Sequence[int], weight: torch.Tensor | None,
+           devices: dict[str, str | None], dsl: str, limits: Limits, max_n: int) -> tuple[str | None, int]:
+    """``(reason key or None, N)``; cheapest rejections first (this runs on every routed-op call)."""
+    numel = input.numel()
+    if numel < tuning.MIN_NUMEL.get(dsl, 0):
+        return "numel_small", 0
+    if numel > limits.max_numel:
+        return "numel_big", 0
+    if input.is_cuda:
+        if "cuda" not in devices:
+            return "device", 0
+        vendor = devices["cuda"]
+        if vendor is not None and (vendor == "nvidia") == bool(torch.version.hip):
+            return ("rocm" if vendor == "nvidia" else "not_rocm"), 0
+    elif input.device.type not in devices:
+        return "device", 0
     dtype = input.dtype
     if dtype not in DTYPES:
-        return f"dtype {dtype} not in fp32/bf16/fp16", 0
-    k = len(normalized_shape)
-    if k == 1:
+        return "dtype", 0
+    shape = input.shape
+    if len(normalized_shape) == 1:
         n = normalized_shape[0]
-        if input.dim() < 1 or input.shape[-1] != n:
-            return "normalized_shape does not match the input's last dim", 0
+        if not shape or shape[-1] != n:
+            return "shape", 0
     else:
-        if k == 0 or input.dim() < k or list(input.shape[-k:]) != list(normalized_shape):
-            return "normalized_shape does not match the input's trailing dims", 0
-        n = 1
-        for s in normalized_shape:
-            n *= s
+        k = len(normalized_shape)
+        if k == 0 or len(shape) < k or list(shape[-k:]) != list(normalized_shape):
+            return "shape", 0
+        n = _prod(normalized_shape)
     if weight is None:
         if limits.needs_weight:
-            return f"{dsl} kernel needs a weight", 0
-    elif weight.dtype != dtype or weight.device != input.device or weight.numel() != n or not weight.is_contiguous():
-        return "weight differs in dtype/device/size or is not contiguous", 0
+            return "no_weight", 0
+    elif (weight.dtype != dtype or weight.get_device() != input.get_device() or weight.numel() != n
+          or not weight.is_contiguous()):
+        return "weight", 0
     if not input.is_contiguous():
-        return "input not contiguous", 0
+        return "layout", 0
     esize = input.element_size()
     if input.data_ptr() % ALIGN or (n * esize) % ALIGN:
-        return f"input or its rows not {ALIGN}-byte aligned (N={n}, {esize}-byte elements)", 0
+        return "align", 0
     if n > max_n:
-        return f"N={n} > {max_n} (row bound of the {dsl} kernel)", 0
-    numel = input.numel()
-    if numel > limits.max_numel:
-        return f"{numel} elements > {limits.max_numel} (the {dsl} kernel indexes with int32)", 0
-    if numel < tuning.MIN_NUMEL.get(dsl, 0):
-        return f"{numel} elements < tuning.MIN_NUMEL[{dsl!r}]={tuning.MIN_NUMEL.get(dsl, 0)} (ATen is faster)", 0
+        return "long_row", 0
     return None, n
+
+
+def _prod(values: Sequence[int]) -> int:
+    out = 1
+    for v in values:
+        out *= v
+    return out
+
+
+def _reason(key: str, input: torch.Tensor, normalized_shape: Sequence[int], devices: dict[str, str | None],
+            dsl: str, limits: Limits, max_n: int) -> str:
+    n = _prod(normalized_shape) if normalized_shape else 0
+    return _REASONS[key].format(
+        numel=input.numel(), dsl=dsl, min_numel=tuning.MIN_NUMEL.get(dsl, 0), max_numel=limits.max_numel,
+        device=input.device.type, devices=", ".join(devices), dtype=input.dtype,
+        normalized_shape=list(normalized_shape), shape=list(input.shape), align=ALIGN, n=n,
+        esize=input.element_size(), max_n=max_n)
 
 
 def make_conds(dsl: str, backends: Sequence[str], limits: Limits) -> tuple[Callable[..., bool], Callable[..., bool]]:
@@ -110,34 +145,50 @@ def make_conds(dsl: str, backends: Sequence[str], limits: Limits) -> tuple[Calla
     """
     devices = device_types_for(backends)
 
-    def why_not_fwd(input: torch.Tensor, normalized_shape: Sequence[int], weight: torch.Tensor | None = None,
-                    eps: float | None = None) -> str | None:
-        why, n = _common(input, normalized_shape, weight, devices, dsl, limits, limits.max_n_fwd)
-        if why is None and tuning.ATEN_FASTER and tuning.aten_faster(
+    def check_fwd(input: torch.Tensor, normalized_shape: Sequence[int], weight: torch.Tensor | None = None,
+                  eps: float | None = None) -> str | None:
+        key, n = _check(input, normalized_shape, weight, devices, dsl, limits, limits.max_n_fwd)
+        if key is None and tuning.ATEN_FASTER and tuning.aten_faster(
                 _arch(input.device), dsl, "fwd", str(input.dtype).removeprefix("torch."), input.numel() // n, n):
-            return "tuning.ATEN_FASTER lists this shape: ATen is faster"
-        return why
+            return "table"
+        return key
 
-    def why_not_bwd(grad_out: torch.Tensor, input: torch.Tensor, normalized_shape: Sequence[int],
-                    rstd: torch.Tensor, weight: torch.Tensor | None, output_mask: Sequence[bool]) -> str | None:
-        why, n = _common(input, normalized_shape, weight, devices, dsl, limits, limits.max_n_bwd)
-        if why is not None:
-            return why
+    def check_bwd(grad_out: torch.Tensor, input: torch.Tensor, normalized_shape: Sequence[int],
+                  rstd: torch.Tensor, weight: torch.Tensor | None, output_mask: Sequence[bool]) -> str | None:
+        key, n = _check(input, normalized_shape, weight, devices, dsl, limits, limits.max_n_bwd)
+        if key is not None:
+            return key
         if grad_out.shape != input.shape or grad_out.dtype != input.dtype or not grad_out.is_contiguous() \
                 or grad_out.data_ptr() % ALIGN:
-            return "grad_out differs from input in shape/dtype, or is not contiguous and aligned"
+            return "grad_out"
         if rstd.dtype != torch.float32 or rstd.numel() != input.numel() // n or not rstd.is_contiguous():
-            return "rstd is not a contiguous fp32 tensor with one value per row"
+            return "rstd"
         if tuning.ATEN_FASTER and tuning.aten_faster(
                 _arch(input.device), dsl, "bwd", str(input.dtype).removeprefix("torch."), input.numel() // n, n):
-            return "tuning.ATEN_FASTER lists this shape: ATen is faster"
+            return "table"
         return None
 
-    def fwd(*args, **kwargs) -> bool:
-        return why_not_fwd(*args, **kwargs) is None
+    extra = {"table": "tuning.ATEN_FASTER lists this shape: ATen is faster",
+             "grad_out": "grad_out differs from input in shape/dtype, or is not contiguous and aligned",
+             "rstd": "rstd is not a contiguous fp32 tensor with one value per row"}
 
-    def bwd(*args, **kwargs) -> bool:
-        return why_not_bwd(*args, **kwargs) is None
+    def fwd(input, normalized_shape, weight=None, eps=None) -> bool:
+        return check_fwd(input, normalized_shape, weight, eps) is None
+
+    def bwd(grad_out, input, normalized_shape, rstd, weight, output_mask) -> bool:
+        return check_bwd(grad_out, input, normalized_shape, rstd, weight, output_mask) is None
+
+    def why_not_fwd(input, normalized_shape, weight=None, eps=None) -> str | None:
+        key = check_fwd(input, normalized_shape, weight, eps)
+        if key is None or key in extra:
+            return extra.get(key)
+        return _reason(key, input, normalized_shape, devices, dsl, limits, limits.max_n_fwd)
+
+    def why_not_bwd(grad_out, input, normalized_shape, rstd, weight, output_mask) -> str | None:
+        key = check_bwd(grad_out, input, normalized_shape, rstd, weight, output_mask)
+        if key is None or key in extra:
+            return extra.get(key)
+        return _reason(key, input, normalized_shape, devices, dsl, limits, limits.max_n_bwd)
 
     fwd.why_not = why_not_fwd  # type: ignore[attr-defined]
     bwd.why_not = why_not_bwd  # type: ignore[attr-defined]

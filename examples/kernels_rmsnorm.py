@@ -1,0 +1,28 @@
+"""A plain model with nn.RMSNorm layers, unchanged, routed through accel's kernels where they apply.
+
+Run on any machine: on an NVIDIA GPU with Triton (or Helion) installed the
+RMSNorm forward and backward run accel's kernels (see the "routed" column);
+elsewhere ATen runs and ``accel kernels`` says why::
+
+    python examples/kernels_rmsnorm.py
+"""
+
+import torch
+
+import accel
+import accel.kernels as ak
+from accel.cli import main as accel_cli
+
+device = accel.device()
+dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+torch.manual_seed(0)
+model = torch.nn.Sequential(*[torch.nn.Sequential(torch.nn.Linear(4096, 4096), torch.nn.RMSNorm(4096))
+                              for _ in range(4)]).to(device, dtype)
+names = ak.install()
+print(f"device {device}; installed: {names or 'nothing (see the built-in kernels table)'}")
+x = torch.randn(8, 512, 4096, device=device, dtype=dtype, requires_grad=True)
+for _ in range(3):
+    y = model(x)
+    y.backward(torch.randn_like(y))
+print(ak.explain("aten::_fused_rms_norm", y.detach(), [4096], model[0][1].weight.detach(), None))
+accel_cli(["kernels"])
