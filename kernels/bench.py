@@ -34,17 +34,32 @@ EPS = 1e-6
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 class _Timer:
-    """CUDA-event timing with an L2 flush (zeroing a 256 MiB buffer) before every rep."""
+    """CUDA-event timing with an L2 flush (zeroing a 256 MiB buffer) before every rep.
+
+    On a CPU device (smoke tests of this script only) wall-clock time per call.
+    """
 
     def __init__(self, device: torch.device, reps: int) -> None:
         self.device, self.reps = device, reps
-        self.flush = torch.empty(256 * 2**20, dtype=torch.uint8, device=device)
+        self.flush = torch.empty(256 * 2**20 if device.type == "cuda" else 1, dtype=torch.uint8, device=device)
 
     def __call__(self, fn: Callable[[], Any]) -> float:
         """Median µs of ``fn()``."""
         for _ in range(3):
             fn()
+        if self.device.type != "cuda":
+            times = []
+            for _ in range(self.reps):
+                t0 = time.perf_counter()
+                fn()
+                times.append((time.perf_counter() - t0) * 1e6)
+            return statistics.median(times)
         torch.cuda.synchronize(self.device)
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(self.reps)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(self.reps)]
@@ -134,11 +149,11 @@ def _router_overhead(device: torch.device, calls: int = 2000) -> dict[str, float
     def per_call() -> float:
         for _ in range(50):
             op(x, [8], w, EPS)
-        torch.cuda.synchronize(device)
+        _sync(device)
         t0 = time.perf_counter()
         for _ in range(calls):
             op(x, [8], w, EPS)
-        torch.cuda.synchronize(device)
+        _sync(device)
         return (time.perf_counter() - t0) / calls * 1e6
 
     with ak.disabled():
@@ -147,32 +162,48 @@ def _router_overhead(device: torch.device, calls: int = 2000) -> dict[str, float
     return {"aten_us": plain, "with_router_us": routed, "router_cost_us": routed - plain}
 
 
-def run(shapes=SHAPES, dtypes=("bf16",), reps: int = 30, budget_s: float = 150.0) -> dict[str, Any]:
-    """Run the benchmark on the current CUDA device; returns the JSON-ready report.
+def run(shapes=SHAPES, dtypes=("bf16",), reps: int = 30, budget_s: float = 150.0,
+        device: torch.device | None = None) -> dict[str, Any]:
+    """Run the benchmark; returns the JSON-ready report.
+
+    Args:
+        shapes: ``[M, N]`` pairs.
+        dtypes: names among ``bf16``, ``fp16``, ``fp32``.
+        reps: timed repetitions per candidate.
+        budget_s: shapes left when this many seconds have passed are skipped (listed in ``skipped``).
+        device: default the current CUDA device; a CPU device only smoke-tests this script.
 
     Raises:
-        KernelUnavailableError: no usable CUDA device.
+        KernelUnavailableError: no device given and no usable CUDA device.
     """
     import accel.kernels as ak
     from accel.errors import KernelUnavailableError
     from accel.kernels import _tolerance
 
-    if not torch.cuda.is_available():
-        raise KernelUnavailableError("accel bench: no CUDA device (torch.cuda.is_available() is False). "
-                                     "The kernel benchmark needs an NVIDIA GPU; run it on one.")
-    device = torch.device("cuda", torch.cuda.current_device())
+    if device is None:
+        if not torch.cuda.is_available():
+            raise KernelUnavailableError("accel bench: no CUDA device (torch.cuda.is_available() is False). "
+                                         "The kernel benchmark needs an NVIDIA GPU; run it on one.")
+        device = torch.device("cuda", torch.cuda.current_device())
     started = time.perf_counter()
     timer = _Timer(device, reps)
     ceiling = copy_ceiling(timer, device)
     peers = _peers()
+    directions, skipped = ["fwd", "bwd"], []
+    if not torch._C._dispatch_has_kernel_for_dispatch_key("aten::_fused_rms_norm_backward", device.type.upper()):
+        directions.remove("bwd")  # CPU: no ATen backward kernel to compare with
+        skipped.append(f"bwd: ATen has no aten::_fused_rms_norm_backward kernel on {device.type}")
     installed = ak.install(kernels="rms_norm")
-    major, minor = torch.cuda.get_device_capability(device)
+    if device.type == "cuda":
+        name, arch = torch.cuda.get_device_name(device), "sm_%d%d" % torch.cuda.get_device_capability(device)
+    else:
+        name, arch = "cpu", "cpu"
     report: dict[str, Any] = {
-        "device": torch.cuda.get_device_name(device), "arch": f"sm_{major}{minor}", "torch": torch.__version__,
+        "device": name, "arch": arch, "torch": torch.__version__,
         "versions": {m: _version(m) for m in ("triton", "helion", "liger-kernel", "quack-kernels")},
         "copy_ceiling_gbs": ceiling, "installed": installed,
         "peers": {k: (None if not isinstance(v, Exception) else f"{type(v).__name__}: {v}") for k, v in peers.items()},
-        "rows": [], "aten_faster": [], "skipped": [],
+        "rows": [], "aten_faster": [], "skipped": skipped,
     }
     for dname in dtypes:
         dtype = _DTYPES[dname]
@@ -186,7 +217,7 @@ def run(shapes=SHAPES, dtypes=("bf16",), reps: int = 30, budget_s: float = 150.0
             dy = torch.randn(m, n, dtype=dtype, device=device)
             with ak.disabled():
                 rstd = torch.ops.aten._fused_rms_norm.default(x, [n], w, EPS)[1]
-            for direction in ("fwd", "bwd"):
+            for direction in directions:
                 esize = x.element_size()
                 moved = (2 if direction == "fwd" else 3) * m * n * esize
                 with ak.disabled():
@@ -286,8 +317,14 @@ def to_markdown(report: dict[str, Any]) -> str:
     if report["aten_faster"]:
         lines += ["Shapes where ATen beat the routed call (paste into kernels/ops/rms_norm/tuning.py ATEN_FASTER):",
                   "", "```python"]
-        lines += [f"{tuple(e['key'])!r}: ({tuple(e['entry'])!r},),  # routed {e['routed_us']:.1f} µs vs "
-                  f"ATen {e['aten_us']:.1f} µs" for e in report["aten_faster"]]
+        grouped: dict[tuple, list] = {}
+        for e in report["aten_faster"]:
+            grouped.setdefault(tuple(e["key"]), []).append(e)
+        for key, entries in grouped.items():
+            body = "".join(f"{tuple(e['entry'])!r}, " for e in entries)
+            notes = "; ".join(f"N={e['entry'][0]} M={e['entry'][1]}: routed {e['routed_us']:.1f} µs vs ATen "
+                              f"{e['aten_us']:.1f} µs" for e in entries)
+            lines.append(f"{key!r}: ({body.rstrip(', ')}{',' if len(entries) == 1 else ''}),  # {notes}")
         lines += ["```", ""]
     if report["skipped"]:
         lines += ["Skipped: " + "; ".join(report["skipped"]), ""]

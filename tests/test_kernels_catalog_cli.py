@@ -117,3 +117,39 @@ def test_benchmark_markdown_renders_a_report():
     md = bench.to_markdown(report)
     assert "2000 (50%) 1.00x" in md and "ImportError: x" in md and "+4.00 µs" in md
     assert "('sm_90', 'triton', 'fwd', 'bfloat16'): ((1024, 65536, 65536),)" in md
+
+
+def test_benchmark_script_runs_end_to_end_on_cpu_in_the_interpreter():
+    """Smoke test of the benchmark's own code (numbers meaningless here): CPU device, Triton interpreter."""
+    import os
+    import subprocess
+    import sys
+    import textwrap
+
+    from accel.kernels.ops.rms_norm import triton_impl as ti
+
+    if not ti.available()[0]:
+        pytest.skip(ti.available()[1])
+    code = textwrap.dedent("""
+        import json, torch
+        import accel.kernels as ak
+        from accel.kernels import bench
+        from accel.kernels.ops.rms_norm import tuning, triton_impl
+        tuning.MIN_NUMEL["triton"] = 16384
+        ak.install = lambda **k: triton_impl.register(["cpu"])
+        r = bench.run(shapes=((64, 256),), dtypes=("bf16", "fp32"), reps=2, device=torch.device("cpu"))
+        print("REPORT" + json.dumps(r))
+    """)
+    env = {k: v for k, v in os.environ.items() if k != "HELION_INTERPRET"}
+    env["TRITON_INTERPRET"] = "1"
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    r = json.loads(next(l for l in proc.stdout.splitlines() if l.startswith("REPORT"))[6:])
+    assert [(row["dtype"], row["direction"], row["routed_to"]) for row in r["rows"]] == \
+        [("bf16", "fwd", "rms_norm_fwd.triton"), ("fp32", "fwd", "rms_norm_fwd.triton")]
+    for row in r["rows"]:
+        assert {"aten", "triton", "routed"} <= set(row["impls"]), row["errors"]
+        assert row["impls"]["aten"]["vs_aten"] == 1.0 and row["bytes"] == 2 * 64 * 256 * (2 if row["dtype"] == "bf16" else 4)
+    assert r["routed_counts"]["rms_norm_fwd.triton"]["routed"] > 0
+    assert r["router_overhead"]["with_router_us"] > 0 and r["installed"] == ["rms_norm_fwd.triton", "rms_norm_bwd.triton"]
+    assert r["skipped"] == ["bwd: ATen has no aten::_fused_rms_norm_backward kernel on cpu"]
