@@ -12,14 +12,16 @@ from accel.backends import Backend, Capabilities, ProbeResult
 
 # Public submodules: accel.random (portable RNG state), accel.graphs (portable graph capture),
 # accel.memory and accel.runtime (device runtime, resolved once per backend; see accel.runtime).
-from accel import _resolve, graphs, memory, random, runtime
+# accel.kernels: DSL kernels as ATen overrides (imports no DSL runtime).
+from accel import _resolve, graphs, kernels, memory, random, runtime
 from accel.runtime import Event, Stream, device_index, elapsed_time, stream
 
-__getattr__ = _resolve.lazy_exports(globals(), runtime.RESOLVED, lambda: {n: getattr(runtime, n) for n in runtime.RESOLVED})
 # Vendor features behind one vocabulary. accel.compile is the function; the module stays
 # importable as ``from accel.compile import ...``.
 from accel import distributed, quant, tunable
 from accel.compile import compile, compile_plan, flex_attention_kernel_options
+
+__getattr__ = _resolve.lazy_exports(globals(), runtime.RESOLVED, lambda: {n: getattr(runtime, n) for n in runtime.RESOLVED})
 
 __version__ = "0.1.0"
 
@@ -51,6 +53,7 @@ __all__ = [
     "device",
     "errors",
     "graphs",
+    "kernels",
     "probes",
     "random",
     "selection",

@@ -37,6 +37,11 @@ __all__ = [
     "DistributedError",
     "FeatureUnavailableError",
     "TunableFileError",
+    "KernelRegistrationError",
+    "KernelUnavailableError",
+    "UnknownKernelError",
+    "AccelWarning",
+    "KernelFallbackWarning",
 ]
 
 
@@ -155,3 +160,21 @@ class FeatureUnavailableError(AccelError, RuntimeError):
 
 class TunableFileError(AccelError, FileNotFoundError):
     """A TunableOp results file that is missing or that torch rejected."""
+class KernelRegistrationError(AccelError, ValueError):
+    """A kernel override that cannot be registered (unknown op, backend or name; no ATen kernel to fall back to)."""
+
+
+class KernelUnavailableError(AccelError, RuntimeError):
+    """A built-in kernel whose DSL runtime or hardware is missing in this process; the message says which."""
+
+
+class UnknownKernelError(AccelError, LookupError):
+    """A kernel registration name or ATen op that accel does not know."""
+
+
+class AccelWarning(UserWarning):
+    """Base class of every warning accel emits."""
+
+
+class KernelFallbackWarning(AccelWarning):
+    """A routed kernel raised or disagreed with ATen; ATen's result was used and that shape now runs ATen."""

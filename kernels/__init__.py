@@ -1,1 +1,58 @@
-"""DSL kernels as ATen operator overrides (installed as ``accel.kernels``)."""
+"""accel.kernels: DSL kernels (Triton, Helion, ...) installed as ATen op overrides.
+
+A user's unchanged model calls ``F.rms_norm``; where accel has a faster kernel for
+that vendor, dtype and shape, ATen's kernel is replaced at the backend dispatch key
+by it; everywhere else ATen runs as before.
+
+- :func:`register` / :func:`unregister`: install any impl for any ATen op.
+- :func:`enable` / :func:`disable` / :func:`disabled`: by op, DSL, backend or name.
+- :func:`overrides`: what is installed, with routed / fallback counters.
+- :func:`explain`: which kernel would run for given inputs, and why.
+- :func:`install`: register accel's built-in kernels (RMSNorm forward and backward
+  in Triton and Helion) where their DSL and hardware are present;
+  :func:`availability` says which are usable here and why not.
+
+Importing this package imports no DSL runtime and initialises no device.
+
+Under ``torch.compile`` the compiled graph does not call these overrides:
+Inductor generates its own code for the op (tested). Eager code around compiled
+regions, and every eager model, is routed.
+"""
+
+from __future__ import annotations
+
+from ._catalog import Availability, availability, install
+from ._registry import (
+    Explanation,
+    OverrideInfo,
+    disable,
+    disabled,
+    enable,
+    explain,
+    overrides,
+    register,
+    registry_path,
+    reset_counters,
+    set_verify,
+    unregister,
+    use_registry,
+)
+
+__all__ = [
+    "Availability",
+    "Explanation",
+    "OverrideInfo",
+    "availability",
+    "disable",
+    "disabled",
+    "enable",
+    "explain",
+    "install",
+    "overrides",
+    "register",
+    "registry_path",
+    "reset_counters",
+    "set_verify",
+    "unregister",
+    "use_registry",
+]

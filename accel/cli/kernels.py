@@ -1,0 +1,66 @@
+"""``accel kernels``: the kernel overrides of this process and the built-in kernels usable here."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+__all__ = ["add_parser", "run"]
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``kernels`` to the ``accel`` command line."""
+    p = subparsers.add_parser("kernels", help="list kernel overrides (op, DSL, backends, active, routed/fallback counts)",
+                              description="List accel's kernel overrides and the built-in kernels usable here.")
+    p.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    p.add_argument("--install", action="store_true",
+                   help="register every available built-in kernel first (accel.kernels.install())")
+    p.set_defaults(func=run)
+
+
+def report() -> dict:
+    """``{"registry_path", "native_registry", "overrides": [...], "builtin": [...]}`` (JSON-ready)."""
+    import accel.kernels as ak
+    from accel import _compat
+
+    return {
+        "registry_path": ak.registry_path(),
+        "native_registry": _compat.native_dsl_registry_reason(),
+        "overrides": [o.as_dict() for o in ak.overrides()],
+        "builtin": [a.as_dict() for a in ak.availability()],
+    }
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the report; returns 0."""
+    if args.install:
+        import accel.kernels as ak
+
+        ak.install()
+    data = report()
+    if args.json:
+        print(json.dumps(data, indent=2))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    t = Table(title=f"kernel overrides (registry path: {data['registry_path']})")
+    for col in ("name", "op", "DSL", "backends", "path", "active", "routed", "fallbacks", "failed"):
+        t.add_column(col)
+    for o in data["overrides"]:
+        t.add_row(o["name"], o["op"], o["dsl"], ",".join(o["backends"]), ",".join(sorted(set(o["paths"].values()))),
+                  "yes" if o["active"] else f"no: {o['inactive_reason']}", str(o["routed"]), str(o["fallbacks"]),
+                  str(o["failed"]))
+    if not data["overrides"]:
+        t.caption = "none registered in this process (accel.kernels.install() or accel kernels --install)"
+    console.print(t)
+    b = Table(title="built-in kernels")
+    for col in ("kernel", "DSL", "backends", "available", "installed", "reason"):
+        b.add_column(col)
+    for a in data["builtin"]:
+        b.add_row(a["kernel"], a["dsl"], ",".join(a["backends"]), "yes" if a["available"] else "no",
+                  "yes" if a["installed"] else "no", a["reason"])
+    console.print(b)
+    console.print(f"native DSL registry: {data['native_registry']}")
+    return 0

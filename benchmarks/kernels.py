@@ -1,0 +1,16 @@
+"""RMSNorm forward/backward: ATen vs accel's Triton and Helion kernels vs the routed call vs Liger-Kernel and quack.
+
+Usage (on a CUDA GPU; < 3 minutes on an H200)::
+
+    python benchmarks/kernels.py --out benchmarks/results        # tables + JSON/markdown files
+    python benchmarks/kernels.py --json                          # JSON report on stdout
+
+Same as ``accel bench``; the code lives in :mod:`accel.kernels.bench`.
+"""
+
+import sys
+
+from accel.kernels.bench import main
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,121 @@
+"""accel's built-in kernels: which are usable here, and installing them.
+
+Availability is decided without importing any DSL runtime or initialising a
+device: package metadata for the DSL, accel's probe for the hardware. The
+built-in kernels are measured on NVIDIA GPUs only, so they serve the ``cuda``
+backend; elsewhere they are listed as unavailable with the reason.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+__all__ = ["Availability", "BUILTIN", "availability", "install"]
+
+#: (kernel family, DSL, impl module, backends it is measured on), in preference order.
+BUILTIN: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
+    ("rms_norm", "triton", "accel.kernels.ops.rms_norm.triton_impl", ("cuda",)),
+    ("rms_norm", "helion", "accel.kernels.ops.rms_norm.helion_impl", ("cuda",)),
+)
+
+
+@dataclass(frozen=True)
+class Availability:
+    """Whether one built-in kernel can be installed in this process.
+
+    Attributes:
+        kernel: kernel family (``"rms_norm"``: forward and backward).
+        dsl: ``"triton"``, ``"helion"``.
+        backends: backends it is measured on (``("cuda",)``).
+        available: the DSL is installed and one of ``backends`` is usable here.
+        reason: one line: the DSL version found, or what is missing.
+        installed: registered in this process (by :func:`install` or the impl's ``register``).
+    """
+
+    kernel: str
+    dsl: str
+    backends: tuple[str, ...]
+    available: bool
+    reason: str
+    installed: bool
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready dict."""
+        d = asdict(self)
+        d["backends"] = list(self.backends)
+        return d
+
+
+def _installed_names() -> set[str]:
+    from ._registry import _OVERRIDES
+
+    return set(_OVERRIDES)
+
+
+def availability() -> list[Availability]:
+    """Every built-in kernel with whether it can be installed here and why.
+
+    Never imports a DSL runtime and never initialises a device (``accel info``
+    and ``accel kernels`` show this list).
+
+    Example:
+        >>> import accel.kernels as ak
+        >>> sorted({a.dsl for a in ak.availability()})
+        ['helion', 'triton']
+    """
+    from accel import probes
+
+    found = probes()
+    names = _installed_names()
+    out = []
+    for kernel, dsl, module, backends in BUILTIN:
+        ok, why = importlib.import_module(module).available()
+        usable = [b for b in backends if b in found and found[b].available]
+        if ok and not usable:
+            ok = False
+            why += "; no usable backend among " + ", ".join(
+                f"{b} ({found[b].reason if b in found else 'not registered'})" for b in backends)
+        installed = f"{kernel}_fwd.{dsl}" in names
+        out.append(Availability(kernel, dsl, backends, ok, why, installed))
+    return out
+
+
+def install(*, dsl: str | Sequence[str] | None = None, kernels: str | Sequence[str] | None = None) -> list[str]:
+    """Register every available built-in kernel (or those of ``dsl`` / ``kernels``) that is not yet registered.
+
+    Where a DSL or the hardware is missing the kernel is skipped; :func:`availability`
+    says why. Triton comes before Helion for the same op (first matching cond wins).
+
+    Args:
+        dsl: only these DSLs (``"triton"``, ``"helion"``).
+        kernels: only these kernel families (``"rms_norm"``).
+
+    Returns:
+        Registration names added (empty on a machine without a served GPU).
+
+    Example:
+        >>> import accel.kernels as ak
+        >>> names = ak.install()   # [] on a CPU-only machine
+        >>> all(n in {o.name for o in ak.overrides()} for n in names)
+        True
+    """
+    want_dsl = {dsl} if isinstance(dsl, str) else set(dsl) if dsl is not None else None
+    want_kernel = {kernels} if isinstance(kernels, str) else set(kernels) if kernels is not None else None
+    added: list[str] = []
+    for a in availability():
+        if not a.available or a.installed:
+            continue
+        if want_dsl is not None and a.dsl not in want_dsl:
+            continue
+        if want_kernel is not None and a.kernel not in want_kernel:
+            continue
+        from accel import probes
+
+        found = probes()
+        backends = [b for b in a.backends if found[b].available]
+        module = next(m for k, d, m, _ in BUILTIN if k == a.kernel and d == a.dsl)
+        added += importlib.import_module(module).register(backends)
+    return added

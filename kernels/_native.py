@@ -1,0 +1,96 @@
+"""Registration through torch's native DSL registry (``torch._native``, torch 2.13+).
+
+Each accel override becomes one node of the registry's override graph for
+(op, dispatch key), with accel's ``accept``/``run`` as its cond and impl. The
+registry then builds its own router, so ``torch.backends.python_native``
+(``.triton.disabled()``, ``disable_operations("_fused_rms_norm")``,
+``disable_dispatch_keys("CUDA")``) switches accel's kernels exactly like
+upstream ones. accel's nodes go first in the graph, upstream nodes after.
+
+The registry is private: it is reached only through
+:func:`accel._compat.native_dsl_registry`, which returns ``None`` when it is
+missing or changed; accel then uses :mod:`accel.kernels._router` instead.
+Under ``torch.compile``, the registry's routers are reachable only through its
+opt-in decomposition table (``torch._native.registry.native_decomp_table()``);
+the compiled graph otherwise uses Inductor's own code for the op, as with
+accel's router.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+from accel import _compat
+
+from ._router import _OVERRIDE_WARNING
+
+NAME = "native"
+
+
+def _registry() -> Any:
+    reg = _compat.native_dsl_registry()
+    if reg is None:  # chosen only where usable; changed under us -> say so plainly
+        raise RuntimeError(f"accel.kernels: the native DSL registry disappeared: {_compat.native_dsl_registry_reason()}")
+    return reg
+
+
+def add(slot: Any, ov: Any) -> None:
+    """Create ``ov``'s node in the registry (not yet installed: :func:`install` places it)."""
+    reg = _registry()
+    symbol, key = slot.op.symbol, slot.key
+
+    def cond(*args: Any, **kwargs: Any) -> bool:
+        return ov.accept(args, kwargs)
+
+    def impl(*args: Any, **kwargs: Any) -> Any:
+        return ov.run(args, kwargs, slot.call_aten)
+
+    cond.__qualname__ = f"accel cond of {ov.name}"
+    impl.__qualname__ = f"accel impl of {ov.name}"
+    reg.register_op_override(ov.dsl, "aten", symbol, key, cond, impl)
+    graph = reg._graphs[(symbol, key)]
+    node = graph.pop()  # register_op_override appended it; install() decides its place
+    node._accel = ov.name
+    ov.native_nodes[key] = node
+
+
+def remove(slot: Any, ov: Any) -> None:
+    """Forget ``ov``'s node (the next :func:`install` drops it from the graph)."""
+    ov.native_nodes.pop(slot.key, None)
+
+
+def install(slot: Any, live: tuple) -> None:
+    """Put ``live`` overrides' nodes first in the registry's graph and let the registry rebuild its router."""
+    from ._registry import _aten_kernel
+
+    reg = _registry()
+    symbol, key = slot.op.symbol, slot.key
+    graph = reg._graphs.setdefault((symbol, key), [])
+    upstream = [n for n in graph if not getattr(n, "_accel", None)]
+    graph[:] = [ov.native_nodes[key] for ov in live] + upstream
+    # Capture the plain ATen kernel (not a router) for fail-safe and verification.
+    reg._destroy_aten_override(symbol, key)
+    slot.original = _aten_kernel(slot.op, key)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=_OVERRIDE_WARNING, category=UserWarning)
+        reg._register_overrides_from_graph(symbol, key, graph, filter_state=reg._filter_state)
+    slot.state = graph
+
+
+def release(slot: Any) -> None:
+    """Nothing left to do: :func:`install` with no live override already removed accel's nodes."""
+
+
+def inactive_reason(slot: Any, ov: Any) -> str | None:
+    """Why ``ov`` is not running at ``slot`` beyond accel's filters: ``torch.backends.python_native`` state."""
+    if ov not in slot.live:
+        return "not installed"
+    node = ov.native_nodes.get(slot.key)
+    reg = _compat.native_dsl_registry()
+    if node is None or reg is None:
+        return "not installed"
+    if not reg._filter_state.check_enabled(node):
+        return (f"disabled through torch.backends.python_native (DSL {ov.dsl!r}, op {slot.op.symbol!r} "
+                f"or dispatch key {slot.key!r} is switched off there)")
+    return None

@@ -1,0 +1,787 @@
+"""The kernel registry: which override of which ATen op is installed where, and its state.
+
+One :class:`_Override` per :func:`register` call. Overrides of one ATen op at one
+dispatch key form a *slot*; a slot is installed by one of two paths:
+
+- ``"native"``: torch's own native DSL registry (``torch._native``, torch 2.13+),
+  reached only through :func:`accel._compat.native_dsl_registry`, so
+  ``torch.backends.python_native`` switches accel's kernels like upstream ones;
+- ``"accel"``: accel's router (:mod:`accel.kernels._router`): a ``torch.library``
+  kernel at the backend key that redispatches to the captured ATen kernel.
+
+Both paths call the same :meth:`_Override.accept` (cond, fail-safe deny list) and
+:meth:`_Override.run` (impl, fail-safe, ``ACCEL_KERNELS_VERIFY``), so behaviour is
+identical; only who owns the dispatcher registration differs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from accel import _compat
+from accel.errors import KernelFallbackWarning, KernelRegistrationError, UnknownKernelError
+
+from . import _tolerance
+
+__all__ = [
+    "Explanation",
+    "OverrideInfo",
+    "disable",
+    "disabled",
+    "enable",
+    "explain",
+    "overrides",
+    "register",
+    "registry_path",
+    "reset_counters",
+    "set_verify",
+    "unregister",
+    "use_registry",
+]
+
+#: Environment variable: ``1`` runs ATen beside every routed call and records the max error.
+VERIFY_ENV = "ACCEL_KERNELS_VERIFY"
+#: Environment variable: ``auto`` (default), ``native`` or ``accel``: which registration path to use.
+REGISTRY_ENV = "ACCEL_KERNELS_REGISTRY"
+_PATHS = ("auto", "native", "accel")
+
+_LOCK = threading.RLock()
+
+
+# --------------------------------------------------------------------------- ops
+@dataclass(frozen=True)
+class _Op:
+    """A resolved operator overload: ``aten::_fused_rms_norm`` (overload ``default``)."""
+
+    namespace: str
+    name: str
+    overload: str
+    packet: Any = field(repr=False, compare=False)
+
+    @property
+    def qualname(self) -> str:
+        """``aten::name`` or ``aten::name.overload`` (overload omitted when ``default``)."""
+        return f"{self.namespace}::{self.symbol}"
+
+    @property
+    def symbol(self) -> str:
+        """``name`` or ``name.overload``: what ``torch.library`` and ``torch._native`` call it."""
+        return self.name if self.overload == "default" else f"{self.name}.{self.overload}"
+
+    @property
+    def overload_fn(self) -> Any:
+        return getattr(self.packet, self.overload)
+
+
+def _resolve_op(op: object, *, error: type[Exception] = UnknownKernelError) -> _Op:
+    """``"aten::_fused_rms_norm"``, ``"_fused_rms_norm"``, ``"aten::add.Tensor"`` or an OpOverload -> :class:`_Op`."""
+    if isinstance(op, torch._ops.OpOverload):
+        ns, _, name = op._schema.name.partition("::")
+        return _Op(ns, name, op._overloadname, getattr(getattr(torch.ops, ns), name))
+    if isinstance(op, torch._ops.OpOverloadPacket):
+        ns, _, name = op._qualified_op_name.partition("::")
+        return _Op(ns, name, "default", op)
+    if not isinstance(op, str) or not op.strip():
+        raise error(f"accel.kernels: op {op!r} is not an operator. Pass a name such as 'aten::_fused_rms_norm' "
+                    f"or an OpOverload such as torch.ops.aten._fused_rms_norm.default.")
+    ns, sep, rest = op.strip().partition("::")
+    if not sep:
+        ns, rest = "aten", ns
+    name, _, overload = rest.partition(".")
+    overload = overload or "default"
+    try:
+        packet = getattr(getattr(torch.ops, ns), name)
+        getattr(packet, overload)
+    except (AttributeError, RuntimeError) as exc:
+        raise error(f"accel.kernels: unknown op {op!r} ({type(exc).__name__}: {exc}). The op must exist in "
+                    f"torch.ops (e.g. 'aten::_fused_rms_norm'). Check the spelling and the overload name.") from None
+    return _Op(ns, name, overload, packet)
+
+
+def _shape_key(args: Sequence[Any]) -> tuple:
+    """Shapes and dtypes of the tensor arguments: what the fail-safe deny list is keyed by."""
+    return tuple((tuple(a.shape), a.dtype) for a in args if isinstance(a, torch.Tensor))
+
+
+def _describe_shapes(args: Sequence[Any]) -> str:
+    parts = [f"{list(a.shape)} {str(a.dtype).removeprefix('torch.')}" for a in args if isinstance(a, torch.Tensor)]
+    return ", ".join(parts) or "no tensor arguments"
+
+
+# --------------------------------------------------------------------- state
+class _State:
+    verify: bool = os.environ.get(VERIFY_ENV, "").strip() == "1"
+    path_mode: str | None = None  # None: read REGISTRY_ENV at first use
+    disabled_all: bool = False
+    disabled: dict[str, set[str]] = {"op": set(), "dsl": set(), "backend": set(), "name": set()}
+
+
+_STATE = _State()
+
+
+def set_verify(enabled: bool | None = None, /) -> bool:
+    """Turn verification of routed calls on or off; returns the previous setting.
+
+    With verification on, every routed call also runs the ATen kernel, records the
+    max absolute error in :func:`overrides` (``verified``, ``max_error``) and, when
+    the results disagree beyond the per-dtype tolerance of
+    :mod:`accel.kernels._tolerance`, warns (:class:`~accel.errors.KernelFallbackWarning`),
+    returns ATen's result and routes that shape to ATen from then on.
+
+    Args:
+        enabled: ``True``/``False``; ``None`` re-reads ``ACCEL_KERNELS_VERIFY`` (``"1"`` means on).
+
+    Returns:
+        The previous setting.
+    """
+    previous = _STATE.verify
+    _STATE.verify = os.environ.get(VERIFY_ENV, "").strip() == "1" if enabled is None else bool(enabled)
+    return previous
+
+
+# ------------------------------------------------------------------ overrides
+class _Override:
+    """One registration. Counters are plain ints (updated without a lock: cheap, approximate under threads)."""
+
+    __slots__ = ("name", "op", "dsl", "backends", "keys", "impl", "cond", "fallback", "routed", "declined",
+                 "failed", "verified", "max_error", "denied", "cond_warned", "native_nodes", "order")
+
+    def __init__(self, name: str, op: _Op, dsl: str, backends: tuple[str, ...], keys: dict[str, str],
+                 impl: Callable, cond: Callable | None, fallback: Callable | None, order: int) -> None:
+        self.name, self.op, self.dsl, self.backends, self.keys = name, op, dsl, backends, keys
+        self.impl, self.cond, self.fallback, self.order = impl, cond, fallback, order
+        self.routed = self.declined = self.failed = self.verified = 0
+        self.max_error = 0.0
+        self.denied: set[tuple] = set()
+        self.cond_warned = False
+        self.native_nodes: dict[str, Any] = {}
+
+    # -- the per-call path (keep lean: no dict building, no inspect) ------------
+    def accept(self, args: tuple, kwargs: dict) -> bool:
+        """Whether this override takes the call: not a failed shape, and ``cond`` says yes."""
+        if self.denied and _shape_key(args) in self.denied:
+            self.declined += 1
+            return False
+        cond = self.cond
+        if cond is None:
+            return True
+        try:
+            ok = cond(*args, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - a cond bug must never crash the user's model
+            self.declined += 1
+            if not self.cond_warned:
+                self.cond_warned = True
+                warnings.warn(f"accel.kernels: cond of {self.name!r} for {self.op.qualname} raised "
+                              f"{type(exc).__name__}: {exc} (inputs: {_describe_shapes(args)}). Treated as False: "
+                              f"ATen runs. Fix the cond.", KernelFallbackWarning, stacklevel=2)
+            return False
+        if not ok:
+            self.declined += 1
+            return False
+        return True
+
+    def run(self, args: tuple, kwargs: dict, call_aten: Callable) -> Any:
+        """Run ``impl``; on an exception (or, when verifying, a wrong answer) return ATen's result instead."""
+        try:
+            out = self.impl(*args, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - compile failures, unsupported shapes: fall back, never crash
+            self._deny(args, f"raised {type(exc).__name__}: {exc}")
+            return call_aten(*args, **kwargs)
+        self.routed += 1
+        if _STATE.verify:
+            return self._verify(out, args, kwargs, call_aten)
+        return out
+
+    def _verify(self, out: Any, args: tuple, kwargs: dict, call_aten: Callable) -> Any:
+        ref = call_aten(*args, **kwargs)
+        err, problem = _tolerance.compare(out, ref)
+        self.verified += 1
+        if err > self.max_error:
+            self.max_error = err
+        if problem is None:
+            return out
+        self.routed -= 1
+        self._deny(args, f"disagreed with ATen: {problem}")
+        return ref
+
+    def _deny(self, args: tuple, what: str) -> None:
+        self.failed += 1
+        self.denied.add(_shape_key(args))
+        warnings.warn(f"accel.kernels: {self.name!r} ({self.dsl}) for {self.op.qualname} with inputs "
+                      f"[{_describe_shapes(args)}] {what}. ATen's result was used, and these shapes run ATen "
+                      f"from now on. Report it, or accel.kernels.unregister({self.name!r}).",
+                      KernelFallbackWarning, stacklevel=3)
+
+    # -- state --------------------------------------------------------------
+    def disabled_reason(self, key: str) -> str | None:
+        """Why accel's own filters keep this override off at ``key``, or ``None``."""
+        d = _STATE.disabled
+        if _STATE.disabled_all:
+            return "all accel kernels are disabled (accel.kernels.disable())"
+        if self.name in d["name"]:
+            return f"disabled by name (accel.kernels.disable(name={self.name!r}))"
+        if self.op.qualname in d["op"]:
+            return f"op disabled (accel.kernels.disable(op={self.op.qualname!r}))"
+        if self.dsl in d["dsl"]:
+            return f"DSL disabled (accel.kernels.disable(dsl={self.dsl!r}))"
+        live = [b for b in self.backends if self.keys[b] == key and b not in d["backend"]]
+        if not live:
+            off = [b for b in self.backends if self.keys[b] == key]
+            return f"backend disabled (accel.kernels.disable(backend={off[0]!r}))"
+        return None
+
+
+@dataclass(frozen=True)
+class OverrideInfo:
+    """A snapshot of one registration, as :func:`overrides` reports it.
+
+    Attributes:
+        name: the registration name (unique).
+        op: the ATen op (``"aten::_fused_rms_norm"``).
+        dsl: the DSL of the impl (``"triton"``, ``"helion"``, ...).
+        backends: accel backend names it was registered for.
+        dispatch_keys: dispatch key per backend (``{"cuda": "CUDA"}``).
+        paths: registration path per dispatch key: ``"native"`` (torch._native) or ``"accel"``.
+        active: installed and enabled at one dispatch key at least.
+        inactive_reason: why not active (``""`` when active).
+        routed: calls the impl answered.
+        declined: calls its cond (or the fail-safe deny list) sent elsewhere.
+        failed: calls where the impl raised or disagreed with ATen (ATen's result was used).
+        verified: routed calls checked against ATen (``ACCEL_KERNELS_VERIFY=1``).
+        max_error: max absolute error seen while verifying (0.0 when none verified).
+        denied_shapes: input shape sets routed to ATen after a failure.
+    """
+
+    name: str
+    op: str
+    dsl: str
+    backends: tuple[str, ...]
+    dispatch_keys: dict[str, str]
+    paths: dict[str, str]
+    active: bool
+    inactive_reason: str
+    routed: int
+    declined: int
+    failed: int
+    verified: int
+    max_error: float
+    denied_shapes: int
+
+    @property
+    def fallbacks(self) -> int:
+        """Calls that reached this override but ran ATen (declined + failed)."""
+        return self.declined + self.failed
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready dict (adds ``fallbacks``)."""
+        from dataclasses import asdict
+
+        d = asdict(self)
+        d["backends"] = list(self.backends)
+        d["fallbacks"] = self.fallbacks
+        return d
+
+
+_OVERRIDES: dict[str, _Override] = {}
+_ORDER = [0]
+
+
+# ---------------------------------------------------------------------- slots
+class _Slot:
+    """Every override of one op at one dispatch key, and the path that installs them."""
+
+    def __init__(self, op: _Op, key: str, path: Any) -> None:
+        self.op, self.key, self.path = op, key, path
+        self.keyset = torch._C.DispatchKeySet(getattr(torch._C.DispatchKey, key))
+        self.original: Any = None  # the ATen kernel (SafeKernelFunction) under the override, or None
+        self.fallback: Callable | None = None  # where ATen has no kernel at this key
+        self.live: tuple[_Override, ...] = ()
+        self.state: Any = None  # the path's own bookkeeping
+
+    def call_aten(self, *args: Any, **kwargs: Any) -> Any:
+        """The ATen result, bypassing every override at this key."""
+        if self.original is not None:
+            return self.original.call_boxed(self.keyset, *args, **kwargs)
+        return self.fallback(*args, **kwargs)
+
+
+_SLOTS: dict[tuple[str, str], _Slot] = {}
+
+
+def _dispatch_key_of(backend: str) -> str:
+    from accel.backends import registered
+
+    found = registered()
+    if backend not in found:
+        raise KernelRegistrationError(
+            f"accel.kernels.register: unknown backend {backend!r}. Valid: {', '.join(found)}. "
+            f"Pass backend names (e.g. backends=['cuda']), not device strings.")
+    return found[backend].dispatch_key
+
+
+def _aten_kernel(op: _Op, key: str) -> Any:
+    """The kernel ATen runs for ``op`` at ``key`` now (SafeKernelFunction), or ``None`` when there is none."""
+    get_kernel = _compat.library_get_kernel()
+    if get_kernel is None:
+        return None
+    try:
+        return get_kernel(op.qualname, key)
+    except RuntimeError:
+        return None
+
+
+def registry_path() -> str:
+    """The configured registration path: ``"auto"``, ``"native"`` or ``"accel"``.
+
+    Set by :func:`use_registry` or, before the first registration, by the
+    ``ACCEL_KERNELS_REGISTRY`` environment variable (default ``"auto"``: the
+    native registry where usable, accel's router elsewhere).
+    """
+    if _STATE.path_mode is None:
+        mode = os.environ.get(REGISTRY_ENV, "auto").strip().lower() or "auto"
+        if mode not in _PATHS:
+            raise KernelRegistrationError(
+                f"{REGISTRY_ENV}={mode!r}: not a registration path. Valid: {', '.join(_PATHS)}. "
+                f"Unset it for 'auto'.")
+        _STATE.path_mode = mode
+    return _STATE.path_mode
+
+
+def use_registry(mode: str, /) -> str:
+    """Choose the registration path for later registrations; returns the previous mode.
+
+    Args:
+        mode: ``"auto"`` (torch's native DSL registry where usable, else accel's
+            router), ``"native"`` (require the native registry) or ``"accel"``
+            (always accel's router).
+
+    Returns:
+        The previous mode.
+
+    Raises:
+        KernelRegistrationError: unknown mode; ``"native"`` where this torch has no
+            usable native registry; or overrides are still registered (unregister them first).
+    """
+    if mode not in _PATHS:
+        raise KernelRegistrationError(f"accel.kernels.use_registry: unknown mode {mode!r}. Valid: {', '.join(_PATHS)}.")
+    if mode == "native" and _compat.native_dsl_registry() is None:
+        raise KernelRegistrationError(
+            f"accel.kernels.use_registry('native'): {_compat.native_dsl_registry_reason()}. "
+            f"Use 'auto' or 'accel' on this torch.")
+    with _LOCK:
+        if _OVERRIDES:
+            raise KernelRegistrationError(
+                f"accel.kernels.use_registry({mode!r}): {len(_OVERRIDES)} override(s) still registered "
+                f"({', '.join(_OVERRIDES)}). The path is chosen per op and key at registration: unregister them first.")
+        previous = registry_path()
+        _STATE.path_mode = mode
+        return previous
+
+
+def _choose_path(op: _Op, key: str, has_aten_kernel: bool) -> Any:
+    from . import _native, _router
+
+    mode = registry_path()
+    if mode == "accel" or op.namespace != "aten" or not has_aten_kernel:
+        # The native registry needs an ATen kernel at the key to fall back to
+        # (e.g. aten::_fused_rms_norm_backward has none on CPU): accel's router serves those.
+        return _router
+    if _compat.native_dsl_registry() is None:
+        return _router
+    return _native
+
+
+def _sync(op: _Op, key: str) -> None:
+    """Reinstall the slot ``(op, key)`` with its currently live overrides (registration order)."""
+    slot = _SLOTS.get((op.qualname, key))
+    if slot is None:
+        return
+    live = tuple(sorted((o for o in _OVERRIDES.values()
+                         if o.op.qualname == op.qualname and key in o.keys.values() and o.disabled_reason(key) is None),
+                        key=lambda o: o.order))
+    slot.live = live
+    slot.path.install(slot, live)
+    registered_here = [o for o in _OVERRIDES.values() if o.op.qualname == op.qualname and key in o.keys.values()]
+    if not registered_here:
+        slot.path.release(slot)
+        del _SLOTS[(op.qualname, key)]
+
+
+def _sync_all() -> None:
+    for (qualname, key), slot in list(_SLOTS.items()):
+        _sync(slot.op, key)
+
+
+# ------------------------------------------------------------------- public API
+def register(
+    op: object,
+    *,
+    impl: Callable,
+    backends: Sequence[str],
+    dsl: str,
+    cond: Callable[..., bool] | None = None,
+    name: str | None = None,
+    fallback: Callable | None = None,
+) -> str:
+    """Install ``impl`` as the kernel of ATen op ``op`` at each backend's dispatch key.
+
+    Calls of ``op`` on tensors of those backends reach ``impl`` when ``cond`` says
+    so; otherwise the original ATen kernel runs. ATen's autograd and autocast
+    kernels sit above the backend key and still apply. Overrides of one op at one
+    key are tried in registration order; the first whose ``cond`` is true runs.
+
+    Fail-safe: if ``impl`` raises, the ATen result is returned, one
+    :class:`~accel.errors.KernelFallbackWarning` names op, shapes and error, and
+    calls with those input shapes run ATen from then on.
+
+    Args:
+        op: the ATen op: ``"aten::_fused_rms_norm"``, ``"_fused_rms_norm"`` or
+            ``torch.ops.aten._fused_rms_norm.default``.
+        impl: the kernel; same signature and return types as the ATen op.
+        backends: accel backend names (``["cuda"]``, ``["cuda", "rocm"]``, ``["cpu"]``);
+            CUDA and ROCm share the ``CUDA`` dispatch key.
+        dsl: the DSL ``impl`` is written in (``"triton"``, ``"helion"``, ``"cutedsl"``, ...);
+            used by :func:`disable` and, on the native registry, by
+            ``torch.backends.python_native.<dsl>``.
+        cond: ``cond(*args, **kwargs) -> bool`` with the op's signature; ``None``
+            means always. Must be cheap (it runs on every call) and must not raise
+            (a raising cond counts as ``False`` and warns once). It may carry a
+            ``why_not`` attribute (same signature, returns a reason string or
+            ``None``) that :func:`explain` shows.
+        name: unique registration name; default ``"<dsl>:<op>"``.
+        fallback: kernel to use instead of ATen where a dispatch key has no ATen
+            kernel for ``op`` (``aten::_fused_rms_norm_backward`` on CPU, whose
+            forward is a composite there). Required in that case.
+
+    Returns:
+        The registration name (for :func:`unregister`, :func:`disable`, :func:`overrides`).
+
+    Raises:
+        KernelRegistrationError: (a ``ValueError``) unknown op or backend, name
+            already taken, ``impl``/``cond`` not callable, or no ATen kernel at a
+            key and no ``fallback``. Nothing is registered then.
+
+    Example:
+        >>> import torch, accel.kernels as ak
+        >>> def ref(x, shape, w=None, eps=None):
+        ...     r = torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + (eps or 1e-6))
+        ...     return (x.float() * r * (1 if w is None else w)).to(x.dtype), r
+        >>> name = ak.register("aten::_fused_rms_norm", impl=ref, backends=["cpu"], dsl="eager", name="doc")
+        >>> y, rstd = torch.ops.aten._fused_rms_norm(torch.ones(2, 4), [4], None, 1e-6)
+        >>> [o.routed for o in ak.overrides() if o.name == "doc"]
+        [1]
+        >>> ak.unregister("doc")
+    """
+    opr = _resolve_op(op, error=KernelRegistrationError)
+    if not callable(impl):
+        raise KernelRegistrationError(f"accel.kernels.register({opr.qualname}): impl {impl!r} is not callable. "
+                                      f"Pass the kernel function.")
+    if cond is not None and not callable(cond):
+        raise KernelRegistrationError(f"accel.kernels.register({opr.qualname}): cond {cond!r} is not callable. "
+                                      f"Pass a function with the op's signature returning bool, or None.")
+    if fallback is not None and not callable(fallback):
+        raise KernelRegistrationError(f"accel.kernels.register({opr.qualname}): fallback {fallback!r} is not callable.")
+    if not isinstance(dsl, str) or not dsl.strip():
+        raise KernelRegistrationError(f"accel.kernels.register({opr.qualname}): dsl {dsl!r} must be a non-empty "
+                                      f"string such as 'triton' or 'helion'.")
+    if isinstance(backends, str) or not backends:
+        raise KernelRegistrationError(
+            f"accel.kernels.register({opr.qualname}): backends={backends!r}. Pass a non-empty list of backend "
+            f"names, e.g. backends=['cuda'].")
+    backends = tuple(dict.fromkeys(backends))
+    keys = {b: _dispatch_key_of(b) for b in backends}
+    name = name or f"{dsl}:{opr.qualname}"
+    with _LOCK:
+        if name in _OVERRIDES:
+            raise KernelRegistrationError(
+                f"accel.kernels.register: name {name!r} is already registered (for {_OVERRIDES[name].op.qualname}). "
+                f"Pass another name=, or unregister({name!r}) first.")
+        if _compat.library_get_kernel() is None:
+            raise KernelRegistrationError(
+                f"accel.kernels.register({opr.qualname}): torch {torch.__version__} has no torch.library.get_kernel "
+                f"(torch 2.9+), so the ATen kernel cannot be captured for fallback. Upgrade torch to 2.9 or later.")
+        originals = {}
+        for key in dict.fromkeys(keys.values()):
+            slot = _SLOTS.get((opr.qualname, key))
+            has_kernel = slot.original is not None if slot else _aten_kernel(opr, key) is not None
+            if not has_kernel and fallback is None and (slot is None or slot.fallback is None):
+                raise KernelRegistrationError(
+                    f"accel.kernels.register({opr.qualname}): ATen has no kernel for it at dispatch key {key!r}, "
+                    f"so there is nothing to fall back to when cond is false. Pass fallback= (an eager "
+                    f"implementation), or register at another backend.")
+            originals[key] = has_kernel
+        _ORDER[0] += 1
+        ov = _Override(name, opr, dsl.strip(), backends, keys, impl, cond, fallback, _ORDER[0])
+        _OVERRIDES[name] = ov
+        try:
+            for key, has_kernel in originals.items():
+                slot = _SLOTS.get((opr.qualname, key))
+                if slot is None:
+                    slot = _Slot(opr, key, _choose_path(opr, key, has_kernel))
+                    _SLOTS[(opr.qualname, key)] = slot
+                if slot.fallback is None:
+                    slot.fallback = fallback
+                slot.path.add(slot, ov)
+                _sync(opr, key)
+        except BaseException:
+            _OVERRIDES.pop(name, None)
+            for key in originals:
+                slot = _SLOTS.get((opr.qualname, key))
+                if slot is not None:
+                    slot.path.remove(slot, ov)
+                    _sync(opr, key)
+            raise
+    return name
+
+
+def unregister(name: str, /) -> None:
+    """Remove a registration; ATen (or the next override) runs for its op again.
+
+    Raises:
+        UnknownKernelError: (a ``LookupError``) no registration called ``name``.
+    """
+    with _LOCK:
+        ov = _OVERRIDES.get(name)
+        if ov is None:
+            raise UnknownKernelError(f"accel.kernels.unregister: no override named {name!r}. Registered: "
+                                     f"{', '.join(_OVERRIDES) or 'none'}. See accel.kernels.overrides().")
+        del _OVERRIDES[name]
+        for key in dict.fromkeys(ov.keys.values()):
+            slot = _SLOTS.get((ov.op.qualname, key))
+            if slot is not None:
+                slot.path.remove(slot, ov)
+                _sync(ov.op, key)
+
+
+def _filters(op: object, dsl: str | None, backend: str | None, name: str | None, fn: str) -> list[tuple[str, str]]:
+    out: list[tuple[str, str]] = []
+    if op is not None:
+        out.append(("op", _resolve_op(op).qualname))
+    if dsl is not None:
+        out.append(("dsl", dsl))
+    if backend is not None:
+        _dispatch_key_of(backend)
+        out.append(("backend", backend))
+    if name is not None:
+        if name not in _OVERRIDES:
+            raise UnknownKernelError(f"accel.kernels.{fn}: no override named {name!r}. Registered: "
+                                     f"{', '.join(_OVERRIDES) or 'none'}.")
+        out.append(("name", name))
+    return out
+
+
+def disable(*, op: object = None, dsl: str | None = None, backend: str | None = None, name: str | None = None) -> None:
+    """Switch accel's overrides off: by op, DSL, backend or name; with no argument, all of them.
+
+    Disabled overrides are uninstalled from the dispatcher (no per-call cost).
+    Registrations stay; :func:`enable` switches them back on. Affects accel's
+    registrations only (``torch.backends.python_native`` also reaches them on
+    the native path).
+
+    Raises:
+        UnknownKernelError: unknown op or name. KernelRegistrationError: unknown backend.
+
+    Example:
+        >>> import accel.kernels as ak
+        >>> ak.disable(dsl="triton"); ak.enable(dsl="triton")
+    """
+    with _LOCK:
+        items = _filters(op, dsl, backend, name, "disable")
+        if not items:
+            _STATE.disabled_all = True
+        for kind, value in items:
+            _STATE.disabled[kind].add(value)
+        _sync_all()
+
+
+def enable(*, op: object = None, dsl: str | None = None, backend: str | None = None, name: str | None = None) -> None:
+    """Undo :func:`disable` for the same argument (no argument: undo ``disable()`` and every filter).
+
+    Raises:
+        UnknownKernelError: unknown op or name. KernelRegistrationError: unknown backend.
+    """
+    with _LOCK:
+        items = _filters(op, dsl, backend, name, "enable")
+        if not items:
+            _STATE.disabled_all = False
+            for values in _STATE.disabled.values():
+                values.clear()
+        for kind, value in items:
+            _STATE.disabled[kind].discard(value)
+        _sync_all()
+
+
+@contextlib.contextmanager
+def disabled(*, op: object = None, dsl: str | None = None, backend: str | None = None,
+             name: str | None = None) -> Iterator[None]:
+    """Context manager: :func:`disable` inside the block, the previous state restored after.
+
+    Example:
+        >>> import accel.kernels as ak
+        >>> with ak.disabled(op="aten::_fused_rms_norm"):
+        ...     pass  # ATen's RMSNorm runs here
+    """
+    with _LOCK:
+        saved = (_STATE.disabled_all, {k: set(v) for k, v in _STATE.disabled.items()})
+        disable(op=op, dsl=dsl, backend=backend, name=name)
+    try:
+        yield
+    finally:
+        with _LOCK:
+            _STATE.disabled_all = saved[0]
+            for k, v in saved[1].items():
+                _STATE.disabled[k].clear()
+                _STATE.disabled[k].update(v)
+            _sync_all()
+
+
+def _info(ov: _Override) -> OverrideInfo:
+    paths, reasons = {}, []
+    active = False
+    for key in dict.fromkeys(ov.keys.values()):
+        slot = _SLOTS.get((ov.op.qualname, key))
+        if slot is None:
+            continue
+        paths[key] = slot.path.NAME
+        why = ov.disabled_reason(key) or slot.path.inactive_reason(slot, ov)
+        if why is None:
+            active = True
+        else:
+            reasons.append(f"{key}: {why}")
+    return OverrideInfo(ov.name, ov.op.qualname, ov.dsl, ov.backends, dict(ov.keys), paths, active,
+                        "" if active else "; ".join(reasons), ov.routed, ov.declined, ov.failed, ov.verified,
+                        ov.max_error, len(ov.denied))
+
+
+def overrides() -> list[OverrideInfo]:
+    """Every registration, in registration order, with its state and counters.
+
+    Example:
+        >>> import accel.kernels as ak
+        >>> isinstance(ak.overrides(), list)
+        True
+    """
+    with _LOCK:
+        return [_info(o) for o in sorted(_OVERRIDES.values(), key=lambda o: o.order)]
+
+
+def reset_counters(name: str | None = None, /) -> None:
+    """Zero the counters (and forget failed shapes) of one registration, or of all."""
+    with _LOCK:
+        targets = [_OVERRIDES[name]] if name is not None and name in _OVERRIDES else (
+            list(_OVERRIDES.values()) if name is None else [])
+        if name is not None and not targets:
+            raise UnknownKernelError(f"accel.kernels.reset_counters: no override named {name!r}.")
+        for o in targets:
+            o.routed = o.declined = o.failed = o.verified = 0
+            o.max_error = 0.0
+            o.denied.clear()
+
+
+# ------------------------------------------------------------------------ explain
+_DEVICE_KEYS = {"cuda": "CUDA", "cpu": "CPU", "xpu": "XPU", "mps": "MPS", "hip": "CUDA"}
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """What :func:`explain` found.
+
+    Attributes:
+        op: the ATen op.
+        dispatch_key: the backend dispatch key of the inputs (``"CUDA"``), or ``None``.
+        kernel: the registration name that would run, or ``"aten"``.
+        steps: ``(registration name, verdict)`` per registration of ``op``, in the order tried.
+    """
+
+    op: str
+    dispatch_key: str | None
+    kernel: str
+    steps: tuple[tuple[str, str], ...]
+
+    def __str__(self) -> str:
+        lines = [f"{self.op} at {self.dispatch_key or 'no backend key'}: runs {self.kernel}"]
+        lines += [f"  {n}: {v}" for n, v in self.steps]
+        return "\n".join(lines)
+
+
+def _first_device(args: Sequence[Any], kwargs: dict) -> torch.device | None:
+    for a in (*args, *kwargs.values()):
+        if isinstance(a, torch.Tensor):
+            return a.device
+        if isinstance(a, (list, tuple)):
+            for b in a:
+                if isinstance(b, torch.Tensor):
+                    return b.device
+    return None
+
+
+def explain(op: object, /, *args: Any, **kwargs: Any) -> Explanation:
+    """Say which kernel would run for ``op(*args, **kwargs)`` and why, without running it.
+
+    Every registration of ``op`` is listed with its verdict: the disabled filter
+    that keeps it off, the native registry's state, a failed shape, or its
+    ``cond``'s answer (and ``cond.why_not`` where given). Counters are not touched.
+    Meta tensors have no backend key: pass real (or fake-device) tensors.
+
+    Returns:
+        :class:`Explanation` (``str()`` gives a readable report).
+
+    Raises:
+        UnknownKernelError: unknown op.
+
+    Example:
+        >>> import torch, accel.kernels as ak
+        >>> ak.explain("aten::_fused_rms_norm", torch.ones(2, 4), [4], None, 1e-6).kernel
+        'aten'
+    """
+    opr = _resolve_op(op)
+    dev = _first_device(args, kwargs)
+    key = _DEVICE_KEYS.get(dev.type) if dev is not None else None
+    steps: list[tuple[str, str]] = []
+    chosen = "aten"
+    with _LOCK:
+        regs = sorted((o for o in _OVERRIDES.values() if o.op.qualname == opr.qualname), key=lambda o: o.order)
+        slot = _SLOTS.get((opr.qualname, key)) if key else None
+        for o in regs:
+            if key is None or key not in o.keys.values():
+                steps.append((o.name, f"not registered at {key or dev}: registered at "
+                                      f"{', '.join(sorted(set(o.keys.values())))}"))
+                continue
+            why = o.disabled_reason(key) or (slot.path.inactive_reason(slot, o) if slot else "not installed")
+            if why:
+                steps.append((o.name, f"off: {why}"))
+                continue
+            if o.denied and _shape_key(args) in o.denied:
+                steps.append((o.name, "off for these shapes: the impl failed on them before (ATen runs)"))
+                continue
+            if chosen != "aten":
+                steps.append((o.name, f"not tried: {chosen} comes first"))
+                continue
+            if o.cond is None:
+                ok, detail = True, "no cond (always)"
+            else:
+                try:
+                    ok = bool(o.cond(*args, **kwargs))
+                    detail = f"cond -> {ok}"
+                except Exception as exc:  # noqa: BLE001 - explain reports, never raises for a cond bug
+                    ok, detail = False, f"cond raised {type(exc).__name__}: {exc} (counts as False)"
+                why_not = getattr(o.cond, "why_not", None)
+                if not ok and why_not is not None:
+                    try:
+                        detail += f" ({why_not(*args, **kwargs)})"
+                    except Exception as exc:  # noqa: BLE001
+                        detail += f" (why_not raised {type(exc).__name__}: {exc})"
+            steps.append((o.name, ("runs: " if ok else "declines: ") + detail))
+            if ok:
+                chosen = o.name
+    if not steps:
+        steps.append(("aten", f"no accel override registered for {opr.qualname}"))
+    return Explanation(opr.qualname, key, chosen, tuple(steps))

@@ -1,0 +1,380 @@
+"""RMSNorm benchmark: ATen eager vs each DSL impl vs the routed call vs Liger-Kernel and quack.
+
+Run as ``accel bench`` or ``python benchmarks/kernels.py``. Needs a CUDA GPU. Per
+shape and dtype it reports time (µs, median of CUDA-event timings with the L2
+flushed before each rep), GB/s, % of the copy ceiling measured in the same run,
+the speed-up over ATen and over the best peer, and the router's own cost on an
+8-element tensor. Liger-Kernel (``liger_kernel``) and quack (``quack``) are
+benchmark-only peers, used when importable. Every candidate's output is checked
+against ATen's before it is timed; a wrong one is reported, not timed.
+
+Bytes moved: forward ``2*M*N*esize`` (read x, write y; weight and rstd
+negligible), backward ``3*M*N*esize`` (read x, read dy, write dx), as in DESIGN.md.
+Helion runs with a fixed config (no autotuning at run time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+__all__ = ["SHAPES", "main", "run"]
+
+#: [M, N] shapes of the issue's targets (bf16).
+SHAPES: tuple[tuple[int, int], ...] = ((4096, 4096), (32768, 4096), (16384, 8192), (8192, 16384), (65536, 1024))
+EPS = 1e-6
+_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+class _Timer:
+    """CUDA-event timing with an L2 flush (zeroing a 256 MiB buffer) before every rep.
+
+    On a CPU device (smoke tests of this script only) wall-clock time per call.
+    """
+
+    def __init__(self, device: torch.device, reps: int) -> None:
+        self.device, self.reps = device, reps
+        self.flush = torch.empty(256 * 2**20 if device.type == "cuda" else 1, dtype=torch.uint8, device=device)
+
+    def __call__(self, fn: Callable[[], Any]) -> float:
+        """Median µs of ``fn()``."""
+        for _ in range(3):
+            fn()
+        if self.device.type != "cuda":
+            times = []
+            for _ in range(self.reps):
+                t0 = time.perf_counter()
+                fn()
+                times.append((time.perf_counter() - t0) * 1e6)
+            return statistics.median(times)
+        torch.cuda.synchronize(self.device)
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(self.reps)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(self.reps)]
+        for s, e in zip(starts, ends):
+            self.flush.zero_()
+            s.record()
+            fn()
+            e.record()
+        torch.cuda.synchronize(self.device)
+        return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends)) * 1e3
+
+
+def copy_ceiling(timer: _Timer, device: torch.device) -> float:
+    """Device-to-device copy bandwidth, GB/s (bytes read + written), 512 MiB each way."""
+    src = torch.empty(512 * 2**20, dtype=torch.uint8, device=device)
+    dst = torch.empty_like(src)
+    us = timer(lambda: dst.copy_(src))
+    return 2 * src.numel() / us / 1e3
+
+
+def _peers() -> dict[str, Any]:
+    """Importable peers: name -> module (benchmark-only dependencies)."""
+    found: dict[str, Any] = {}
+    try:
+        from liger_kernel.ops.rms_norm import LigerRMSNormFunction
+
+        found["liger"] = LigerRMSNormFunction
+    except Exception as exc:  # noqa: BLE001 - optional peer, any import failure just drops it
+        found["liger"] = exc
+    try:
+        import quack.rmsnorm as quack_rmsnorm
+
+        found["quack"] = quack_rmsnorm
+    except Exception as exc:  # noqa: BLE001
+        found["quack"] = exc
+    return found
+
+
+def _candidates(direction: str, x, w, dy, rstd, peers: dict[str, Any]) -> dict[str, Callable[[], Any]]:
+    """name -> zero-argument callable returning something comparable with ATen's result."""
+    from accel.kernels.ops.rms_norm import helion_impl, triton_impl
+
+    n = x.shape[-1]
+    aten_fwd = torch.ops.aten._fused_rms_norm.default
+    aten_bwd = torch.ops.aten._fused_rms_norm_backward.default
+    c: dict[str, Callable[[], Any]] = {}
+    if direction == "fwd":
+        c["triton"] = lambda: triton_impl.fused_rms_norm(x, [n], w, EPS)[0]
+        if helion_impl.available()[0]:
+            c["helion"] = lambda: helion_impl.fused_rms_norm(x, [n], w, EPS)[0]
+        c["routed"] = lambda: torch.nn.functional.rms_norm(x, (n,), w, EPS)
+        if not isinstance(peers["liger"], Exception):
+            c["liger"] = lambda: peers["liger"].apply(x, w, EPS)
+        if not isinstance(peers["quack"], Exception):
+            c["quack"] = lambda: peers["quack"].rmsnorm_fwd(x, w, eps=EPS)[0]
+        return c
+    mask = [True, True]
+    c["triton"] = lambda: triton_impl.fused_rms_norm_backward(dy, x, [n], rstd, w, mask)
+    if helion_impl.available()[0]:
+        c["helion"] = lambda: helion_impl.fused_rms_norm_backward(dy, x, [n], rstd, w, mask)
+    c["routed"] = lambda: aten_bwd(dy, x, [n], rstd, w, mask)
+    if not isinstance(peers["liger"], Exception):
+        xg = x.detach().requires_grad_()
+        wg = w.detach().requires_grad_()
+        graph: list = []
+
+        def liger_bwd():  # forward once (in_place=False keeps dy intact), then time the backward alone
+            if not graph:
+                graph.append(peers["liger"].apply(xg, wg, EPS, 0.0, "llama", False))
+            return torch.autograd.grad(graph[0], (xg, wg), dy, retain_graph=True)
+
+        c["liger"] = liger_bwd
+    if not isinstance(peers["quack"], Exception):
+        r = rstd.view(-1).contiguous()
+        c["quack"] = lambda: peers["quack"].rmsnorm_bwd(x, w, dy, r)[:2]
+    return c
+
+
+def _router_overhead(device: torch.device, calls: int = 2000) -> dict[str, float]:
+    """Host µs per ``aten::_fused_rms_norm`` call on 8 elements, without and with accel's overrides installed."""
+    import accel.kernels as ak
+
+    x = torch.randn(1, 8, device=device)
+    w = torch.randn(8, device=device)
+    op = torch.ops.aten._fused_rms_norm.default
+
+    def per_call() -> float:
+        for _ in range(50):
+            op(x, [8], w, EPS)
+        _sync(device)
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            op(x, [8], w, EPS)
+        _sync(device)
+        return (time.perf_counter() - t0) / calls * 1e6
+
+    with ak.disabled():
+        plain = min(per_call() for _ in range(3))
+    routed = min(per_call() for _ in range(3))
+    return {"aten_us": plain, "with_router_us": routed, "router_cost_us": routed - plain}
+
+
+def run(shapes=SHAPES, dtypes=("bf16",), reps: int = 30, budget_s: float = 150.0,
+        device: torch.device | None = None) -> dict[str, Any]:
+    """Run the benchmark; returns the JSON-ready report.
+
+    Args:
+        shapes: ``[M, N]`` pairs.
+        dtypes: names among ``bf16``, ``fp16``, ``fp32``.
+        reps: timed repetitions per candidate.
+        budget_s: shapes left when this many seconds have passed are skipped (listed in ``skipped``).
+        device: default the current CUDA device; a CPU device only smoke-tests this script.
+
+    Raises:
+        KernelUnavailableError: no device given and no usable CUDA device.
+    """
+    import accel.kernels as ak
+    from accel.errors import KernelUnavailableError
+    from accel.kernels import _tolerance
+
+    if device is None:
+        if not torch.cuda.is_available():
+            raise KernelUnavailableError("accel bench: no CUDA device (torch.cuda.is_available() is False). "
+                                         "The kernel benchmark needs an NVIDIA GPU; run it on one.")
+        device = torch.device("cuda", torch.cuda.current_device())
+    started = time.perf_counter()
+    timer = _Timer(device, reps)
+    ceiling = copy_ceiling(timer, device)
+    peers = _peers()
+    directions, skipped = ["fwd", "bwd"], []
+    if not torch._C._dispatch_has_kernel_for_dispatch_key("aten::_fused_rms_norm_backward", device.type.upper()):
+        directions.remove("bwd")  # CPU: no ATen backward kernel to compare with
+        skipped.append(f"bwd: ATen has no aten::_fused_rms_norm_backward kernel on {device.type}")
+    installed = ak.install(kernels="rms_norm")
+    if device.type == "cuda":
+        name, arch = torch.cuda.get_device_name(device), "sm_%d%d" % torch.cuda.get_device_capability(device)
+    else:
+        name, arch = "cpu", "cpu"
+    report: dict[str, Any] = {
+        "device": name, "arch": arch, "torch": torch.__version__,
+        "versions": {m: _version(m) for m in ("triton", "helion", "liger-kernel", "quack-kernels")},
+        "copy_ceiling_gbs": ceiling, "installed": installed,
+        "peers": {k: (None if not isinstance(v, Exception) else f"{type(v).__name__}: {v}") for k, v in peers.items()},
+        "rows": [], "aten_faster": [], "skipped": skipped,
+    }
+    for dname in dtypes:
+        dtype = _DTYPES[dname]
+        for m, n in shapes:
+            if time.perf_counter() - started > budget_s:
+                report["skipped"].append(f"{dname} {m}x{n}: time budget {budget_s} s spent")
+                continue
+            torch.manual_seed(0)
+            x = torch.randn(m, n, dtype=dtype, device=device)
+            w = torch.randn(n, dtype=dtype, device=device)
+            dy = torch.randn(m, n, dtype=dtype, device=device)
+            with ak.disabled():
+                rstd = torch.ops.aten._fused_rms_norm.default(x, [n], w, EPS)[1]
+            for direction in directions:
+                esize = x.element_size()
+                moved = (2 if direction == "fwd" else 3) * m * n * esize
+                with ak.disabled():
+                    if direction == "fwd":  # through F.rms_norm, like the routed call
+                        aten = lambda: torch.nn.functional.rms_norm(x, (n,), w, EPS)  # noqa: E731
+                    else:
+                        aten = lambda: torch.ops.aten._fused_rms_norm_backward.default(  # noqa: E731
+                            dy, x, [n], rstd, w, [True, True])
+                    ref = aten()
+                    results = {"aten": timer(aten)}
+                errors: dict[str, str] = {}
+                routed_to = ak.explain("aten::_fused_rms_norm" if direction == "fwd" else
+                                       "aten::_fused_rms_norm_backward",
+                                       *((x, [n], w, EPS) if direction == "fwd" else
+                                         (dy, x, [n], rstd, w, [True, True]))).kernel
+                for name, fn in _candidates(direction, x, w, dy, rstd, peers).items():
+                    try:
+                        out = fn()
+                        _, problem = _tolerance.compare(_as_tuple(out, direction), _as_tuple(ref, direction))
+                        if problem is not None and name in ("liger", "quack"):
+                            problem = None  # peers round differently (e.g. Liger's "llama" casting); timed anyway
+                        if problem is not None:
+                            errors[name] = f"wrong result: {problem}"
+                            continue
+                        results[name] = timer(fn)
+                    except Exception as exc:  # noqa: BLE001 - one failing candidate must not end the run
+                        errors[name] = f"{type(exc).__name__}: {str(exc)[:200]}"
+                peer_times = [results[p] for p in ("liger", "quack") if p in results]
+                best_peer = min(peer_times) if peer_times else None
+                row = {"dtype": dname, "shape": [m, n], "direction": direction, "bytes": moved,
+                       "routed_to": routed_to, "errors": errors, "impls": {}}
+                for name, us in results.items():
+                    gbs = moved / us / 1e3
+                    row["impls"][name] = {
+                        "us": us, "gbs": gbs, "pct_ceiling": 100 * gbs / ceiling,
+                        "vs_aten": results["aten"] / us,
+                        "vs_best_peer": (best_peer / us) if best_peer else None,
+                    }
+                report["rows"].append(row)
+                if "routed" in results and results["routed"] > results["aten"] and routed_to != "aten":
+                    dsl = routed_to.rsplit(".", 1)[-1]
+                    report["aten_faster"].append(
+                        {"key": [report["arch"], dsl, direction, str(dtype).removeprefix("torch.")],
+                         "entry": [n, m, m], "routed_us": results["routed"], "aten_us": results["aten"]})
+    report["router_overhead"] = _router_overhead(device)
+    report["routed_counts"] = {o.name: {"routed": o.routed, "fallbacks": o.fallbacks, "failed": o.failed}
+                               for o in ak.overrides()}
+    for name in installed:
+        ak.unregister(name)
+    report["elapsed_s"] = time.perf_counter() - started
+    return report
+
+
+def _as_tuple(out: Any, direction: str) -> tuple:
+    if direction == "fwd":
+        return (out[0] if isinstance(out, (tuple, list)) else out,)
+    return tuple(out[:2])
+
+
+def _version(dist: str) -> str | None:
+    from accel._compat import module_version
+
+    return module_version(dist)
+
+
+IMPL_ORDER = ("aten", "triton", "helion", "routed", "liger", "quack")
+
+
+def to_markdown(report: dict[str, Any]) -> str:
+    """The report as markdown tables: % of the copy ceiling, then speed-up over ATen and the best peer."""
+    lines = [f"# RMSNorm on {report['device']} ({report['arch']}), torch {report['torch']}", "",
+             f"Copy ceiling measured in this run: {report['copy_ceiling_gbs']:.0f} GB/s. "
+             f"Versions: {report['versions']}. Peers: {report['peers']}.", ""]
+    for direction in ("fwd", "bwd"):
+        rows = [r for r in report["rows"] if r["direction"] == direction]
+        if not rows:
+            continue
+        lines += [f"## {direction}: GB/s (% of ceiling) and x vs ATen / x vs best peer", "",
+                  "| dtype | shape | routed to | " + " | ".join(IMPL_ORDER) + " |",
+                  "|---|---|---|" + "---:|" * len(IMPL_ORDER)]
+        for r in rows:
+            cells = []
+            for name in IMPL_ORDER:
+                v = r["impls"].get(name)
+                if v is None:
+                    cells.append(r["errors"].get(name, "—")[:40])
+                    continue
+                peer = f" / {v['vs_best_peer']:.2f}x" if v["vs_best_peer"] else ""
+                cells.append(f"{v['gbs']:.0f} ({v['pct_ceiling']:.0f}%) {v['vs_aten']:.2f}x{peer}")
+            lines.append(f"| {r['dtype']} | {r['shape'][0]}x{r['shape'][1]} | {r['routed_to']} | "
+                         + " | ".join(cells) + " |")
+        lines.append("")
+    ro = report.get("router_overhead", {})
+    if ro:
+        lines += [f"Router cost on an 8-element tensor: ATen {ro['aten_us']:.2f} µs/call, with accel's router "
+                  f"{ro['with_router_us']:.2f} µs/call (+{ro['router_cost_us']:.2f} µs).", ""]
+    if report["aten_faster"]:
+        lines += ["Shapes where ATen beat the routed call (paste into kernels/ops/rms_norm/tuning.py ATEN_FASTER):",
+                  "", "```python"]
+        grouped: dict[tuple, list] = {}
+        for e in report["aten_faster"]:
+            grouped.setdefault(tuple(e["key"]), []).append(e)
+        for key, entries in grouped.items():
+            body = "".join(f"{tuple(e['entry'])!r}, " for e in entries)
+            notes = "; ".join(f"N={e['entry'][0]} M={e['entry'][1]}: routed {e['routed_us']:.1f} µs vs ATen "
+                              f"{e['aten_us']:.1f} µs" for e in entries)
+            lines.append(f"{key!r}: ({body.rstrip(', ')}{',' if len(entries) == 1 else ''}),  # {notes}")
+        lines += ["```", ""]
+    if report["skipped"]:
+        lines += ["Skipped: " + "; ".join(report["skipped"]), ""]
+    lines.append(f"Elapsed: {report.get('elapsed_s', 0):.0f} s.")
+    return "\n".join(lines)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The benchmark's options (shared by ``accel bench`` and ``benchmarks/kernels.py``)."""
+    p.add_argument("--json", action="store_true", help="print the JSON report instead of tables")
+    p.add_argument("--out", metavar="DIR", help="write rms_norm-<time>.json and .md into DIR")
+    p.add_argument("--dtypes", default="bf16", help="comma-separated: bf16,fp16,fp32 (default bf16)")
+    p.add_argument("--shapes", default=None, help="comma-separated MxN (default: the five target shapes)")
+    p.add_argument("--reps", type=int, default=30, help="timed reps per candidate (default 30)")
+    p.add_argument("--budget-s", type=float, default=150.0, help="skip remaining shapes after this many seconds")
+
+
+def run_from_args(args: argparse.Namespace) -> int:
+    """Run with parsed options; print and write results. Returns the exit code."""
+    from accel.errors import KernelRegistrationError
+
+    try:
+        shapes = SHAPES if not args.shapes else tuple(
+            tuple(int(v) for v in s.lower().split("x")) for s in args.shapes.split(","))
+        dtypes = tuple(d.strip() for d in args.dtypes.split(","))
+        bad = [d for d in dtypes if d not in _DTYPES]
+        if bad or any(len(s) != 2 for s in shapes):
+            raise ValueError(f"dtypes {bad} not in {list(_DTYPES)}" if bad else "shapes must be MxN")
+    except ValueError as exc:
+        raise KernelRegistrationError(f"accel bench: bad --shapes/--dtypes ({exc}). Write e.g. --shapes "
+                                      f"4096x4096,65536x1024 --dtypes bf16,fp16.") from None
+    report = run(shapes, dtypes, reps=args.reps, budget_s=args.budget_s)
+    md = to_markdown(report)
+    print(json.dumps(report, indent=2) if args.json else md)
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        (out / f"rms_norm-{stamp}.json").write_text(json.dumps(report, indent=2))
+        (out / f"rms_norm-{stamp}.md").write_text(md + "\n")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python benchmarks/kernels.py`` entry point."""
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_arguments(p)
+    return run_from_args(p.parse_args(argv))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
+

@@ -1,0 +1,17 @@
+"""RMSNorm: ``aten::_fused_rms_norm`` and ``aten::_fused_rms_norm_backward``.
+
+``F.rms_norm`` and ``nn.RMSNorm`` call ``aten::_fused_rms_norm`` on every device
+(torch 2.9+: ``rms_norm_symint`` forwards to it except for channels-last,
+complex inputs, a weight of another dtype, and MPS with grad); its autograd
+formula calls ``aten::_fused_rms_norm_backward``. On CUDA both have ATen kernels;
+on CPU the forward is a CompositeImplicitAutograd decomposition and the backward
+has no kernel, so a CPU registration of the forward must come with the backward.
+
+Modules: :mod:`.reference` (eager oracle), :mod:`.conditions` (the shared
+``cond``), :mod:`.tuning` (shapes sent to ATen), ``triton_kernel``/``triton_impl``,
+``helion_kernel``/``helion_impl``. Importing any ``*_impl`` module imports no
+DSL runtime; the kernels are imported at the first call.
+"""
+
+FWD_OP = "aten::_fused_rms_norm"
+BWD_OP = "aten::_fused_rms_norm_backward"

@@ -1,0 +1,87 @@
+"""RMSNorm forward and backward through the Helion kernels of :mod:`.helion_kernel`.
+
+Importing this module imports no Helion. Where Helion is absent (or too old)
+:func:`available` says why and :func:`accel.kernels.install` skips it; the
+kernels need a weight (the cond sends ``weight=None`` to ATen).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Sequence
+
+import torch
+from packaging.version import InvalidVersion, Version
+
+from accel._compat import module_version
+
+from . import reference
+from ._launch import device_guard, empty, empty_like, row_count, rows_view
+from ._pair import register_pair
+from .conditions import Limits
+
+__all__ = ["DSL", "LIMITS", "MIN_VERSION", "available", "fused_rms_norm", "fused_rms_norm_backward", "register"]
+
+DSL = "helion"
+#: Rows up to 16384 elements (a whole row per tile), weight required; Helion's
+#: generated code indexes with int32, so fewer than 2**31 elements.
+LIMITS = Limits(max_n_fwd=16384, max_n_bwd=16384, needs_weight=True, max_numel=(1 << 31) - 1)
+#: Oldest Helion the kernels are checked with (1.4.0 runs on the H200's torch 2.11).
+MIN_VERSION = Version("1.4.0")
+
+
+def available() -> tuple[bool, str]:
+    """Whether Helion (and Triton, its backend) are installed in a usable version, and why (no import)."""
+    if importlib.util.find_spec("helion") is None:
+        return False, "helion is not installed (pip install 'accel-portability[helion]')"
+    if importlib.util.find_spec("triton") is None:
+        return False, "helion is installed but triton (its code generator) is not"
+    raw = module_version("helion") or "0"
+    try:
+        ver = Version(raw)
+    except InvalidVersion:
+        return False, f"helion version {raw!r} is not a version number"
+    if ver < MIN_VERSION:
+        return False, f"helion {ver} < {MIN_VERSION} (oldest version the kernels are checked with)"
+    return True, f"helion {ver} installed"
+
+
+def _kernels():
+    from . import helion_kernel
+
+    return helion_kernel
+
+
+def fused_rms_norm(input: torch.Tensor, normalized_shape: Sequence[int], weight: torch.Tensor | None = None,
+                   eps: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``aten::_fused_rms_norm`` in Helion (weight required); results as :func:`.reference.fused_rms_norm`."""
+    k = _kernels()
+    n = row_count(normalized_shape)
+    x = rows_view(input, n)
+    eps = torch.finfo(torch.float32).eps if eps is None else float(eps)
+    y = empty_like(x)
+    rstd = empty(x.shape[0], torch.float32, x.device)
+    with device_guard(x.device):
+        k.rms_norm_fwd(x, weight.view(n), eps, y, rstd)
+    return y.view(input.shape), rstd.view(reference.stat_shape(input, normalized_shape))
+
+
+def fused_rms_norm_backward(grad_out: torch.Tensor, input: torch.Tensor, normalized_shape: Sequence[int],
+                            rstd: torch.Tensor, weight: torch.Tensor | None,
+                            output_mask: Sequence[bool]) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """``aten::_fused_rms_norm_backward`` in Helion (weight required); as the reference."""
+    if not (output_mask[0] or output_mask[1]):
+        return None, None
+    k = _kernels()
+    n = row_count(normalized_shape)
+    x = rows_view(input, n)
+    dx = empty_like(x)
+    with device_guard(x.device):
+        dw = k.rms_norm_bwd(rows_view(grad_out, n), x, weight.view(n), rstd.view(-1, 1), dx)
+    return (dx.view(input.shape) if output_mask[0] else None,
+            dw.view(weight.shape) if output_mask[1] else None)
+
+
+def register(backends: Sequence[str] = ("cuda",), *, suffix: str = "") -> list[str]:
+    """Register the forward and backward as accel overrides for ``backends`` (as :func:`.triton_impl.register`)."""
+    return register_pair(DSL, fused_rms_norm, fused_rms_norm_backward, LIMITS, backends, suffix)

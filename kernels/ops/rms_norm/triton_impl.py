@@ -1,0 +1,109 @@
+"""RMSNorm forward and backward through the Triton kernels of :mod:`.triton_kernel`.
+
+Importing this module imports no Triton: the kernel module is imported at the
+first call. :func:`register` installs both ops as accel overrides.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Sequence
+
+import torch
+
+from accel._compat import module_version
+
+from . import reference
+from ._launch import device_guard, empty, empty_like, row_count, rows_view, sm_count
+from ._pair import register_pair
+from .conditions import Limits
+
+__all__ = ["DSL", "LIMITS", "available", "fused_rms_norm", "fused_rms_norm_backward", "register"]
+
+DSL = "triton"
+#: Row bounds: forward any N up to 65536 (looped above triton_kernel.MAX_BLOCK_N);
+#: backward keeps the row in registers (N <= triton_kernel.MAX_BLOCK_N = 16384).
+LIMITS = Limits(max_n_fwd=65536, max_n_bwd=16384)
+
+
+def available() -> tuple[bool, str]:
+    """Whether Triton is installed (package metadata only; nothing imported), and why."""
+    if importlib.util.find_spec("triton") is None:
+        return False, "triton is not installed (pip install 'accel-portability[triton]')"
+    return True, f"triton {module_version('triton')} installed"
+
+
+def _kernels():
+    from . import triton_kernel
+
+    return triton_kernel
+
+
+def fused_rms_norm(input: torch.Tensor, normalized_shape: Sequence[int], weight: torch.Tensor | None = None,
+                   eps: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``aten::_fused_rms_norm`` in Triton; same arguments and results as :func:`.reference.fused_rms_norm`.
+
+    Input must be contiguous (the cond checks it).
+    """
+    k = _kernels()
+    n = row_count(normalized_shape)
+    x = rows_view(input, n)
+    m = x.shape[0]
+    y = empty_like(x)
+    rstd = empty(m, torch.float32, x.device)
+    eps = torch.finfo(torch.float32).eps if eps is None else float(eps)
+    block_n, rows, warps, looped = k.fwd_config(n)
+    w = weight if weight is not None else x
+    with device_guard(x.device):
+        if looped:
+            k.rms_norm_fwd_looped[(m,)](x, w, y, rstd, n, eps, BLOCK_N=block_n, HAS_W=weight is not None,
+                                        num_warps=warps)
+        else:
+            k.rms_norm_fwd_rows[(-(-m // rows),)](x, w, y, rstd, m, n, eps, BLOCK_N=block_n, ROWS=rows,
+                                                  HAS_W=weight is not None, num_warps=warps)
+    return y.view(input.shape), rstd.view(reference.stat_shape(input, normalized_shape))
+
+
+def fused_rms_norm_backward(grad_out: torch.Tensor, input: torch.Tensor, normalized_shape: Sequence[int],
+                            rstd: torch.Tensor, weight: torch.Tensor | None,
+                            output_mask: Sequence[bool]) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """``aten::_fused_rms_norm_backward`` in Triton; same as :func:`.reference.fused_rms_norm_backward`."""
+    want_dx = bool(output_mask[0])
+    want_dw = bool(output_mask[1]) and weight is not None
+    if not (want_dx or want_dw):
+        return None, None
+    k = _kernels()
+    n = row_count(normalized_shape)
+    x = rows_view(input, n)
+    dy = rows_view(grad_out, n)
+    m = x.shape[0]
+    block_n, warps = k.bwd_config(n)
+    programs = max(1, min(m, sm_count(x.device) * (4 if block_n <= 4096 else 2)))
+    per_program = -(-m // programs)
+    programs = -(-m // per_program)
+    dx = empty_like(x) if want_dx else x
+    partial = empty((programs, n), torch.float32, x.device) if want_dw else x
+    w = weight if weight is not None else x
+    with device_guard(x.device):
+        k.rms_norm_bwd_rows[(programs,)](dy, x, w, rstd, dx, partial, m, n, per_program, BLOCK_N=block_n,
+                                         HAS_W=weight is not None, WANT_DX=want_dx, WANT_DW=want_dw,
+                                         num_warps=warps)
+    grad_input = dx.view(input.shape) if want_dx else None
+    grad_weight = partial.sum(0).to(weight.dtype).view(weight.shape) if want_dw else None
+    return grad_input, grad_weight
+
+
+def register(backends: Sequence[str] = ("cuda",), *, suffix: str = "") -> list[str]:
+    """Register the forward and backward as accel overrides for ``backends``.
+
+    Args:
+        backends: accel backend names (``["cuda"]``; tests use ``["cpu"]`` with ``TRITON_INTERPRET=1``).
+        suffix: appended to the registration names (``rms_norm_fwd.triton<suffix>``).
+
+    Returns:
+        The two registration names.
+
+    Raises:
+        KernelRegistrationError: as :func:`accel.kernels.register` (nothing stays registered).
+    """
+    return register_pair(DSL, fused_rms_norm, fused_rms_norm_backward, LIMITS, backends, suffix)

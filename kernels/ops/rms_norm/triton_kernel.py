@@ -1,0 +1,128 @@
+"""RMSNorm forward and backward in Triton (imported only when a kernel first runs).
+
+Shapes: ``x``, ``y``, ``dy``, ``dx`` are ``[M, N]`` row-major contiguous; ``w``
+is ``[N]``; ``rstd`` is ``[M]`` fp32. dtypes fp32/bf16/fp16, fp32 accumulation.
+
+Forward: ``rstd = 1/sqrt(sum(x^2)/N + eps)``, ``y = x * rstd * w``.
+
+- ``N <= 16384`` (``BLOCK_N = next_pow2(N)``): the whole row lives in registers,
+  one load and one store per element (copy-like traffic); for small rows
+  (``BLOCK_N < 4096``) each program normalizes several rows, so programs stay
+  large enough to hide latency.
+- larger ``N``: one row per program in ``BLOCK_N`` chunks, two passes over the
+  row (the second read mostly hits L2).
+
+Backward: ``xhat = x*rstd``, ``dx = rstd * (w*dy - xhat * mean(xhat*w*dy))``,
+``dw = sum_rows(dy*xhat)``. A fixed grid of ``G`` programs (a few per SM) each
+walks a contiguous range of rows with the whole row in registers, keeps its
+partial ``dw`` in fp32 registers, and writes it to ``[G, N]``; the partials are
+summed by ``torch.sum`` (``G*N*4`` bytes, small next to ``3*M*N*esize``).
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+__all__ = ["rms_norm_fwd_rows", "rms_norm_fwd_looped", "rms_norm_bwd_rows", "fwd_config", "bwd_config"]
+
+#: Largest row kept whole in registers (elements).
+MAX_BLOCK_N = 16384
+
+
+@triton.jit
+def rms_norm_fwd_rows(X, W, Y, RSTD, M, N, eps,
+                      BLOCK_N: tl.constexpr, ROWS: tl.constexpr, HAS_W: tl.constexpr):
+    """``ROWS`` rows of ``[M, N]`` per program, each row whole in registers."""
+    pid = tl.program_id(0)
+    rows = pid * ROWS + tl.arange(0, ROWS)
+    cols = tl.arange(0, BLOCK_N)
+    row_ok = rows < M
+    col_ok = cols < N
+    mask = row_ok[:, None] & col_ok[None, :]
+    offs = rows[:, None].to(tl.int64) * N + cols[None, :]
+    x = tl.load(X + offs, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
+    rstd = tl.rsqrt(tl.sum(x * x, axis=1) / N + eps)
+    y = x * rstd[:, None]
+    if HAS_W:
+        w = tl.load(W + cols, mask=col_ok, other=0.0, eviction_policy="evict_last").to(tl.float32)
+        y = y * w[None, :]
+    tl.store(Y + offs, y.to(Y.dtype.element_ty), mask=mask)
+    tl.store(RSTD + rows, rstd, mask=row_ok)
+
+
+@triton.jit
+def rms_norm_fwd_looped(X, W, Y, RSTD, N, eps, BLOCK_N: tl.constexpr, HAS_W: tl.constexpr):
+    """One row per program for rows longer than :data:`MAX_BLOCK_N`: sum of squares, then normalize."""
+    row = tl.program_id(0).to(tl.int64)
+    base = row * N
+    acc = tl.zeros([BLOCK_N], dtype=tl.float32)
+    for start in range(0, N, BLOCK_N):
+        cols = start + tl.arange(0, BLOCK_N)
+        x = tl.load(X + base + cols, mask=cols < N, other=0.0).to(tl.float32)
+        acc += x * x
+    rstd = tl.rsqrt(tl.sum(acc, axis=0) / N + eps)
+    for start in range(0, N, BLOCK_N):
+        cols = start + tl.arange(0, BLOCK_N)
+        ok = cols < N
+        x = tl.load(X + base + cols, mask=ok, other=0.0, eviction_policy="evict_first").to(tl.float32)
+        y = x * rstd
+        if HAS_W:
+            y = y * tl.load(W + cols, mask=ok, other=0.0).to(tl.float32)
+        tl.store(Y + base + cols, y.to(Y.dtype.element_ty), mask=ok)
+    tl.store(RSTD + row, rstd)
+
+
+@triton.jit
+def rms_norm_bwd_rows(DY, X, W, RSTD, DX, DW_PARTIAL, M, N, rows_per_program,
+                      BLOCK_N: tl.constexpr, HAS_W: tl.constexpr, WANT_DX: tl.constexpr, WANT_DW: tl.constexpr):
+    """Rows ``[pid*rows_per_program, ...)`` of the backward; partial ``dw`` to ``DW_PARTIAL[pid]``."""
+    pid = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_N)
+    col_ok = cols < N
+    if HAS_W:
+        w = tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32)
+    dw = tl.zeros([BLOCK_N], dtype=tl.float32)
+    first = pid.to(tl.int64) * rows_per_program  # int64 rows: M * N may exceed 2**31
+    last = tl.minimum(first + rows_per_program, M)
+    for row in range(first, last):
+        base = row * N
+        x = tl.load(X + base + cols, mask=col_ok, other=0.0, eviction_policy="evict_first").to(tl.float32)
+        dy = tl.load(DY + base + cols, mask=col_ok, other=0.0, eviction_policy="evict_first").to(tl.float32)
+        rstd = tl.load(RSTD + row)
+        xhat = x * rstd
+        if HAS_W:
+            wdy = w * dy
+        else:
+            wdy = dy
+        if WANT_DW:
+            dw += dy * xhat
+        if WANT_DX:
+            c = tl.sum(xhat * wdy, axis=0) / N
+            dx = (wdy - xhat * c) * rstd
+            tl.store(DX + base + cols, dx.to(DX.dtype.element_ty), mask=col_ok)
+    if WANT_DW:
+        tl.store(DW_PARTIAL + pid.to(tl.int64) * N + cols, dw, mask=col_ok)
+
+
+def _warps(elements: int) -> int:
+    if elements >= 8192:
+        return 16
+    if elements >= 2048:
+        return 8
+    return 4
+
+
+def fwd_config(n: int) -> tuple[int, int, int, bool]:
+    """``(BLOCK_N, ROWS, num_warps, looped)`` for rows of ``n`` elements."""
+    block_n = triton.next_power_of_2(n)
+    if block_n > MAX_BLOCK_N:
+        return 4096, 1, 8, True
+    rows = max(1, min(16, 4096 // block_n))
+    return block_n, rows, _warps(block_n * rows), False
+
+
+def bwd_config(n: int) -> tuple[int, int]:
+    """``(BLOCK_N, num_warps)`` for the backward with rows of ``n <= MAX_BLOCK_N`` elements."""
+    block_n = triton.next_power_of_2(n)
+    return block_n, _warps(block_n)

@@ -1,0 +1,155 @@
+"""Built-in kernel availability (reasons shown by ``accel info``), install(), ``accel kernels`` and ``accel bench``."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import accel.kernels as ak
+from accel.cli import main
+from accel.errors import KernelRegistrationError, KernelUnavailableError
+from accel.kernels.ops.rms_norm import helion_impl, reference, triton_impl
+
+
+@pytest.fixture(autouse=True)
+def _clean():
+    yield
+    for o in ak.overrides():
+        ak.unregister(o.name)
+
+
+def test_availability_without_gpu_names_the_probe():
+    found = {(a.kernel, a.dsl): a for a in ak.availability()}
+    assert set(found) == {("rms_norm", "triton"), ("rms_norm", "helion")}
+    for a in found.values():
+        assert a.backends == ("cuda",) and not a.available and not a.installed
+        if "not installed" not in a.reason:
+            assert "no usable backend among cuda" in a.reason
+    assert ak.install() == []
+
+
+def test_helion_absent_or_too_old_is_reported(monkeypatch):
+    monkeypatch.setattr(helion_impl.importlib.util, "find_spec", lambda name: None)
+    assert helion_impl.available() == (False, "helion is not installed (pip install 'accel-portability[helion]')")
+    monkeypatch.undo()
+    monkeypatch.setattr(helion_impl.importlib.util, "find_spec", lambda name: object())
+    monkeypatch.setattr(helion_impl, "module_version", lambda name: "1.3.9")
+    assert helion_impl.available() == (False, "helion 1.3.9 < 1.4.0 (oldest version the kernels are checked with)")
+    monkeypatch.setattr(helion_impl, "module_version", lambda name: "banana")
+    assert "is not a version number" in helion_impl.available()[1]
+    monkeypatch.setattr(helion_impl, "module_version", lambda name: "1.4.0")
+    assert helion_impl.available() == (True, "helion 1.4.0 installed")
+    monkeypatch.setattr(helion_impl.importlib.util, "find_spec", lambda name: None if name == "triton" else object())
+    assert "triton (its code generator) is not" in helion_impl.available()[1]
+    monkeypatch.setattr(triton_impl.importlib.util, "find_spec", lambda name: None)
+    assert "triton is not installed" in triton_impl.available()[1]
+
+
+def test_availability_with_a_gpu_and_install_filters(monkeypatch):
+    from accel.kernels import _catalog
+
+    monkeypatch.setattr(triton_impl, "available", lambda: (True, "triton 9.9 installed"))
+    monkeypatch.setattr(helion_impl, "available", lambda: (False, "helion is not installed"))
+    registered = []
+    monkeypatch.setattr(triton_impl, "register", lambda backends: registered.append(backends) or ["t1", "t2"])
+
+    class P:
+        available, reason = True, "1 device(s) visible"
+
+    monkeypatch.setattr("accel.probes", lambda: {"cuda": P(), "cpu": P()})
+    found = {a.dsl: a for a in _catalog.availability()}
+    assert found["triton"].available and found["triton"].reason == "triton 9.9 installed"
+    assert not found["helion"].available
+    assert ak.install(dsl="helion") == []
+    assert ak.install(kernels="softmax") == []
+    assert ak.install(dsl=["triton"], kernels="rms_norm") == ["t1", "t2"]
+    assert registered == [["cuda"]]
+
+
+def test_accel_kernels_json_shows_counts(capsys):
+    ak.register("aten::_fused_rms_norm", impl=reference.fused_rms_norm, backends=["cpu"], dsl="eager", name="cli")
+    import torch
+
+    torch.ops.aten._fused_rms_norm(torch.randn(2, 8), [8], None, 1e-6)
+    assert main(["kernels", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    row = next(o for o in data["overrides"] if o["name"] == "cli")
+    assert (row["op"], row["dsl"], row["backends"], row["active"], row["routed"], row["fallbacks"]) == \
+        ("aten::_fused_rms_norm", "eager", ["cpu"], True, 1, 0)
+    assert {b["dsl"] for b in data["builtin"]} == {"triton", "helion"}
+    assert main(["kernels"]) == 0
+    out = capsys.readouterr().out
+    assert "cli" in out and "built-in kernels" in out and "native DSL registry" in out
+
+
+def test_accel_kernels_install_flag_and_empty_table(capsys):
+    assert main(["kernels", "--install"]) == 0
+    assert "none registered in this process" in capsys.readouterr().out
+
+
+def test_accel_bench_errors_without_gpu(capsys):
+    assert main(["bench"]) == 2
+    assert "no CUDA device" in capsys.readouterr().err
+    assert main(["bench", "--shapes", "4096"]) == 2
+    assert "shapes must be MxN" in capsys.readouterr().err
+    assert main(["bench", "--dtypes", "fp8"]) == 2
+    assert "dtypes ['fp8']" in capsys.readouterr().err
+
+
+def test_typed_errors_subclass_builtins():
+    assert issubclass(KernelRegistrationError, ValueError)
+    assert issubclass(KernelUnavailableError, RuntimeError)
+
+
+def test_benchmark_markdown_renders_a_report():
+    from accel.kernels import bench
+
+    report = {"device": "NVIDIA H200", "arch": "sm_90", "torch": "2.11.0", "versions": {}, "peers": {},
+              "copy_ceiling_gbs": 4000.0, "skipped": [], "elapsed_s": 1.0,
+              "aten_faster": [{"key": ["sm_90", "triton", "fwd", "bfloat16"], "entry": [1024, 65536, 65536],
+                               "routed_us": 70.0, "aten_us": 60.0}],
+              "router_overhead": {"aten_us": 9.0, "with_router_us": 13.0, "router_cost_us": 4.0},
+              "rows": [{"dtype": "bf16", "shape": [4096, 4096], "direction": "fwd", "routed_to": "rms_norm_fwd.triton",
+                        "errors": {"helion": "ImportError: x"},
+                        "impls": {"aten": {"us": 30.0, "gbs": 2000.0, "pct_ceiling": 50.0, "vs_aten": 1.0,
+                                           "vs_best_peer": None}}}]}
+    md = bench.to_markdown(report)
+    assert "2000 (50%) 1.00x" in md and "ImportError: x" in md and "+4.00 µs" in md
+    assert "('sm_90', 'triton', 'fwd', 'bfloat16'): ((1024, 65536, 65536),)" in md
+
+
+def test_benchmark_script_runs_end_to_end_on_cpu_in_the_interpreter():
+    """Smoke test of the benchmark's own code (numbers meaningless here): CPU device, Triton interpreter."""
+    import os
+    import subprocess
+    import sys
+    import textwrap
+
+    from accel.kernels.ops.rms_norm import triton_impl as ti
+
+    if not ti.available()[0]:
+        pytest.skip(ti.available()[1])
+    code = textwrap.dedent("""
+        import json, torch
+        import accel.kernels as ak
+        from accel.kernels import bench
+        from accel.kernels.ops.rms_norm import tuning, triton_impl
+        tuning.MIN_NUMEL["triton"] = 16384
+        ak.install = lambda **k: triton_impl.register(["cpu"])
+        r = bench.run(shapes=((64, 256),), dtypes=("bf16", "fp32"), reps=2, device=torch.device("cpu"))
+        print("REPORT" + json.dumps(r))
+    """)
+    env = {k: v for k, v in os.environ.items() if k != "HELION_INTERPRET"}
+    env["TRITON_INTERPRET"] = "1"
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    r = json.loads(next(l for l in proc.stdout.splitlines() if l.startswith("REPORT"))[6:])
+    assert [(row["dtype"], row["direction"], row["routed_to"]) for row in r["rows"]] == \
+        [("bf16", "fwd", "rms_norm_fwd.triton"), ("fp32", "fwd", "rms_norm_fwd.triton")]
+    for row in r["rows"]:
+        assert {"aten", "triton", "routed"} <= set(row["impls"]), row["errors"]
+        assert row["impls"]["aten"]["vs_aten"] == 1.0 and row["bytes"] == 2 * 64 * 256 * (2 if row["dtype"] == "bf16" else 4)
+    assert r["routed_counts"]["rms_norm_fwd.triton"]["routed"] > 0
+    assert r["router_overhead"]["with_router_us"] > 0 and r["installed"] == ["rms_norm_fwd.triton", "rms_norm_bwd.triton"]
+    assert r["skipped"] == ["bwd: ATen has no aten::_fused_rms_norm_backward kernel on cpu"]

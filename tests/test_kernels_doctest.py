@@ -1,0 +1,27 @@
+"""Every docstring example of accel.kernels runs (on CPU)."""
+
+import doctest
+import importlib
+
+import pytest
+
+import accel.kernels as ak
+
+MODULES = ["accel.kernels._registry", "accel.kernels._catalog", "accel.kernels._tolerance",
+           "accel.kernels.ops.rms_norm.reference", "accel.kernels.ops.rms_norm.conditions"]
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_docstring_examples(name):
+    result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS)
+    assert result.failed == 0
+    if name.endswith(("_registry", "_catalog")):
+        assert result.attempted >= 3
+    for o in ak.overrides():
+        ak.unregister(o.name)
+
+
+def test_examples_exist_for_the_public_api():
+    documented = [f for f in ("register", "disable", "disabled", "overrides", "explain", "availability", "install")
+                  if ">>>" in (getattr(ak, f).__doc__ or "")]
+    assert len(documented) == 7

@@ -1,0 +1,413 @@
+"""accel.kernels registry: routing, filters, explain, fail-safe, verification, errors — on both registry paths.
+
+Routing is tested at the CPU dispatch key (this machine has no GPU) with eager
+impls that count their calls; the same tests run once per registration path
+(``accel``: accel's torch.library router; ``native``: torch._native, where usable).
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import accel.kernels as ak
+from accel import _compat
+from accel.errors import KernelFallbackWarning, KernelRegistrationError, UnknownKernelError
+from accel.kernels import _registry
+from accel.kernels.ops.rms_norm import reference
+
+FWD, BWD = "aten::_fused_rms_norm", "aten::_fused_rms_norm_backward"
+PATHS = ["accel"] + (["native"] if _compat.native_dsl_registry() is not None else [])
+
+
+@pytest.fixture(autouse=True)
+def _clean_registry():
+    """No override survives a test; the registration path is restored."""
+    yield
+    for o in ak.overrides():
+        ak.unregister(o.name)
+    ak.enable()
+    ak.set_verify(False)
+    _registry._STATE.path_mode = None
+
+
+@pytest.fixture(params=PATHS)
+def path(request):
+    ak.use_registry(request.param)
+    return request.param
+
+
+class Counting:
+    """An impl that counts calls and answers with a given function."""
+
+    def __init__(self, fn):
+        self.fn, self.calls = fn, 0
+
+    def __call__(self, *args, **kwargs):
+        self.calls += 1
+        return self.fn(*args, **kwargs)
+
+
+def _register_pair(dsl="eager", cond=None, fwd=reference.fused_rms_norm, suffix=""):
+    f, b = Counting(fwd), Counting(reference.fused_rms_norm_backward)
+    ak.register(FWD, impl=f, backends=["cpu"], dsl=dsl, cond=cond, name=f"f{suffix}")
+    ak.register(BWD, impl=b, backends=["cpu"], dsl=dsl, name=f"b{suffix}",
+                fallback=reference.fused_rms_norm_backward)
+    return f, b
+
+
+def _call(x, w=None):
+    return torch.ops.aten._fused_rms_norm(x, [x.shape[-1]], w, 1e-6)
+
+
+def _info(name):
+    return next(o for o in ak.overrides() if o.name == name)
+
+
+def test_round_trip_register_route_unregister(path):
+    x = torch.randn(3, 16)
+    before = _call(x)[0]
+    f, _ = _register_pair()
+    assert _info("f").paths == {"CPU": path}
+    y, rstd = _call(x)
+    assert f.calls == 1 and _info("f").routed == 1
+    torch.testing.assert_close(y, before)
+    ak.unregister("f")
+    ak.unregister("b")
+    _call(x)
+    assert f.calls == 1, "after unregister ATen runs again"
+    assert ak.overrides() == []
+
+
+def test_nn_rmsnorm_autograd_routes_forward_and_backward(path):
+    f, b = _register_pair()
+    layer = torch.nn.RMSNorm(16, eps=1e-6)
+    with torch.no_grad():
+        layer.weight.copy_(torch.randn(16))
+    x = torch.randn(4, 16, requires_grad=True)
+    layer(x).square().sum().backward()
+    assert f.calls == 1 and b.calls == 1
+    gx, gw = x.grad.clone(), layer.weight.grad.clone()
+    ak.unregister("f")
+    ak.unregister("b")
+    x.grad = None
+    layer.weight.grad = None
+    layer(x).square().sum().backward()  # ATen's composite (and its own autograd) on CPU
+    torch.testing.assert_close(gx, x.grad, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(gw, layer.weight.grad, rtol=1e-5, atol=1e-5)
+
+
+def test_autocast_still_applies_above_the_override(path):
+    f, _ = _register_pair()
+    x, w = torch.randn(4, 16), torch.randn(16)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        routed = F.rms_norm(x.bfloat16(), (16,), w.bfloat16(), 1e-6)
+    assert f.calls == 1
+    ak.unregister("f")
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        plain = F.rms_norm(x.bfloat16(), (16,), w.bfloat16(), 1e-6)
+    assert routed.dtype == plain.dtype  # autocast's casting policy ran in both cases
+
+
+def test_cond_false_runs_aten_and_counts_declined(path):
+    f, _ = _register_pair(cond=lambda x, shape, w=None, eps=None: x.shape[0] > 2)
+    _call(torch.randn(2, 16))
+    assert f.calls == 0 and _info("f").declined == 1 and _info("f").fallbacks == 1
+    _call(torch.randn(5, 16))
+    assert f.calls == 1 and _info("f").routed == 1
+
+
+def test_first_matching_override_wins(path):
+    f1, _ = _register_pair(dsl="triton", cond=lambda x, *a, **k: x.shape[0] == 1)
+    f2 = Counting(reference.fused_rms_norm)
+    ak.register(FWD, impl=f2, backends=["cpu"], dsl="helion", name="second")
+    _call(torch.randn(1, 16))
+    _call(torch.randn(3, 16))
+    assert (f1.calls, f2.calls) == (1, 1)
+    assert ak.explain(FWD, torch.randn(1, 16), [16], None, 1e-6).kernel == "f"
+    assert ak.explain(FWD, torch.randn(3, 16), [16], None, 1e-6).kernel == "second"
+
+
+@pytest.mark.parametrize("how", [dict(op=FWD), dict(dsl="eager"), dict(backend="cpu"), dict(name="f"), dict()])
+def test_disable_enable_and_context_manager(path, how):
+    f, _ = _register_pair()
+    x = torch.randn(2, 16)
+    ak.disable(**how)
+    _call(x)
+    assert f.calls == 0
+    info = _info("f")
+    assert not info.active and info.inactive_reason
+    assert ak.explain(FWD, x, [16], None, 1e-6).kernel == "aten"
+    ak.enable(**how)
+    _call(x)
+    assert f.calls == 1
+    with ak.disabled(**how):
+        _call(x)
+        assert f.calls == 1
+    _call(x)
+    assert f.calls == 2, "the context manager restored the previous state"
+
+
+def test_disabled_context_keeps_an_outer_disable(path):
+    f, _ = _register_pair()
+    ak.disable(dsl="eager")
+    with ak.disabled(dsl="eager"):
+        pass
+    _call(torch.randn(2, 16))
+    assert f.calls == 0
+
+
+def test_overrides_reports_registration(path):
+    _register_pair()
+    info = _info("f")
+    assert (info.op, info.dsl, info.backends, info.dispatch_keys) == (FWD, "eager", ("cpu",), {"cpu": "CPU"})
+    assert info.active and info.inactive_reason == ""
+    d = info.as_dict()
+    assert d["fallbacks"] == 0 and d["backends"] == ["cpu"]
+
+
+def test_explain_lists_each_verdict_with_why_not(path):
+    def cond(x, *a, **k):
+        return False
+
+    cond.why_not = lambda x, *a, **k: f"rows={x.shape[0]} too few"
+    _register_pair(cond=cond)
+    ak.register(FWD, impl=reference.fused_rms_norm, backends=["cpu"], dsl="helion", name="g")
+    ak.disable(name="g")
+    ex = ak.explain(FWD, torch.randn(2, 16), [16], None, 1e-6)
+    assert ex.kernel == "aten" and ex.dispatch_key == "CPU"
+    verdicts = dict(ex.steps)
+    assert "rows=2 too few" in verdicts["f"] and "declines" in verdicts["f"]
+    assert "disabled by name" in verdicts["g"]
+    assert "runs aten" in str(ex)
+    assert _info("f").declined == 0, "explain does not count"
+
+
+def test_explain_other_key_and_unregistered_op():
+    ak.register(FWD, impl=reference.fused_rms_norm, backends=["cpu"], dsl="eager", name="f")
+    ex = ak.explain(FWD, torch.empty(2, 16, device="meta"), [16], None, None)
+    assert ex.kernel == "aten" and "not registered at" in ex.steps[0][1]
+    ex = ak.explain("aten::sin", torch.randn(2))
+    assert ex.steps == (("aten", "no accel override registered for aten::sin"),)
+
+
+def test_impl_that_raises_falls_back_once_per_shape(path):
+    def broken(x, *a, **k):
+        if x.shape[0] == 2:
+            raise RuntimeError("compile failed")
+        return reference.fused_rms_norm(x, *a, **k)
+
+    f, _ = _register_pair(fwd=broken)
+    x = torch.randn(2, 16)
+    with pytest.warns(KernelFallbackWarning, match=r"aten::_fused_rms_norm.*\[2, 16\].*RuntimeError: compile failed"):
+        y, _ = _call(x)
+    torch.testing.assert_close(y, reference.fused_rms_norm(x, [16], None, 1e-6)[0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _call(x)  # no second warning, impl not tried again for this shape
+    assert f.calls == 1 and _info("f").failed == 1 and _info("f").denied_shapes == 1
+    assert "failed on them before" in dict(ak.explain(FWD, x, [16], None, 1e-6).steps)["f"]
+    _call(torch.randn(3, 16))
+    assert f.calls == 2 and _info("f").routed == 1
+    ak.reset_counters("f")
+    assert _info("f").denied_shapes == 0 and _info("f").failed == 0
+
+
+def test_cond_that_raises_counts_as_false_and_warns_once(path):
+    def cond(*a, **k):
+        raise ValueError("bad cond")
+
+    f, _ = _register_pair(cond=cond)
+    with pytest.warns(KernelFallbackWarning, match="cond of 'f'.*ValueError: bad cond"):
+        _call(torch.randn(2, 16))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _call(torch.randn(2, 16))
+    assert f.calls == 0
+    assert "cond raised ValueError" in dict(ak.explain(FWD, torch.randn(2, 16), [16], None, 1e-6).steps)["f"]
+
+
+def test_verify_records_error_and_rejects_wrong_answers(path, monkeypatch):
+    monkeypatch.setenv(_registry.VERIFY_ENV, "1")
+    assert ak.set_verify() is False
+    _register_pair()
+    x = torch.randn(4, 16)
+    _call(x)
+    info = _info("f")
+    assert info.verified == 1 and info.routed == 1 and 0.0 <= info.max_error < 1e-5
+    ak.unregister("f")
+    ak.unregister("b")
+
+    def wrong(*a, **k):
+        y, r = reference.fused_rms_norm(*a, **k)
+        return y + 1, r
+
+    _register_pair(fwd=wrong, suffix="w")
+    with pytest.warns(KernelFallbackWarning, match="disagreed with ATen: output 0: max abs error 1"):
+        y, _ = _call(x)
+    torch.testing.assert_close(y, reference.fused_rms_norm(x, [16], None, 1e-6)[0])
+    info = _info("fw")
+    assert info.failed == 1 and info.routed == 0 and info.max_error == pytest.approx(1.0, abs=1e-5)
+
+
+def test_unregister_after_disable_and_slot_cleanup(path):
+    _register_pair()
+    ak.disable(dsl="eager")
+    ak.unregister("f")
+    ak.unregister("b")
+    ak.enable(dsl="eager")
+    assert _registry._SLOTS == {}
+    assert not torch._C._dispatch_has_kernel_for_dispatch_key(FWD, "CPU")
+
+
+# ------------------------------------------------------------------ native registry
+native_only = pytest.mark.skipif("native" not in PATHS, reason=_compat.native_dsl_registry_reason())
+
+
+@native_only
+def test_python_native_controls_accel_kernels():
+    import torch.backends.python_native as pn
+
+    ak.use_registry("native")
+    f, _ = _register_pair(dsl="triton")
+    x = torch.randn(2, 16)
+    with pn.triton.disabled():
+        _call(x)
+        assert f.calls == 0
+        assert "torch.backends.python_native" in _info("f").inactive_reason
+        assert "python_native" in dict(ak.explain(FWD, x, [16], None, 1e-6).steps)["f"]
+    _call(x)
+    assert f.calls == 1
+    with pn.operations_disabled("_fused_rms_norm"):
+        _call(x)
+    assert f.calls == 1
+    pn.disable_dispatch_keys("CPU")
+    try:
+        _call(x)
+        assert f.calls == 1
+    finally:
+        pn.enable_dispatch_keys("CPU")
+    _call(x)
+    assert f.calls == 2
+    assert "_fused_rms_norm" in pn.get_dsl_operations("triton")
+
+
+@native_only
+def test_backward_without_aten_kernel_uses_accel_router_even_on_native():
+    ak.use_registry("native")
+    _register_pair()
+    assert _info("f").paths == {"CPU": "native"}
+    assert _info("b").paths == {"CPU": "accel"}  # no CPU kernel for the native registry to fall back to
+
+
+def test_missing_native_registry_degrades_to_accel(monkeypatch):
+    monkeypatch.setattr(_compat, "native_dsl_registry", lambda: None)
+    monkeypatch.setattr(_compat, "native_dsl_registry_reason", lambda: "torch._native missing (test)")
+    ak.use_registry("auto")
+    _register_pair()
+    assert _info("f").paths == {"CPU": "accel"}
+    for o in ak.overrides():
+        ak.unregister(o.name)
+    with pytest.raises(KernelRegistrationError, match=r"use_registry\('native'\): torch._native missing \(test\)"):
+        ak.use_registry("native")
+
+
+def test_compat_rejects_a_changed_native_registry(monkeypatch):
+    if not _compat.has_native_dsl_registry():
+        pytest.skip(_compat.native_dsl_registry_reason())
+    import torch._native.registry as reg
+
+    _compat.native_dsl_registry.cache_clear()
+    monkeypatch.delattr(reg, "_register_overrides_from_graph")
+    try:
+        assert _compat.native_dsl_registry() is None
+        assert "lacks one of" in _compat.native_dsl_registry_reason()
+    finally:
+        monkeypatch.undo()
+        _compat.native_dsl_registry.cache_clear()
+    assert _compat.native_dsl_registry() is reg
+
+
+# ------------------------------------------------------------------ torch.compile
+@pytest.mark.slow
+def test_torch_compile_routes_only_where_compiled_code_calls_the_aten_op(path):
+    """aot_eager runs the ATen op (routed); Inductor generates its own RMSNorm code (not routed)."""
+    torch._dynamo.reset()
+    f, b = _register_pair()
+    x, w = torch.randn(4, 16, requires_grad=True), torch.randn(16, requires_grad=True)
+    expect = reference.fused_rms_norm(x.detach(), [16], w.detach(), 1e-6)[0]
+    for backend, routed in (("aot_eager", True), ("inductor", False)):
+        torch._dynamo.reset()
+        f.calls = b.calls = 0
+        fn = torch.compile(lambda x, w: F.rms_norm(x, (16,), w, 1e-6), backend=backend)
+        y = fn(x, w)
+        y.sum().backward()
+        torch.testing.assert_close(y.detach(), expect, rtol=1e-5, atol=1e-5)
+        assert (f.calls > 0) is routed and (b.calls > 0) is routed, backend
+
+
+# ------------------------------------------------------------------ errors
+def test_register_errors_leave_no_state():
+    impl = reference.fused_rms_norm
+    cases = [
+        (dict(op="aten::no_such_op", impl=impl, backends=["cpu"], dsl="x"), "unknown op 'aten::no_such_op'"),
+        (dict(op=42, impl=impl, backends=["cpu"], dsl="x"), "is not an operator"),
+        (dict(op=FWD, impl=3, backends=["cpu"], dsl="x"), "impl 3 is not callable"),
+        (dict(op=FWD, impl=impl, cond=1, backends=["cpu"], dsl="x"), "cond 1 is not callable"),
+        (dict(op=FWD, impl=impl, fallback=1, backends=["cpu"], dsl="x"), "fallback 1 is not callable"),
+        (dict(op=FWD, impl=impl, backends=["cpu"], dsl=""), "dsl '' must be a non-empty string"),
+        (dict(op=FWD, impl=impl, backends="cpu", dsl="x"), "Pass a non-empty list of backend names"),
+        (dict(op=FWD, impl=impl, backends=["cdua"], dsl="x"), "unknown backend 'cdua'"),
+        (dict(op=BWD, impl=impl, backends=["cpu"], dsl="x"), "ATen has no kernel for it at dispatch key 'CPU'"),
+    ]
+    for kwargs, message in cases:
+        op = kwargs.pop("op")
+        with pytest.raises(KernelRegistrationError, match=message.replace("(", r"\(").replace("[", r"\[")):
+            ak.register(op, **kwargs)
+    assert ak.overrides() == [] and _registry._SLOTS == {}
+    ak.register(FWD, impl=impl, backends=["cpu"], dsl="x", name="dup")
+    with pytest.raises(KernelRegistrationError, match="name 'dup' is already registered"):
+        ak.register(torch.ops.aten._fused_rms_norm.default, impl=impl, backends=["cpu"], dsl="x", name="dup")
+
+
+def test_register_without_get_kernel_explains(monkeypatch):
+    monkeypatch.setattr(_compat, "library_get_kernel", lambda: None)
+    with pytest.raises(KernelRegistrationError, match="has no torch.library.get_kernel"):
+        ak.register(FWD, impl=reference.fused_rms_norm, backends=["cpu"], dsl="x")
+
+
+def test_lookup_and_mode_errors(monkeypatch):
+    with pytest.raises(UnknownKernelError, match="no override named 'nope'"):
+        ak.unregister("nope")
+    with pytest.raises(UnknownKernelError, match="disable: no override named 'nope'"):
+        ak.disable(name="nope")
+    with pytest.raises(UnknownKernelError, match="reset_counters: no override named 'nope'"):
+        ak.reset_counters("nope")
+    with pytest.raises(UnknownKernelError, match="unknown op 'aten::nope'"):
+        ak.explain("aten::nope")
+    with pytest.raises(KernelRegistrationError, match="unknown backend 'tpu'"):
+        ak.disable(backend="tpu")
+    with pytest.raises(KernelRegistrationError, match="unknown mode 'fast'"):
+        ak.use_registry("fast")
+    ak.register(FWD, impl=reference.fused_rms_norm, backends=["cpu"], dsl="x", name="held")
+    with pytest.raises(KernelRegistrationError, match=r"1 override\(s\) still registered \(held\)"):
+        ak.use_registry("accel")
+    ak.unregister("held")
+    _registry._STATE.path_mode = None
+    monkeypatch.setenv(_registry.REGISTRY_ENV, "sideways")
+    with pytest.raises(KernelRegistrationError, match="ACCEL_KERNELS_REGISTRY='sideways': not a registration path"):
+        ak.registry_path()
+    monkeypatch.setenv(_registry.REGISTRY_ENV, "accel")
+    _registry._STATE.path_mode = None
+    assert ak.registry_path() == "accel"
+
+
+def test_op_spellings_resolve_to_the_same_op():
+    names = [_registry._resolve_op(o).qualname for o in
+             ("aten::_fused_rms_norm", "_fused_rms_norm", torch.ops.aten._fused_rms_norm,
+              torch.ops.aten._fused_rms_norm.default)]
+    assert set(names) == {FWD}
+    assert _registry._resolve_op("aten::add.Tensor").symbol == "add.Tensor"
