@@ -10,6 +10,14 @@ REPO=$(cd "$(dirname "$0")/../.." && pwd)
 OUT=${OUT:-$REPO/gpu-out}
 mkdir -p "$OUT"
 SITE=/tmp/site
+# quack's 92 MB CuTeDSL libs wheel comes in two halves: part.aa copied to /tmp/big by an earlier call
+# (carry .whl-big1: mkdir -p /tmp/big && cp .whl-big1/part.aa /tmp/big/), part.ab carried in .whl-big2.
+if [ -f /tmp/big/part.aa ] && [ -d "$REPO/.whl-big2" ]; then
+  name=$(cat "$REPO/.whl-big2/name")
+  cat /tmp/big/part.aa "$REPO/.whl-big2/part.ab" > "/tmp/big/$name"
+  [ "$(md5sum "/tmp/big/$name" | cut -d' ' -f1)" = "$(cat "$REPO/.whl-big2/md5")" ] && echo "joined $name (md5 ok)" \
+    || { echo "md5 mismatch for $name"; rm -f "/tmp/big/$name"; }
+fi
 if [ -d "$REPO/.whl" ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target "$SITE" "$REPO"/.whl/*.whl /tmp/big/*.whl 2>/dev/null \
     || python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target "$SITE" "$REPO"/.whl/*.whl
@@ -32,13 +40,18 @@ for stage in "$@"; do
       accel demo --device cuda --json > "$OUT/demo.json"; echo "demo --json exit: $?"
       ;;
     tests)
-      timeout 420 python3 -m pytest "$REPO/tests" -q -p no:cacheprovider --timeout 120 -m "not slow" > "$OUT/pytest.txt" 2>&1
+      timeout 480 python3 -m pytest "$REPO/tests" -q -p no:cacheprovider --timeout 120 -m "not slow" -rfE --tb=short \
+        > "$OUT/pytest.txt" 2>&1
       grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/pytest.txt" | tail -40
       ;;
     rng) python3 "$REPO/ci/gpu/rng_check.py" 2>&1 | tee "$OUT/rng_check.txt" ;;
     host) python3 "$REPO/benchmarks/host_overhead.py" --out "$OUT" 2>&1 | tail -40 ;;
     graphs) timeout 240 python3 "$REPO/benchmarks/graphs.py" --out "$OUT" 2>&1 | tail -30 ;;
-    kernels) timeout 400 python3 "$REPO/benchmarks/kernels.py" --out "$OUT" 2>&1 | tail -60 ;;
+    kernels) timeout 400 python3 "$REPO/benchmarks/kernels.py" --out "$OUT" 2>&1 | tail -80 ;;
+    example) timeout 200 python3 "$REPO/examples/kernels_rmsnorm.py" 2>&1 | tail -30 | tee "$OUT/example.txt" ;;
+    plan) python3 -c "import accel; p=accel.compile_plan('max-autotune'); print(list(p)); [print(s) for s in p.skipped]" ;;
+    demo-kernels) for k in off on; do accel demo --device cuda --kernels $k --json > "$OUT/demo-kernels-$k.json"; \
+                    python3 -c "import json;r=json.load(open('$OUT/demo-kernels-$k.json'));print('$k', {x: r.get(x) for x in ('accuracy','step_ms','kernels')})"; done ;;
     quant) timeout 120 python3 "$REPO/benchmarks/quant.py" --out "$OUT" 2>&1 | tail -30 ;;
     *) echo "unknown stage $stage" ;;
   esac
