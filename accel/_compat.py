@@ -311,7 +311,8 @@ def inductor_config_get(key: str, default: object = _MISSING) -> object:
 
 def inductor_config_has(key: str) -> bool:
     """Whether ``torch._inductor.config`` of the running torch has the dotted ``key``."""
-    return inductor_config_get(key, _MISSING) is not _MISSING
+    absent = object()  # not _MISSING: that one means "no default" and would raise
+    return inductor_config_get(key, absent) is not absent
 
 
 def inductor_mode_options(mode: str | None) -> dict[str, object]:

@@ -16,6 +16,7 @@ Helion runs with a fixed config (no autotuning at run time).
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import statistics
 import sys
@@ -90,9 +91,9 @@ def _peers() -> dict[str, Any]:
     except Exception as exc:  # noqa: BLE001 - optional peer, any import failure just drops it
         found["liger"] = exc
     try:
-        import quack.rmsnorm as quack_rmsnorm
-
-        found["quack"] = quack_rmsnorm
+        # importlib, not `import quack.rmsnorm as m`: quack's __init__ re-exports a *function* named rmsnorm,
+        # which that statement would bind instead of the module
+        found["quack"] = importlib.import_module("quack.rmsnorm")
     except Exception as exc:  # noqa: BLE001
         found["quack"] = exc
     return found
