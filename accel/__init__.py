@@ -5,7 +5,19 @@
 
 from __future__ import annotations
 
-from accel import errors
+import os as _os
+
+# Python started in a source checkout (the repository root on sys.path) finds this folder as
+# ``accel`` while ``backends/`` and ``kernels/`` sit beside it instead of inside it, as the
+# installed layout has them. Point the package at the checkout too, so ``accel.backends`` and
+# ``accel.kernels`` resolve the same way in both.
+_root = _os.path.dirname(_os.path.dirname(_os.path.abspath(__file__)))
+if not _os.path.isdir(_os.path.join(__path__[0], "backends")) and _os.path.isfile(
+        _os.path.join(_root, "backends", "__init__.py")):
+    __path__.append(_root)
+del _root
+
+from accel import errors  # noqa: E402
 from accel._probe import clear_cache, probes
 from accel._select import backend, device, selection
 from accel.backends import Backend, Capabilities, ProbeResult

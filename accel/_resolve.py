@@ -44,6 +44,10 @@ def lazy_exports(namespace: dict[str, Any], names: Iterable[str],
         namespace.update({k: table[k] for k in wanted})
         return table[name]
 
+    def __dir__() -> list[str]:
+        return sorted(set(namespace) | wanted)
+
+    namespace["__dir__"] = __dir__  # dir(accel.memory) lists the lazily resolved names too
     _EXPORTS.append((namespace, wanted))
     return __getattr__
 

@@ -55,3 +55,22 @@ def test_installed_accel_is_not_the_source_tree_only():
     import accel.kernels
 
     assert accel.backends.__name__ == "accel.backends" and accel.kernels.__name__ == "accel.kernels"
+
+
+def test_python_started_in_the_source_checkout_imports_accel(tmp_path):
+    """`python script.py` in the repository root finds ./accel first; backends and kernels must resolve."""
+    r = subprocess.run([sys.executable, "-c", "import accel, accel.backends, accel.kernels; "
+                        "print(accel.backends.__name__, accel.device())"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split()[0] == "accel.backends"
+
+
+def test_readme_portable_script_runs(tmp_path):
+    readme = (ROOT / "README.md").read_text()
+    script = readme.split("## A portable script", 1)[1].split("```python", 1)[1].split("```", 1)[0]
+    (tmp_path / "portable.py").write_text(script)
+    r = subprocess.run([sys.executable, "-W", "error::UserWarning", str(tmp_path / "portable.py")],
+                       capture_output=True, text=True, timeout=120, check=False, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "via torch device" in r.stdout and "bytes allocated" in r.stdout

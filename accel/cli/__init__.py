@@ -47,7 +47,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except AccelError as exc:
-        print(f"accel {args.command}: error: {exc}", file=sys.stderr)
+        msg = str(exc)
+        prefix = f"accel {args.command}: "
+        print(f"{prefix}error: {msg.removeprefix(prefix)}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # `accel info --json | head`: the reader left; not an error of ours
         sys.stderr.close()

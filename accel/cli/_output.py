@@ -7,6 +7,7 @@ import sys
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 __all__ = ["console", "print_json", "table"]
@@ -23,11 +24,16 @@ def print_json(data: Any) -> None:
     sys.stdout.write("\n")
 
 
-def table(title: str, columns: list[str], rows: list[list[Any]]) -> Table:
-    """A rich table with these columns and rows (cells converted with ``str``)."""
-    t = Table(title=title, title_justify="left")
+def cell(v: Any) -> str:
+    """A table cell: ``None`` as ``"-"``, and rich markup escaped (``pip install 'x[triton]'`` stays intact)."""
+    return "-" if v is None else escape(str(v))
+
+
+def table(title: str, columns: list[str], rows: list[list[Any]], *, show_header: bool = True) -> Table:
+    """A rich table with these columns and rows (cells through :func:`cell`)."""
+    t = Table(title=escape(title), title_justify="left", show_header=show_header)
     for c in columns:
-        t.add_column(c)
+        t.add_column(escape(c))
     for r in rows:
-        t.add_row(*("" if v is None else str(v) for v in r))
+        t.add_row(*(cell(v) for v in r))
     return t

@@ -28,7 +28,10 @@ def run(args: argparse.Namespace) -> int:
     out.print(f"accel {info['accel']} | Python {info['python']} | {info['platform']}")
     out.print(f"torch {t['torch']} (cuda={t['cuda']}, hip={t['hip']}, xpu={t['xpu']})")
     sel = info["selection"]
-    out.print(f"selected: {sel.get('device', '-')} - {sel.get('reason', sel.get('error'))}")
+    if "error" in sel:
+        out.print(f"selected: none - {sel['error'].splitlines()[0]}")
+    else:
+        out.print(f"selected: {sel['device']} - {sel['reason']}")
     out.print(table("probes", ["backend", "available", "devices", "reason"],
                     [[n, p["available"], p["device_count"], p["reason"]] for n, p in info["probes"].items()]))
     dev = info["device"] or {}
@@ -37,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
         if "arch_supported" in dev:
             rows.append(["arch in torch build", f"{dev['arch_supported']['ok']} ({dev['arch_supported']['reason']})"])
         for k, v in (dev.get("capabilities") or {}).items():
-            rows.append([k, ", ".join(v) if isinstance(v, list) else v])
+            rows.append([k, ", ".join(v) if isinstance(v, list) else ("none" if v is None else v)])
         if "error" in dev:
             rows.append(["error", dev["error"]])
         out.print(table(f"device ({dev['backend']}, {dev['vendor']})", ["fact", "value"], rows))

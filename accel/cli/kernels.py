@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import json
+
+from accel.cli._output import cell, console, print_json, table
 
 __all__ = ["add_parser", "run"]
 
@@ -39,28 +40,19 @@ def run(args: argparse.Namespace) -> int:
         ak.install()
     data = report()
     if args.json:
-        print(json.dumps(data, indent=2))
+        print_json(data)
         return 0
-    from rich.console import Console
-    from rich.table import Table
-
-    console = Console()
-    t = Table(title=f"kernel overrides (registry path: {data['registry_path']})")
-    for col in ("name", "op", "DSL", "backends", "path", "active", "routed", "fallbacks", "failed"):
-        t.add_column(col)
-    for o in data["overrides"]:
-        t.add_row(o["name"], o["op"], o["dsl"], ",".join(o["backends"]), ",".join(sorted(set(o["paths"].values()))),
-                  "yes" if o["active"] else f"no: {o['inactive_reason']}", str(o["routed"]), str(o["fallbacks"]),
-                  str(o["failed"]))
+    out = console()
+    rows = [[o["name"], o["op"], o["dsl"], ",".join(o["backends"]), ",".join(sorted(set(o["paths"].values()))),
+             "yes" if o["active"] else f"no: {o['inactive_reason']}", o["routed"], o["fallbacks"], o["failed"]]
+            for o in data["overrides"]]
+    t = table(f"kernel overrides (registry path: {data['registry_path']})",
+              ["name", "op", "DSL", "backends", "path", "active", "routed", "fallbacks", "failed"], rows)
     if not data["overrides"]:
         t.caption = "none registered in this process (accel.kernels.install() or accel kernels --install)"
-    console.print(t)
-    b = Table(title="built-in kernels")
-    for col in ("kernel", "DSL", "backends", "available", "installed", "reason"):
-        b.add_column(col)
-    for a in data["builtin"]:
-        b.add_row(a["kernel"], a["dsl"], ",".join(a["backends"]), "yes" if a["available"] else "no",
-                  "yes" if a["installed"] else "no", a["reason"])
-    console.print(b)
-    console.print(f"native DSL registry: {data['native_registry']}")
+    out.print(t)
+    out.print(table("built-in kernels", ["kernel", "DSL", "backends", "available", "installed", "reason"],
+                    [[a["kernel"], a["dsl"], ",".join(a["backends"]), "yes" if a["available"] else "no",
+                      "yes" if a["installed"] else "no", a["reason"]] for a in data["builtin"]]))
+    out.print(f"native DSL registry: {cell(data['native_registry'])}")
     return 0
