@@ -5,17 +5,31 @@
 
 from __future__ import annotations
 
+import importlib.util as _ilu
 import os as _os
+import sys as _sys
 
-# Python started in a source checkout (the repository root on sys.path) finds this folder as
-# ``accel`` while ``backends/`` and ``kernels/`` sit beside it instead of inside it, as the
-# installed layout has them. Point the package at the checkout too, so ``accel.backends`` and
-# ``accel.kernels`` resolve the same way in both.
-_root = _os.path.dirname(_os.path.dirname(_os.path.abspath(__file__)))
-if not _os.path.isdir(_os.path.join(__path__[0], "backends")) and _os.path.isfile(
-        _os.path.join(_root, "backends", "__init__.py")):
-    __path__.append(_root)
-del _root
+
+def _map_checkout_subpackages() -> None:
+    """Python started in a source checkout finds this folder as ``accel`` while ``backends/`` and
+    ``kernels/`` sit beside it instead of inside it, as the installed layout has them. Load those two
+    under their installed names (``accel.backends``, ``accel.kernels``) so both layouts import alike."""
+    here = _os.path.dirname(_os.path.abspath(__file__))
+    root = _os.path.dirname(here)
+    for name in ("backends", "kernels"):
+        init = _os.path.join(root, name, "__init__.py")
+        if _os.path.isdir(_os.path.join(here, name)) or not _os.path.isfile(init) or f"accel.{name}" in _sys.modules:
+            continue
+        spec = _ilu.spec_from_file_location(f"accel.{name}", init,
+                                            submodule_search_locations=[_os.path.dirname(init)])
+        if spec is None or spec.loader is None:  # pragma: no cover - a file that exists always has a spec
+            continue
+        _sys.modules[spec.name] = globals()[name] = module = _ilu.module_from_spec(spec)
+        spec.loader.exec_module(module)
+
+
+_map_checkout_subpackages()
+del _map_checkout_subpackages
 
 from accel import errors  # noqa: E402
 from accel._probe import clear_cache, probes
