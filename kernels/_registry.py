@@ -81,14 +81,44 @@ class _Op:
         return getattr(self.packet, self.overload)
 
 
+def _tensor_overloads(packet: Any) -> list[str]:
+    """Overloads of ``packet`` that take a tensor and are not ``out=`` variants (TorchScript scalar ones excluded)."""
+    found = []
+    for overload in packet.overloads():
+        args = getattr(packet, overload)._schema.arguments
+        if any("Tensor" in str(a.type) for a in args) and not any(a.is_out for a in args):
+            found.append(overload)
+    return found
+
+
+def _bare_overload(ns: str, name: str, packet: Any, error: type[Exception]) -> str:
+    """The overload an op name without one means: ``default`` when it is the only tensor overload, else an error.
+
+    ``aten::sin`` means ``sin.default`` (``sin.out`` and the TorchScript ``sin.int``
+    do not count); ``aten::add`` is ambiguous: ``add.default`` is TorchScript's
+    ``add(Scalar, Scalar)``, which tensor calls never reach.
+    """
+    overloads = packet.overloads()
+    tensor = _tensor_overloads(packet)
+    if tensor == ["default"] or (len(overloads) == 1 and overloads[0] == "default"):
+        return "default"
+    example = f"'{ns}::{name}.{tensor[0] if tensor else overloads[0]}'"
+    raise error(f"accel.kernels: op '{ns}::{name}' is ambiguous: its overloads taking tensors are "
+                f"{', '.join(tensor) or 'none'}. All overloads: {', '.join(overloads)}. Pass one explicitly, e.g. "
+                f"{example} or torch.ops.{ns}.{name}.{tensor[0] if tensor else overloads[0]}.")
+
+
 def _resolve_op(op: object, *, error: type[Exception] = UnknownKernelError) -> _Op:
-    """``"aten::_fused_rms_norm"``, ``"_fused_rms_norm"``, ``"aten::add.Tensor"`` or an OpOverload -> :class:`_Op`."""
+    """``"aten::_fused_rms_norm"``, ``"_fused_rms_norm"``, ``"aten::add.Tensor"`` or an OpOverload -> :class:`_Op`.
+
+    A name (or OpOverloadPacket) without an overload must be unambiguous; see :func:`_bare_overload`.
+    """
     if isinstance(op, torch._ops.OpOverload):
         ns, _, name = op._schema.name.partition("::")
         return _Op(ns, name, op._overloadname, getattr(getattr(torch.ops, ns), name))
     if isinstance(op, torch._ops.OpOverloadPacket):
         ns, _, name = op._qualified_op_name.partition("::")
-        return _Op(ns, name, "default", op)
+        return _Op(ns, name, _bare_overload(ns, name, op, error), op)
     if not isinstance(op, str) or not op.strip():
         raise error(f"accel.kernels: op {op!r} is not an operator. Pass a name such as 'aten::_fused_rms_norm' "
                     f"or an OpOverload such as torch.ops.aten._fused_rms_norm.default.")
@@ -96,14 +126,14 @@ def _resolve_op(op: object, *, error: type[Exception] = UnknownKernelError) -> _
     if not sep:
         ns, rest = "aten", ns
     name, _, overload = rest.partition(".")
-    overload = overload or "default"
     try:
         packet = getattr(getattr(torch.ops, ns), name)
-        getattr(packet, overload)
+        if overload:
+            getattr(packet, overload)
     except (AttributeError, RuntimeError) as exc:
         raise error(f"accel.kernels: unknown op {op!r} ({type(exc).__name__}: {exc}). The op must exist in "
                     f"torch.ops (e.g. 'aten::_fused_rms_norm'). Check the spelling and the overload name.") from None
-    return _Op(ns, name, overload, packet)
+    return _Op(ns, name, overload or _bare_overload(ns, name, packet, error), packet)
 
 
 def _shape_key(args: Sequence[Any]) -> tuple:
@@ -114,6 +144,82 @@ def _shape_key(args: Sequence[Any]) -> tuple:
 def _describe_shapes(args: Sequence[Any]) -> str:
     parts = [f"{list(a.shape)} {str(a.dtype).removeprefix('torch.')}" for a in args if isinstance(a, torch.Tensor)]
     return ", ".join(parts) or "no tensor arguments"
+
+
+def _truth(result: Any) -> tuple[bool, str | None]:
+    """``bool(result)``, or ``(False, problem)`` when ``result`` has no truth value (a 3-element tensor, an array)."""
+    try:
+        return bool(result), None
+    except Exception as exc:  # noqa: BLE001 - __bool__ of a user's object may raise anything
+        return False, f"returned {type(result).__name__}, which is not a bool ({type(exc).__name__}: {exc})"
+
+
+#: Schema return types the cheap output check knows, and how messages name them.
+_RETURN_KINDS = {"Tensor": "a Tensor", "List[Tensor]": "a list of Tensors"}
+
+
+def _type_name(value: Any) -> str:
+    return "None" if value is None else type(value).__name__
+
+
+def _output_check(op: _Op) -> Callable[[Any], str | None] | None:
+    """A per-call check that an impl's result is structured like ``op``'s, or ``None`` when nothing is checkable.
+
+    Checked: the number of outputs, and that a ``Tensor`` output is a tensor (``None``
+    only inside a multi-output result, where ATen returns it for an undefined tensor)
+    and a ``Tensor[]`` output a list or tuple of tensors. Shapes and dtypes are not
+    checked here (that needs ATen's result: ``ACCEL_KERNELS_VERIFY=1``). The returned
+    function gives ``None`` when the result fits, else a phrase for the warning.
+    """
+    kinds = tuple(_RETURN_KINDS.get(str(r.type)) for r in op.overload_fn._schema.returns)
+    if not any(kinds):
+        return None
+    q, tensor = op.qualname, torch.Tensor
+
+    def misfit(kind: str, value: Any, where: str) -> str | None:
+        if kind == "a Tensor":
+            return None if isinstance(value, tensor) else f"{where} {_type_name(value)} where {q} returns {kind}"
+        if not isinstance(value, (list, tuple)):
+            return f"{where} {_type_name(value)} where {q} returns {kind}"
+        for i, v in enumerate(value):
+            if not isinstance(v, tensor):
+                return f"output {i} is {_type_name(v)} where {q} returns {kind}"
+        return None
+
+    if kinds == ("a Tensor",):  # the common case, kept to one isinstance
+        def check_tensor(out: Any) -> str | None:
+            return None if isinstance(out, tensor) else f"returned {_type_name(out)} where {q} returns a Tensor"
+        return check_tensor
+    if len(kinds) == 1:
+        return lambda out: misfit(kinds[0], out, "returned")
+    n = len(kinds)
+
+    def describe(out: Any) -> str | None:
+        if not isinstance(out, (tuple, list)):
+            return f"returned {_type_name(out)} where {q} returns {n} outputs"
+        if len(out) != n:
+            return f"returned {len(out)} outputs where {q} returns {n}"
+        for i, (kind, value) in enumerate(zip(kinds, out)):
+            if kind is not None and value is not None:
+                problem = misfit(kind, value, f"output {i} is")
+                if problem is not None:
+                    return problem
+        return None
+
+    if any(k not in ("a Tensor", None) for k in kinds):
+        return describe
+    positions = tuple(i for i, k in enumerate(kinds) if k is not None)
+
+    def check_outputs(out: Any) -> str | None:  # fast path: a tuple of tensors (or None, undefined)
+        if (type(out) is tuple or type(out) is list) and len(out) == n:
+            for i in positions:
+                v = out[i]
+                if v is not None and not isinstance(v, tensor):
+                    return describe(out)
+            return None
+        return describe(out)
+
+    return check_outputs
 
 
 # --------------------------------------------------------------------- state
@@ -133,7 +239,8 @@ def set_verify(enabled: bool | None = None, /) -> bool:
     With verification on, every routed call also runs the ATen kernel, records the
     max absolute error in :func:`overrides` (``verified``, ``max_error``) and, when
     the results disagree beyond the per-dtype tolerance of
-    :mod:`accel.kernels._tolerance`, warns (:class:`~accel.errors.KernelFallbackWarning`),
+    :mod:`accel.kernels._tolerance` (or differ in structure, shape, dtype or device,
+    or cannot be compared), warns (:class:`~accel.errors.KernelFallbackWarning`),
     returns ATen's result and routes that shape to ATen from then on.
 
     Args:
@@ -152,7 +259,7 @@ class _Override:
     """One registration. Counters are plain ints (updated without a lock: cheap, approximate under threads)."""
 
     __slots__ = ("name", "op", "dsl", "backends", "keys", "impl", "cond", "fallback", "routed", "declined",
-                 "failed", "verified", "max_error", "denied", "cond_warned", "native_nodes", "order")
+                 "failed", "verified", "max_error", "denied", "cond_warned", "native_nodes", "order", "check")
 
     def __init__(self, name: str, op: _Op, dsl: str, backends: tuple[str, ...], keys: dict[str, str],
                  impl: Callable, cond: Callable | None, fallback: Callable | None, order: int) -> None:
@@ -163,6 +270,7 @@ class _Override:
         self.denied: set[tuple] = set()
         self.cond_warned = False
         self.native_nodes: dict[str, Any] = {}
+        self.check = _output_check(op)
 
     # -- the per-call path (keep lean: no dict building, no inspect) ------------
     def accept(self, args: tuple, kwargs: dict) -> bool:
@@ -176,17 +284,26 @@ class _Override:
         try:
             ok = cond(*args, **kwargs)
         except Exception as exc:  # noqa: BLE001 - a cond bug must never crash the user's model
-            self.declined += 1
-            if not self.cond_warned:
-                self.cond_warned = True
-                warnings.warn(f"accel.kernels: cond of {self.name!r} for {self.op.qualname} raised "
-                              f"{type(exc).__name__}: {exc} (inputs: {_describe_shapes(args)}). Treated as False: "
-                              f"ATen runs. Fix the cond.", KernelFallbackWarning, stacklevel=2)
-            return False
-        if not ok:
-            self.declined += 1
-            return False
-        return True
+            return self._cond_failed(args, f"raised {type(exc).__name__}: {exc}")
+        if ok is True:
+            return True
+        if ok is not False:  # a tensor, an array, an object: its truth value may not exist
+            ok, problem = _truth(ok)
+            if problem is not None:
+                return self._cond_failed(args, problem)
+            if ok:
+                return True
+        self.declined += 1
+        return False
+
+    def _cond_failed(self, args: tuple, problem: str) -> bool:
+        self.declined += 1
+        if not self.cond_warned:
+            self.cond_warned = True
+            warnings.warn(f"accel.kernels: cond of {self.name!r} for {self.op.qualname} {problem} (inputs: "
+                          f"{_describe_shapes(args)}). Treated as False: ATen runs. Fix the cond: it must return "
+                          f"a bool and not raise.", KernelFallbackWarning, stacklevel=3)
+        return False
 
     def run(self, args: tuple, kwargs: dict, call_aten: Callable) -> Any:
         """Run ``impl``; on an exception (or, when verifying, a wrong answer) return ATen's result instead."""
@@ -195,6 +312,12 @@ class _Override:
         except Exception as exc:  # noqa: BLE001 - compile failures, unsupported shapes: fall back, never crash
             self._deny(args, f"raised {type(exc).__name__}: {exc}")
             return call_aten(*args, **kwargs)
+        check = self.check
+        if check is not None:
+            problem = check(out)
+            if problem is not None:
+                self._deny(args, problem)
+                return call_aten(*args, **kwargs)
         self.routed += 1
         if _STATE.verify:
             return self._verify(out, args, kwargs, call_aten)
@@ -202,7 +325,10 @@ class _Override:
 
     def _verify(self, out: Any, args: tuple, kwargs: dict, call_aten: Callable) -> Any:
         ref = call_aten(*args, **kwargs)
-        err, problem = _tolerance.compare(out, ref)
+        try:
+            err, problem = _tolerance.compare(out, ref)
+        except Exception as exc:  # noqa: BLE001 - an uncomparable result is a wrong one: ATen's is returned
+            err, problem = float("inf"), f"could not be compared with ATen's ({type(exc).__name__}: {exc})"
         self.verified += 1
         if err > self.max_error:
             self.max_error = err
@@ -232,10 +358,15 @@ class _Override:
             return f"op disabled (accel.kernels.disable(op={self.op.qualname!r}))"
         if self.dsl in d["dsl"]:
             return f"DSL disabled (accel.kernels.disable(dsl={self.dsl!r}))"
-        live = [b for b in self.backends if self.keys[b] == key and b not in d["backend"]]
-        if not live:
-            off = [b for b in self.backends if self.keys[b] == key]
-            return f"backend disabled (accel.kernels.disable(backend={off[0]!r}))"
+        if d["backend"]:
+            # The vendor serving ``key`` in this torch build decides ("cuda" and "rocm" share the
+            # CUDA key); a registration for vendors that all are disabled is off as well.
+            vendor = _vendor_at(key)
+            mine = [b for b in self.backends if self.keys[b] == key]
+            if vendor in d["backend"]:
+                return f"backend disabled (accel.kernels.disable(backend={vendor!r}))"
+            if all(b in d["backend"] for b in mine):
+                return f"backend disabled (accel.kernels.disable(backend={mine[0]!r}))"
         return None
 
 
@@ -325,6 +456,27 @@ def _dispatch_key_of(backend: str) -> str:
             f"accel.kernels.register: unknown backend {backend!r}. Valid: {', '.join(found)}. "
             f"Pass backend names (e.g. backends=['cuda']), not device strings.")
     return found[backend].dispatch_key
+
+
+def _vendor_at(key: str) -> str | None:
+    """The backend that serves dispatch key ``key`` in this torch build, or ``None`` when that is not one name.
+
+    ``"CUDA"`` is served by ``"rocm"`` on a ROCm build of torch and by ``"cuda"``
+    otherwise (the rule of :func:`accel.backend`); a key with one backend is that
+    backend's. Reads build facts only: initialises no device.
+    """
+    from accel import _select
+    from accel.backends import registered
+
+    found = registered()
+    names = [n for n, cls in found.items() if cls.dispatch_key == key]
+    if len(names) == 1:
+        return names[0]
+    device_types = {found[n].torch_device_type for n in names}
+    if len(device_types) != 1 or next(iter(device_types)) not in found:
+        return None
+    name = _select._name_for_device_type(device_types.pop(), key)
+    return name if name in names else None
 
 
 def _aten_kernel(op: _Op, key: str) -> Any:
@@ -438,13 +590,24 @@ def register(
     kernels sit above the backend key and still apply. Overrides of one op at one
     key are tried in registration order; the first whose ``cond`` is true runs.
 
-    Fail-safe: if ``impl`` raises, the ATen result is returned, one
-    :class:`~accel.errors.KernelFallbackWarning` names op, shapes and error, and
+    Fail-safe: if ``impl`` raises, or returns something not structured like the
+    op's result (``None`` or a non-tensor where the op returns a tensor, the wrong
+    number of outputs; checked on every call, shapes and dtypes only under
+    :func:`set_verify`), the ATen result is returned, one
+    :class:`~accel.errors.KernelFallbackWarning` names op, shapes and problem, and
     calls with those input shapes run ATen from then on.
 
+    .. note:: The fallback runs ATen on the same input tensors, so ``impl`` must not
+       modify its inputs (unless the op itself is in-place): an impl that writes
+       into an input and then raises leaves ATen a changed input, and the answer
+       is silently wrong.
+
     Args:
-        op: the ATen op: ``"aten::_fused_rms_norm"``, ``"_fused_rms_norm"`` or
-            ``torch.ops.aten._fused_rms_norm.default``.
+        op: the ATen op: ``"aten::_fused_rms_norm"``, ``"_fused_rms_norm"``,
+            ``"aten::add.Tensor"`` or ``torch.ops.aten._fused_rms_norm.default``.
+            A name without an overload must be unambiguous: ``"aten::sin"`` means
+            ``sin.default``, but ``"aten::add"`` (whose ``default`` is TorchScript's
+            ``add(Scalar, Scalar)``) needs ``"aten::add.Tensor"``.
         impl: the kernel; same signature and return types as the ATen op.
         backends: accel backend names (``["cuda"]``, ``["cuda", "rocm"]``, ``["cpu"]``);
             CUDA and ROCm share the ``CUDA`` dispatch key.
@@ -452,11 +615,12 @@ def register(
             used by :func:`disable` and, on the native registry, by
             ``torch.backends.python_native.<dsl>``.
         cond: ``cond(*args, **kwargs) -> bool`` with the op's signature; ``None``
-            means always. Must be cheap (it runs on every call) and must not raise
-            (a raising cond counts as ``False`` and warns once). It may carry a
+            means always. Must be cheap (it runs on every call), must return a bool
+            and must not raise (a raising cond, or a result with no truth value
+            such as a 3-element tensor, counts as ``False`` and warns once). It may carry a
             ``why_not`` attribute (same signature, returns a reason string or
             ``None``) that :func:`explain` shows.
-        name: unique registration name; default ``"<dsl>:<op>"``.
+        name: unique registration name (a non-empty string); default ``"<dsl>:<op>"``.
         fallback: kernel to use instead of ATen where a dispatch key has no ATen
             kernel for ``op`` (``aten::_fused_rms_norm_backward`` on CPU, whose
             forward is a composite there). Required in that case.
@@ -465,9 +629,10 @@ def register(
         The registration name (for :func:`unregister`, :func:`disable`, :func:`overrides`).
 
     Raises:
-        KernelRegistrationError: (a ``ValueError``) unknown op or backend, name
-            already taken, ``impl``/``cond`` not callable, or no ATen kernel at a
-            key and no ``fallback``. Nothing is registered then.
+        KernelRegistrationError: (a ``ValueError``) unknown or ambiguous op, unknown
+            backend, ``backends`` not a list of names, ``name`` not a string or already
+            taken, ``impl``/``cond`` not callable, or no ATen kernel at a key and no
+            ``fallback``. Nothing is registered then.
 
     Example:
         >>> import torch, accel.kernels as ak
@@ -492,10 +657,19 @@ def register(
     if not isinstance(dsl, str) or not dsl.strip():
         raise KernelRegistrationError(f"accel.kernels.register({opr.qualname}): dsl {dsl!r} must be a non-empty "
                                       f"string such as 'triton' or 'helion'.")
-    if isinstance(backends, str) or not backends:
+    if isinstance(backends, str) or not isinstance(backends, (list, tuple, set, frozenset)) or not backends:
         raise KernelRegistrationError(
-            f"accel.kernels.register({opr.qualname}): backends={backends!r}. Pass a non-empty list of backend "
+            f"accel.kernels.register({opr.qualname}): backends={backends!r}: Pass a non-empty list of backend "
             f"names, e.g. backends=['cuda'].")
+    for b in backends:
+        if not isinstance(b, str):
+            raise KernelRegistrationError(
+                f"accel.kernels.register({opr.qualname}): backends={backends!r}: {b!r} is not a backend name. "
+                f"Pass a flat list of names, e.g. backends=['cuda', 'rocm'].")
+    if name is not None and (not isinstance(name, str) or not name.strip()):
+        raise KernelRegistrationError(
+            f"accel.kernels.register({opr.qualname}): name={name!r} is not a string. Pass a non-empty string "
+            f"such as name='triton:rms_norm', or leave it out for '<dsl>:<op>'.")
     backends = tuple(dict.fromkeys(backends))
     keys = {b: _dispatch_key_of(b) for b in backends}
     name = name or f"{dsl}:{opr.qualname}"
@@ -545,6 +719,9 @@ def register(
 def unregister(name: str, /) -> None:
     """Remove a registration; ATen (or the next override) runs for its op again.
 
+    A :func:`disable` filter on this name is dropped with it: a later registration
+    under the same name starts enabled.
+
     Raises:
         UnknownKernelError: (a ``LookupError``) no registration called ``name``.
     """
@@ -554,6 +731,7 @@ def unregister(name: str, /) -> None:
             raise UnknownKernelError(f"accel.kernels.unregister: no override named {name!r}. Registered: "
                                      f"{', '.join(_OVERRIDES) or 'none'}. See accel.kernels.overrides().")
         del _OVERRIDES[name]
+        _STATE.disabled["name"].discard(name)  # a later registration of this name starts enabled
         for key in dict.fromkeys(ov.keys.values()):
             slot = _SLOTS.get((ov.op.qualname, key))
             if slot is not None:
@@ -585,6 +763,14 @@ def disable(*, op: object = None, dsl: str | None = None, backend: str | None = 
     Registrations stay; :func:`enable` switches them back on. Affects accel's
     registrations only (``torch.backends.python_native`` also reaches them on
     the native path).
+
+    ``backend`` applies to the vendor that serves the dispatch key in this torch
+    build: ``"cuda"`` and ``"rocm"`` share the ``CUDA`` key, so on an NVIDIA build
+    ``disable(backend="cuda")`` switches off an override registered for
+    ``["cuda", "rocm"]`` and ``disable(backend="rocm")`` leaves it on (and the
+    reverse on a ROCm build). An override all of whose backends at a key are
+    disabled is off there too. A ``name`` filter lasts until :func:`enable` or
+    until that registration is unregistered.
 
     Raises:
         UnknownKernelError: unknown op or name. KernelRegistrationError: unknown backend.
@@ -640,6 +826,7 @@ def disabled(*, op: object = None, dsl: str | None = None, backend: str | None =
             for k, v in saved[1].items():
                 _STATE.disabled[k].clear()
                 _STATE.disabled[k].update(v)
+            _STATE.disabled["name"].intersection_update(_OVERRIDES)  # unregistered inside the block: dropped
             _sync_all()
 
 
@@ -769,10 +956,12 @@ def explain(op: object, /, *args: Any, **kwargs: Any) -> Explanation:
                 ok, detail = True, "no cond (always)"
             else:
                 try:
-                    ok = bool(o.cond(*args, **kwargs))
-                    detail = f"cond -> {ok}"
+                    result = o.cond(*args, **kwargs)
                 except Exception as exc:  # noqa: BLE001 - explain reports, never raises for a cond bug
                     ok, detail = False, f"cond raised {type(exc).__name__}: {exc} (counts as False)"
+                else:
+                    ok, problem = _truth(result)  # the same verdict as _Override.accept
+                    detail = f"cond -> {ok}" if problem is None else f"cond {problem} (counts as False)"
                 why_not = getattr(o.cond, "why_not", None)
                 if not ok and why_not is not None:
                     try:

@@ -56,13 +56,28 @@ def compare(out: Any, ref: Any) -> tuple[float, str | None]:
                 problem = problem or f"output {i}: {'None' if a is None else 'a tensor'} where ATen gives " \
                                      f"{'None' if b is None else 'a tensor'}"
             continue
-        if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
-            if a != b:
+        is_tensor = isinstance(a, torch.Tensor), isinstance(b, torch.Tensor)
+        if is_tensor[0] != is_tensor[1]:
+            problem = problem or f"output {i}: {_what(a)} where ATen gives {_what(b)}"
+            worst = float("inf")
+            continue
+        if not is_tensor[0]:
+            try:
+                same = bool(a == b)
+            except Exception as exc:  # noqa: BLE001 - arrays and user objects may have no truth value
+                problem = problem or (f"output {i}: cannot compare {type(a).__name__} with ATen's "
+                                      f"{type(b).__name__} ({type(exc).__name__}: {exc})")
+                continue
+            if not same:
                 problem = problem or f"output {i}: {a!r} != ATen's {b!r}"
             continue
         if a.shape != b.shape or a.dtype != b.dtype:
             problem = problem or (f"output {i}: shape {list(a.shape)} {a.dtype} where ATen gives "
                                   f"{list(b.shape)} {b.dtype}")
+            worst = float("inf")
+            continue
+        if a.device != b.device:
+            problem = problem or f"output {i}: on {a.device} where ATen gives {b.device}"
             worst = float("inf")
             continue
         if a.numel() == 0:
@@ -77,3 +92,7 @@ def compare(out: Any, ref: Any) -> tuple[float, str | None]:
         if not torch.allclose(af, bf, rtol=rtol, atol=atol, equal_nan=True):
             problem = problem or f"output {i}: max abs error {err:.3g} > tolerance (rtol={rtol}, atol={atol})"
     return worst, problem
+
+
+def _what(x: Any) -> str:
+    return "a Tensor" if isinstance(x, torch.Tensor) else type(x).__name__

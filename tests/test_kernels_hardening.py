@@ -120,7 +120,8 @@ def test_impl_result_of_the_wrong_structure_falls_back(path, verify, bad, proble
     _quiet_call(torch.sin, x)
     info = _info("s")
     assert f.calls == 1 and info.failed == 1 and info.routed == 0 and info.denied_shapes == 1
-    torch.sin(torch.randn(4))  # another shape is tried again
+    with pytest.warns(KernelFallbackWarning, match=r"\[4\] float32"):
+        torch.sin(torch.randn(4))  # another shape is tried (and warned about) again
     assert f.calls == 2
 
 
@@ -129,7 +130,8 @@ def test_impl_result_of_the_wrong_structure_falls_back(path, verify, bad, proble
                                                            r"returns 2 outputs"),
     (lambda *a, **k: reference.fused_rms_norm(*a, **k)[:1], r"returned 1 outputs where aten::_fused_rms_norm "
                                                             r"returns 2"),
-    (lambda *a, **k: (None, None), r"output 0 is None where aten::_fused_rms_norm returns a Tensor"),
+    (lambda *a, **k: (reference.fused_rms_norm(*a, **k)[0], 3), r"output 1 is int where aten::_fused_rms_norm "
+                                                                r"returns a Tensor"),
 ])
 def test_multi_output_impl_of_the_wrong_structure_falls_back(path, bad, problem):
     ak.register("aten::_fused_rms_norm", impl=bad, backends=["cpu"], dsl="t", name="r")
@@ -140,13 +142,15 @@ def test_multi_output_impl_of_the_wrong_structure_falls_back(path, bad, problem)
     assert _info("r").failed == 1
 
 
-def test_output_check_accepts_optional_and_list_returns():
+def test_output_check_accepts_undefined_outputs_and_lists():
     check = _registry._output_check(_registry._resolve_op("aten::split.Tensor"))
     assert check([torch.ones(1)]) is None and check((torch.ones(1), torch.ones(1))) is None
-    assert "output 1 is int" in check([torch.ones(1), 3])
-    assert "returned Tensor where aten::split.Tensor returns a list of Tensors" in check(torch.ones(1))
+    assert check([torch.ones(1), 3]) == "output 1 is int where aten::split.Tensor returns a list of Tensors"
+    assert check(torch.ones(1)) == "returned Tensor where aten::split.Tensor returns a list of Tensors"
+    assert _registry._output_check(_registry._resolve_op("aten::sin"))(None) == \
+        "returned None where aten::sin returns a Tensor"
     check = _registry._output_check(_registry._resolve_op("aten::native_layer_norm_backward"))
-    assert check((None, torch.ones(1), None)) is None  # Tensor? outputs may be None
+    assert check((None, torch.ones(1), None)) is None  # undefined outputs (output_mask) are None
     assert check((None, 2, None)) == "output 1 is int where aten::native_layer_norm_backward returns a Tensor"
     assert _registry._output_check(_registry._resolve_op("aten::_foreach_add_.Scalar")) is None  # no outputs
 
@@ -187,7 +191,8 @@ def test_verify_survives_a_comparison_that_raises(path, monkeypatch):
         raise RuntimeError("compare broke")
 
     monkeypatch.setattr(_tolerance, "compare", broken)
-    with pytest.warns(KernelFallbackWarning, match=r"could not be compared with ATen's \(RuntimeError: compare broke\)"):
+    with pytest.warns(KernelFallbackWarning, match=r"could not be compared with ATen's "
+                                                   r"\(RuntimeError: compare broke\)"):
         torch.sin(torch.randn(3))
     assert _info("s").failed == 1
 
