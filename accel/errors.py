@@ -35,6 +35,7 @@ __all__ = [
     "UnsupportedFormatError",
     "QuantizationError",
     "DistributedError",
+    "LocalRankError",
     "FeatureUnavailableError",
     "TunableFileError",
     "KernelRegistrationError",
@@ -152,6 +153,10 @@ class QuantizationError(AccelError, ValueError):
 
 class DistributedError(AccelError, RuntimeError):
     """A c10d process group that cannot be set up as asked (backend not registered, bad rank)."""
+
+
+class LocalRankError(DistributedError, ValueError):
+    """A local rank (``local_rank=`` or ``LOCAL_RANK``) that is not a non-negative integer."""
 
 
 class FeatureUnavailableError(AccelError, RuntimeError):

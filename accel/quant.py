@@ -162,11 +162,11 @@ def fp8_dtype(kind: str = "e4m3", device: Any = None, /) -> torch.dtype:
 
 
 def _index(device: Any) -> int:
-    if isinstance(device, torch.device) and device.index is not None:
-        return device.index
-    if isinstance(device, str) and ":" in device:
-        return int(device.rsplit(":", 1)[1])
-    return 0
+    """The device index ``device`` names (as :func:`accel.device` parses it); 0 when it names none."""
+    from accel import device as _device
+
+    index = _device(device).index
+    return 0 if index is None else index
 
 
 def native_support(format: str | torch.dtype, device: Any = None, /) -> Support:  # noqa: A002 - the domain's word
