@@ -12,6 +12,7 @@ from __future__ import annotations
 __all__ = [
     "AccelError",
     "UnknownBackendError",
+    "FakeBackendError",
     "BackendUnavailableError",
     "DeviceIndexError",
     "DeviceMismatchError",
@@ -52,6 +53,11 @@ class AccelError(Exception):
 
 class UnknownBackendError(AccelError, ValueError):
     """A backend or device name that accel does not know (``"cdua"``)."""
+
+
+class FakeBackendError(AccelError, ValueError):
+    """:func:`accel.testing.fake_backend` facts that describe no device: an arch not of the vendor's form
+    (``"sm_9"``), a ``device_count`` that is not an int >= 0."""
 
 
 class BackendUnavailableError(AccelError, RuntimeError):
