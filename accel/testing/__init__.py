@@ -66,8 +66,8 @@ def _cc_from_sm(arch: str) -> tuple[int, int]:
     m = _SM.fullmatch(arch)
     if m is None:
         raise FakeBackendError(
-            f"fake_backend('cuda'): arch {arch!r} is not of the form 'sm_<major><minor>[a|f]' (two or three ASCII "
-            f"digits, the last one the minor version). Pass e.g. 'sm_90', 'sm_90a' or 'sm_120'."
+            f"fake_backend('cuda'): arch {arch!r} is not of the form 'sm_<major><minor>' (two or three ASCII digits, "
+            f"the last one the minor version, optionally an 'a' or 'f' suffix). Pass e.g. 'sm_90', 'sm_90a', 'sm_120'."
         )
     num = m.group(1)
     return int(num[:-1]), int(num[-1])
