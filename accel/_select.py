@@ -7,6 +7,7 @@ Exactly one backend is active per selection. Results are cached per
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 
 import torch
@@ -15,7 +16,7 @@ from accel import _probe
 from accel.backends import Backend
 from accel.errors import BackendUnavailableError, DeviceIndexError, InvalidDeviceError, UnknownBackendError
 
-__all__ = ["device", "backend", "selection", "Selection", "ENV_VAR"]
+__all__ = ["device", "backend", "selection", "Selection", "ENV_VAR", "index_value", "parse_index", "split_spec"]
 
 #: The environment variable that picks the backend when no argument is given.
 ENV_VAR = "ACCEL_DEVICE"
@@ -56,6 +57,45 @@ _DEVICES: dict[tuple[type, object, object], torch.device] = {}
 _probe.on_clear(_DEVICES.clear)
 
 
+#: A device index as torch.device writes it: ASCII digits, no leading zero (str.isdigit also takes '²', '٣').
+_INDEX = re.compile(r"0|[1-9][0-9]*", re.ASCII)
+
+
+def index_value(text: str) -> int | None:
+    """The index ``text`` spells (``"0"``, ``"12"``), or ``None`` when it spells none.
+
+    Only ASCII digits without leading zeros, as ``torch.device`` takes them. The one
+    index parse in accel (device specs, the runtime's device arguments, ``LOCAL_RANK``).
+    """
+    return int(text) if _INDEX.fullmatch(text) else None
+
+
+def parse_index(text: str, what: str, fix: str = "Write '<backend>:<index>', e.g. 'cuda:0'.") -> int:
+    """The index after ``':'`` in a device spec.
+
+    Args:
+        text: what followed the colon.
+        what: the start of the message (the call and the spec the user wrote).
+        fix: the message's last sentence (what to do).
+
+    Raises:
+        DeviceIndexError: (a ``ValueError``) ``text`` is not ASCII digits without leading zeros.
+    """
+    index = index_value(text)
+    if index is None:
+        raise DeviceIndexError(
+            f"{what}: the index {text!r} is not a non-negative integer written in ASCII digits without leading "
+            f"zeros ('0', '1', '12'), as torch.device takes it. {fix}"
+        )
+    return index
+
+
+def split_spec(spec: str) -> tuple[str, str | None]:
+    """``" CUDA:1 "`` -> ``("cuda", "1")``; ``"xpu"`` -> ``("xpu", None)``. Check the index with :func:`parse_index`."""
+    name, sep, idx = spec.strip().lower().partition(":")
+    return name, (idx if sep else None)
+
+
 def _valid_names() -> list[str]:
     return list(_probe.probes())
 
@@ -80,16 +120,9 @@ def _parse(spec: object, source: str, env: str | None = None) -> tuple[str, int 
     if isinstance(spec, int):
         name = _parse(env, f"{ENV_VAR}=")[0] if env else _best().name
         return name, spec, str(spec)
-    text = spec.strip().lower()
-    name, sep, idx = text.partition(":")
-    index: int | None = None
-    if sep:
-        if not idx.isdigit():
-            raise DeviceIndexError(
-                f"{source}{spec!r}: the index {idx!r} is not a non-negative integer. "
-                f"Write '<backend>' or '<backend>:<index>', e.g. 'cuda:0'."
-            )
-        index = int(idx)
+    name, text = split_spec(spec)
+    index = None if text is None else parse_index(
+        text, f"{source}{spec!r}", "Write '<backend>' or '<backend>:<index>', e.g. 'cuda:0'.")
     return _name_for_device_type(name, repr(spec), source), index, spec
 
 

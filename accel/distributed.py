@@ -11,13 +11,15 @@ Importing this module imports ``torch.distributed`` lazily and initialises nothi
 
 from __future__ import annotations
 
+import operator
 import os
 from typing import Any
 
 import torch
 
 from accel import _compat
-from accel.errors import DistributedError
+from accel._select import index_value
+from accel.errors import DistributedError, LocalRankError
 
 __all__ = ["backend_name", "init_process_group", "local_rank", "symmetric_memory_available"]
 
@@ -78,7 +80,8 @@ def local_rank() -> int:
     """This process's rank on its node: ``LOCAL_RANK`` (torchrun), else ``0``.
 
     Raises:
-        DistributedError: ``LOCAL_RANK`` is set but not a non-negative integer.
+        LocalRankError: (a ``DistributedError`` and ``ValueError``) ``LOCAL_RANK`` is set
+            but not a non-negative integer.
     """
     return _env_local_rank()
 
@@ -90,10 +93,24 @@ def _env_local_rank() -> int:
         DistributedError: ``LOCAL_RANK`` is set but not a non-negative integer.
     """
     raw = os.environ.get("LOCAL_RANK", "0")
-    if not raw.isdigit():
-        raise DistributedError(f"accel.distributed: LOCAL_RANK={raw!r} is not a non-negative integer. "
-                               "Launch with torchrun, or set LOCAL_RANK to this process's index on the node.")
-    return int(raw)
+    rank = index_value(raw)
+    if rank is None:
+        raise LocalRankError(f"accel.distributed: LOCAL_RANK={raw!r} is not a non-negative integer (ASCII digits "
+                             "without leading zeros). Launch with torchrun, or set LOCAL_RANK to this process's "
+                             "index on the node.")
+    return rank
+
+
+def _check_local_rank(value: object) -> int:
+    """``local_rank=`` as an int >= 0 (an int or NumPy integer; not a bool, float or str)."""
+    if not isinstance(value, bool) and hasattr(type(value), "__index__") and not isinstance(value, torch.Tensor):
+        rank = operator.index(value)
+        if rank >= 0:
+            return rank
+    raise LocalRankError(
+        f"init_process_group: local_rank={value!r} ({type(value).__name__}) is not a non-negative integer. It is "
+        "the index of this process's device on the node. Pass an int >= 0, or None to read LOCAL_RANK."
+    )
 
 
 def init_process_group(backend: str | None = None, /, *, local_rank: int | None = None,
@@ -117,11 +134,14 @@ def init_process_group(backend: str | None = None, /, *, local_rank: int | None 
     Raises:
         DistributedError: a process group is already initialised, the backend is not
             usable, or ``local_rank`` is outside the visible devices. Nothing is changed then.
+        LocalRankError: (a ``DistributedError`` and ``ValueError``) ``local_rank`` (or
+            ``LOCAL_RANK``) is not a non-negative integer; nothing is changed.
 
     .. note:: Initialises the device runtime (sets the current device) on accelerators.
     """
     import torch.distributed as dist
 
+    explicit = None if local_rank is None else _check_local_rank(local_rank)
     name = backend or backend_name()
     ok, why = _usable(name)
     if not ok:
@@ -131,7 +151,7 @@ def init_process_group(backend: str | None = None, /, *, local_rank: int | None 
         raise DistributedError("init_process_group: the default process group is already initialised "
                                f"(backend {dist.get_backend()!r}). Call torch.distributed.destroy_process_group() first.")
     vendor = _vendor()
-    rank = _env_local_rank() if local_rank is None else local_rank
+    rank = _env_local_rank() if explicit is None else explicit
     device = torch.device("cpu")
     if vendor.torch_device_type not in ("cpu", "mps"):
         count = vendor.device_count()

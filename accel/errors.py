@@ -12,6 +12,7 @@ from __future__ import annotations
 __all__ = [
     "AccelError",
     "UnknownBackendError",
+    "FakeBackendError",
     "BackendUnavailableError",
     "DeviceIndexError",
     "DeviceMismatchError",
@@ -35,6 +36,7 @@ __all__ = [
     "UnsupportedFormatError",
     "QuantizationError",
     "DistributedError",
+    "LocalRankError",
     "FeatureUnavailableError",
     "TunableFileError",
     "KernelRegistrationError",
@@ -51,6 +53,11 @@ class AccelError(Exception):
 
 class UnknownBackendError(AccelError, ValueError):
     """A backend or device name that accel does not know (``"cdua"``)."""
+
+
+class FakeBackendError(AccelError, ValueError):
+    """:func:`accel.testing.fake_backend` facts that describe no device: an arch not of the vendor's form
+    (``"sm_9"``), a ``device_count`` that is not an int >= 0."""
 
 
 class BackendUnavailableError(AccelError, RuntimeError):
@@ -152,6 +159,10 @@ class QuantizationError(AccelError, ValueError):
 
 class DistributedError(AccelError, RuntimeError):
     """A c10d process group that cannot be set up as asked (backend not registered, bad rank)."""
+
+
+class LocalRankError(DistributedError, ValueError):
+    """A local rank (``local_rank=`` or ``LOCAL_RANK``) that is not a non-negative integer."""
 
 
 class FeatureUnavailableError(AccelError, RuntimeError):

@@ -42,6 +42,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import numbers
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -445,17 +446,81 @@ class Graph:
 def _describe(a: Any) -> str:
     if isinstance(a, torch.Tensor):
         return f"a tensor of shape {tuple(a.shape)}, dtype {a.dtype} on {a.device}"
-    return f"{type(a).__name__} {a!r}"
+    return f"{type(a).__name__} {a!r:.80}"
+
+
+# -- arguments: tensors (also inside lists/tuples) become static buffers; other values are baked in --------------
+# A spec mirrors one sample argument: ("tensor", shape, dtype, device), ("seq", kind, (specs...)) for a list or
+# tuple (namedtuples included), ("value", v) for anything else.
+def _spec(a: Any) -> tuple[Any, ...]:
+    if isinstance(a, torch.Tensor):
+        return ("tensor", a.shape, a.dtype, a.device)
+    if isinstance(a, (list, tuple)):
+        return ("seq", type(a).__name__, tuple(_spec(x) for x in a))
+    return ("value", a)
+
+
+def _leaves(a: Any) -> list[torch.Tensor]:
+    """The tensors of ``a``, depth first (the order static buffers are kept in)."""
+    if isinstance(a, torch.Tensor):
+        return [a]
+    if isinstance(a, (list, tuple)):
+        return [t for x in a for t in _leaves(x)]
+    return []
+
+
+def _static_copy(a: Any) -> Any:
+    """``a`` with every tensor replaced by a detached copy (the static input buffers); other values kept."""
+    if isinstance(a, torch.Tensor):
+        return a.detach().clone()
+    if isinstance(a, (list, tuple)):
+        items = [_static_copy(x) for x in a]
+        if isinstance(a, tuple) and hasattr(a, "_fields"):
+            return type(a)(*items)  # a namedtuple
+        if type(a) in (list, tuple):
+            return type(a)(items)
+        return list(items) if isinstance(a, list) else tuple(items)  # other subclasses: the plain container
+    return a
+
+
+def _is_nan(x: Any) -> bool:
+    return isinstance(x, numbers.Number) and not isinstance(x, numbers.Integral) and x != x
+
+
+def _same_value(a: Any, v: Any) -> bool:
+    """Whether a non-tensor argument ``a`` equals the captured ``v``: identity, then ``==`` of the same type.
+
+    ``==`` must give a truth value (NumPy arrays compare elementwise: only the same array
+    matches); an ``__eq__`` that raises counts as unequal; NaN equals NaN (a NaN baked
+    into a graph is reproduced by any NaN).
+    """
+    if a is v:
+        return True
+    if type(a) is not type(v):
+        return False  # 2 and 2.0 compare equal but a graph may have baked in int or float arithmetic
+    try:
+        equal = a == v
+        if not isinstance(equal, bool):
+            equal = bool(equal) if isinstance(equal, numbers.Number) else False  # np.bool_ yes; arrays no
+    except Exception:  # noqa: BLE001 - a user type's __eq__ may raise anything; then the values do not match
+        return False
+    return equal or (_is_nan(a) and _is_nan(v))
 
 
 class GraphedCallable:
     """What :func:`graphed` returns: call it like the function it wraps.
 
     When :attr:`captured`, each call checks the arguments against the sample
-    (count; shape, dtype and device of tensors; equality of other values, which the
-    graph baked in), copies tensor arguments into the static input buffers, replays
-    the graph and returns the static outputs. Otherwise it checks the same way and
-    calls the function eagerly.
+    (count; shape, dtype and device of tensors, also inside nested lists and tuples,
+    which must have the sample's lengths; other values must equal the sample's, which
+    the graph baked in), copies the tensors into the static input buffers, replays
+    the graph and returns the static outputs. Otherwise it checks the same way (so a
+    call that would fail on a device with graphs fails on the CPU too) and calls the
+    function eagerly with the arguments as given.
+
+    A non-tensor value matches when it is the sample's object, or of the same type
+    and ``==`` to it (NaN matches NaN); an ``==`` that raises or gives no single
+    truth value (NumPy arrays) matches only the same object.
 
     Attributes:
         captured: a graph is replayed (``False``: the function runs eagerly).
@@ -487,21 +552,35 @@ class GraphedCallable:
         self.static_inputs = static_inputs
         self.static_outputs = static_outputs
         self._n = len(sample)
-        self._tensors = tuple(
-            (i, a.shape, a.dtype, a.device) for i, a in enumerate(sample) if isinstance(a, torch.Tensor)
-        )
-        self._consts = tuple((i, a) for i, a in enumerate(sample) if not isinstance(a, torch.Tensor))
-        self._copies = tuple((i, static_inputs[i]) for i, *_ in self._tensors) if graph is not None else ()
+        self._specs = tuple(_spec(a) for a in sample)
+        self._buffers = tuple(_leaves(tuple(static_inputs))) if graph is not None else ()
         self._replay = graph.replay if graph is not None else None
 
-    def _mismatch(self, i: int, got: Any, want: str) -> GraphInputError:
+    def _mismatch(self, where: str, got: Any, want: str) -> GraphInputError:
         name = getattr(self.fn, "__name__", type(self.fn).__name__)
         return GraphInputError(
-            f"graphed {name}: argument {i} is {_describe(got)}, but the graph was captured with {want}. "
+            f"graphed {name}: {where} is {_describe(got)}, but the graph was captured with {want}. "
             "A captured graph replays fixed shapes, dtypes, devices and non-tensor values. Pass a matching "
             "argument (pad or bucket inputs to the captured shape), or call accel.graphs.graphed() again "
             "with sample arguments of the new shape."
         )
+
+    def _match(self, a: Any, spec: tuple[Any, ...], where: str, tensors: list[torch.Tensor]) -> None:
+        """Check ``a`` against ``spec``; append its tensors to ``tensors`` in buffer order."""
+        kind = spec[0]
+        if kind == "tensor":
+            _, shape, dtype, dev = spec
+            if not isinstance(a, torch.Tensor) or a.shape != shape or a.dtype != dtype or a.device != dev:
+                raise self._mismatch(where, a, f"a tensor of shape {tuple(shape)}, dtype {dtype} on {dev}")
+            tensors.append(a)
+        elif kind == "seq":
+            _, type_name, items = spec
+            if not isinstance(a, (list, tuple)) or len(a) != len(items):
+                raise self._mismatch(where, a, f"a {type_name} of {len(items)} item(s)")
+            for j, (x, s) in enumerate(zip(a, items)):
+                self._match(x, s, f"{where}[{j}]", tensors)
+        elif not _same_value(a, spec[1]):
+            raise self._mismatch(where, a, f"{_describe(spec[1])} (baked into the graph)")
 
     def __call__(self, *args: Any) -> Any:
         if len(args) != self._n:
@@ -511,19 +590,14 @@ class GraphedCallable:
                 f"{self._n}. A graphed callable takes the same positional arguments as its sample_args. "
                 "Pass exactly those."
             )
-        for i, shape, dtype, dev in self._tensors:
-            a = args[i]
-            if not isinstance(a, torch.Tensor) or a.shape != shape or a.dtype != dtype or a.device != dev:
-                raise self._mismatch(i, a, f"a tensor of shape {tuple(shape)}, dtype {dtype} on {dev}")
-        for i, v in self._consts:
-            a = args[i]
-            if a is not v and (type(a) is not type(v) or a != v):
-                raise self._mismatch(i, a, f"{_describe(v)} (baked into the graph)")
+        tensors: list[torch.Tensor] = []
+        match = self._match
+        for i, (a, spec) in enumerate(zip(args, self._specs)):
+            match(a, spec, f"argument {i}", tensors)
         replay = self._replay
         if replay is None:
             return self.fn(*args)
-        for i, buf in self._copies:
-            a = args[i]
+        for buf, a in zip(self._buffers, tensors):
             if a is not buf:
                 buf.copy_(a)
         replay()
@@ -542,7 +616,7 @@ def _warn_once(message: str) -> None:
 
 
 def _sample_device(args: tuple[Any, ...], name: str) -> torch.device | None:
-    devices = {a.device for a in args if isinstance(a, torch.Tensor)}
+    devices = {a.device for a in _leaves(args)}
     if len(devices) > 1:
         raise GraphInputError(
             f"graphed {name}: sample_args hold tensors on several devices: "
@@ -573,8 +647,10 @@ def graphed(
     Args:
         fn: the step, a function of positional arguments.
         sample_args: a tuple of arguments (a single tensor is wrapped). Tensor
-            arguments fix the shapes, dtypes and device of every later call; other
-            values are baked into the graph.
+            arguments, also inside nested lists and tuples, fix the shapes, dtypes and
+            device of every later call and are copied into static buffers; other
+            values are baked into the graph (later calls must pass equal ones, see
+            :class:`GraphedCallable`).
         warmup: eager runs before the capture (>= 0). They execute ``fn``, side effects included.
         strict: raise :class:`GraphCaptureUnsupported` where graphs are unsupported
             (MPS, CPU) instead of running eagerly with a one-time warning.
@@ -636,7 +712,7 @@ def graphed(
         )
         return GraphedCallable(fn, args, reason=reason)
 
-    static = tuple(a.detach().clone() if isinstance(a, torch.Tensor) else a for a in args)
+    static = tuple(_static_copy(a) for a in args)
     index = plan.index_of(support.device)
     with plan.device_guard(index):
         prev = plan.current_stream(index)
@@ -706,7 +782,10 @@ def compare_step_time(
         :class:`StepTimes`.
 
     Raises:
-        GraphInputError: ``iters < 1`` or bad ``sample_args``.
+        GraphInputError: ``iters < 1``, ``warmup < 0``, or ``sample_args`` not a tuple/list
+            of arguments or a tensor; nothing ran.
+        UnknownBackendError: the sample tensors are on a device no backend runs
+            (``meta``); nothing ran.
 
     Example:
         >>> import warnings, torch, accel.graphs
@@ -722,8 +801,22 @@ def compare_step_time(
         raise GraphInputError(
             f"compare_step_time: iters={iters!r}. iters is the number of timed steps, an int >= 1. Pass e.g. iters=50."
         )
-    args = (sample_args,) if isinstance(sample_args, torch.Tensor) else tuple(sample_args)
+    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
+        raise GraphInputError(
+            f"compare_step_time: warmup={warmup!r}. warmup is the number of untimed steps, an int >= 0. "
+            "Pass e.g. warmup=3."
+        )
+    if isinstance(sample_args, torch.Tensor):
+        args: tuple[Any, ...] = (sample_args,)
+    elif isinstance(sample_args, (tuple, list)):
+        args = tuple(sample_args)
+    else:
+        raise GraphInputError(
+            f"compare_step_time: sample_args is {type(sample_args).__name__} {sample_args!r:.60}. sample_args is a "
+            "tuple (or list) of the step's positional arguments, or a single tensor. Wrap it: (x,)."
+        )
     dev = _sample_device(args, getattr(step, "__name__", "step")) or selection().device
+    dev = _lookup(dev)[0].device  # a device no backend runs (meta) raises here, before any step
     sync = getattr(torch, dev.type).synchronize if dev.type != "cpu" else (lambda: None)
 
     def timed(call: Callable[..., Any]) -> float:

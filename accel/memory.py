@@ -57,7 +57,7 @@ from dataclasses import dataclass
 import torch
 
 from accel import _compat, _resolve
-from accel.runtime import _noop, _runtime
+from accel.runtime import _runtime
 
 __all__ = [
     "Telemetry",
@@ -163,6 +163,16 @@ def _named(fn, name: str, doc: str):
     fn.__qualname__ = name
     fn.__doc__ = doc
     return fn
+
+
+def _no_cache(name: str, what: str):
+    """A no-op ``name()`` for a backend without ``what``; no parameters, like torch's ``empty_cache()``."""
+
+    def no_cache() -> None:
+        return None
+
+    return _named(no_cache, name, f"A no-op: this backend has no {what}. Takes no arguments, like torch's "
+                                  f"``torch.accelerator.{name}()``.")
 
 
 def _build_allocator(rt) -> dict[str, object]:
@@ -285,7 +295,7 @@ Raises:
                                    "Zero the accumulated counters (``*.allocated``, ``*.freed``, "
                                    "``num_alloc_retries``, ``num_ooms``, ...)."),
         empty_cache=_compat.resolve(t, "empty_cache") or acc.empty_cache,
-        empty_host_cache=_compat.resolve(t, "empty_host_cache") or _noop,
+        empty_host_cache=_compat.resolve(t, "empty_host_cache") or _no_cache("empty_host_cache", "pinned host cache"),
         get_memory_info=get_memory_info,
         stats=stats,
         telemetry=telemetry,
@@ -339,8 +349,8 @@ def _build_fixed(rt, read: dict[str, object], memory_info, stats_keys: dict[str,
     table.update(
         reset_peak=validating_noop("reset_peak", "A no-op: peaks are not tracked on this backend."),
         reset_accumulated=validating_noop("reset_accumulated", "A no-op: no accumulated counters here."),
-        empty_cache=read.get("empty_cache") or _noop,
-        empty_host_cache=_noop,
+        empty_cache=read.get("empty_cache") or _no_cache("empty_cache", "device memory cache"),
+        empty_host_cache=_no_cache("empty_host_cache", "pinned host cache"),
         get_memory_info=get_memory_info,
         stats=stats,
         telemetry=telemetry,

@@ -162,11 +162,11 @@ def fp8_dtype(kind: str = "e4m3", device: Any = None, /) -> torch.dtype:
 
 
 def _index(device: Any) -> int:
-    if isinstance(device, torch.device) and device.index is not None:
-        return device.index
-    if isinstance(device, str) and ":" in device:
-        return int(device.rsplit(":", 1)[1])
-    return 0
+    """The device index ``device`` names (as :func:`accel.device` parses it); 0 when it names none."""
+    from accel import device as _device
+
+    index = _device(device).index
+    return 0 if index is None else index
 
 
 def native_support(format: str | torch.dtype, device: Any = None, /) -> Support:  # noqa: A002 - the domain's word
@@ -373,6 +373,28 @@ def _unpack_e2m1(data: torch.Tensor) -> torch.Tensor:
     return table[code & 7] * torch.where(code >= 8, -1.0, 1.0)
 
 
+def _shown(value: Any) -> str:
+    return f"{type(value).__name__} {value!r:.60}"
+
+
+def _check_tensor(value: Any, fn: str, name: str) -> None:
+    if not isinstance(value, torch.Tensor):
+        raise QuantizationError(f"{fn}: {name} is {_shown(value)}, not a tensor. Pass the tensor accel.quant.quantize "
+                                "returned (Quantized.data / Quantized.scale).")
+
+
+def _check_scale(scale: Any, fn: str, name: str) -> None:
+    """A scale is a tensor, or the NVFP4 ``(block scale, global scale)`` pair of tensors."""
+    if isinstance(scale, torch.Tensor):
+        return
+    if isinstance(scale, (tuple, list)) and len(scale) == 2 and all(isinstance(s, torch.Tensor) for s in scale):
+        return
+    raise QuantizationError(
+        f"{fn}: {name} is {_shown(scale)}, not a tensor or a (block scale, global scale) pair of tensors. Pass "
+        "the Quantized.scale accel.quant.quantize returned."
+    )
+
+
 def dequantize(data: torch.Tensor, scale: Any, *, dim: int = -1, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """``data * scale`` in ``dtype``: the inverse of :func:`quantize` (up to rounding).
 
@@ -386,8 +408,18 @@ def dequantize(data: torch.Tensor, scale: Any, *, dim: int = -1, dtype: torch.dt
         The dequantized tensor (``dim`` doubled back for fp4).
 
     Raises:
-        QuantizationError: ``data`` / ``scale`` dtypes or shapes do not form a format.
+        QuantizationError: ``data`` / ``scale`` are not tensors, their dtypes or shapes
+            do not form a format, or ``dim`` is not a dimension of ``data``.
     """
+    _check_tensor(data, "dequantize", "data")
+    _check_scale(scale, "dequantize", "scale")
+    if isinstance(dim, bool) or not isinstance(dim, int):
+        raise QuantizationError(f"dequantize: dim={dim!r} ({type(dim).__name__}) is not an int. Pass the dim "
+                                "quantize was given (-1 by default; 0 for the b operand of a matmul).")
+    if not -data.dim() <= dim < data.dim():
+        raise QuantizationError(f"dequantize: dim={dim} is out of range for data of {data.dim()} dimension(s) "
+                                f"(shape {tuple(data.shape)}). Pass a dim in {-data.dim()}..{data.dim() - 1}, the one "
+                                "quantize was given.")
     d = dim % data.dim()
     vt = data.movedim(d, -1)
     if data.dtype == getattr(torch, "float4_e2m1fn_x2", None):
@@ -418,6 +450,10 @@ def dequantize(data: torch.Tensor, scale: Any, *, dim: int = -1, dtype: torch.dt
 # -- scaled_mm -------------------------------------------------------------------------
 def _detect(a: torch.Tensor, b: torch.Tensor, scale_a: Any, scale_b: Any) -> tuple[str, str]:
     """``(format name, granularity)`` of a scaled_mm call, from the dtypes and scale shapes."""
+    for value, name in ((a, "a"), (b, "b")):
+        _check_tensor(value, "scaled_mm", name)
+    for value, name in ((scale_a, "scale_a"), (scale_b, "scale_b")):
+        _check_scale(value, "scaled_mm", name)
     fp4 = getattr(torch, "float4_e2m1fn_x2", None)
     e8m0 = getattr(torch, "float8_e8m0fnu", None)
     fp8_names = _FP8_FLAVOUR
@@ -439,7 +475,7 @@ def _detect(a: torch.Tensor, b: torch.Tensor, scale_a: Any, scale_b: Any) -> tup
     elif str(a.dtype).removeprefix("torch.") in fp8_names:
         if sa_dtype == e8m0:
             return "mxfp8", "block"
-        if sa_dtype == torch.float32 and scale_b.dtype == torch.float32:
+        if sa_dtype == torch.float32 and isinstance(scale_b, torch.Tensor) and scale_b.dtype == torch.float32:
             name = "fp8_e5m2" if "e5m2" in str(a.dtype) else "fp8_e4m3"
             if scale_a.numel() == 1 and scale_b.numel() == 1:
                 return name, "tensor"
@@ -558,7 +594,14 @@ def to_blocked(scale: torch.Tensor) -> torch.Tensor:
 
     Returns:
         1-D tensor of ``128 * ceil(rows / 128) * 4 * ceil(cols / 4)`` scales, same dtype.
+
+    Raises:
+        QuantizationError: ``scale`` is not a 2-D tensor.
     """
+    _check_tensor(scale, "to_blocked", "scale")
+    if scale.dim() != 2:
+        raise QuantizationError(f"to_blocked: scale has shape {tuple(scale.shape)}; it must be 2-D [rows, cols]. "
+                                "Pass one operand's block scales as a matrix.")
     rows, cols = scale.shape
     rt, ct = math.ceil(rows / 128), math.ceil(cols / 4)
     raw = scale.view(torch.uint8) if scale.element_size() == 1 else scale

@@ -39,7 +39,7 @@ import contextlib
 import operator
 import random as _pyrandom
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, NamedTuple
 
 import torch
@@ -122,7 +122,7 @@ class _CpuStream:
         return [torch.get_rng_state()]
 
     def set_state(self, state: torch.Tensor, index: int | None) -> None:
-        torch.set_rng_state(state)
+        torch.set_rng_state(_fresh(state))
 
     def initial_seed(self, index: int | None) -> int:
         return torch.initial_seed()
@@ -195,7 +195,7 @@ class _DeviceStream:
         return [mod.get_rng_state(self._dev(i)) for i in range(self.count())]  # torch.mps: one device, no _all
 
     def set_state(self, state: torch.Tensor, index: int | None) -> None:
-        self._module().set_rng_state(state, self._dev(index))
+        self._module().set_rng_state(_fresh(state), self._dev(index))
 
     def initial_seed(self, index: int | None) -> int:
         upstream = self._upstream()
@@ -238,13 +238,34 @@ def _resolve(device: object, what: str) -> tuple[_CpuStream | _DeviceStream, int
 
 
 # -- validation ----------------------------------------------------------------------------------------------
+def _fresh(state: torch.Tensor) -> torch.Tensor:
+    """A new contiguous copy of ``state`` at storage offset 0, for ``Generator.set_state``.
+
+    torch's generators read the state from the start of its storage: a view (a row of a
+    stacked tensor, a slice kept by ``torch.save``/``torch.load``) crashes the process.
+    ``.contiguous()`` would return such a view unchanged, so always copy (5056 bytes at most).
+    """
+    return state.detach().clone(memory_format=torch.contiguous_format)
+
+
 def _check_seed(seed: object, what: str) -> int:
-    if isinstance(seed, bool) or not hasattr(type(seed), "__index__"):
+    """``seed`` as an int. Accepts what ``operator.index`` takes, as ``torch.manual_seed`` does: an ``int``,
+    a NumPy integer, a one-element integer tensor (``torch.tensor(7)``); never a ``bool`` or bool tensor."""
+    bad = isinstance(seed, bool) or not hasattr(type(seed), "__index__") or (
+        isinstance(seed, torch.Tensor) and (seed.dtype == torch.bool or seed.is_floating_point()))
+    value: int | None = None
+    if not bad:
+        try:
+            value = operator.index(seed)
+        except (TypeError, ValueError, RuntimeError):  # tensors/arrays of several elements or a float dtype
+            bad = True
+    if bad or value is None:
+        shown = (f"a {seed.dtype} tensor of shape {tuple(seed.shape)}" if isinstance(seed, torch.Tensor)
+                 else f"{seed!r} of type {type(seed).__name__}")
         raise SeedError(
-            f"{what}: got seed {seed!r} of type {type(seed).__name__}. A seed is an integer. "
-            f"Pass an int (e.g. int(seed))."
+            f"{what}: got seed {shown}. A seed is an integer (an int, a NumPy integer or a one-element integer "
+            f"tensor). Pass an int (e.g. int(seed))."
         )
-    value = operator.index(seed)
     if not _SEED_MIN <= value <= _SEED_MAX:
         raise SeedError(
             f"{what}: seed {value} is out of range. Seeds lie in -2**63 .. 2**64 - 1 (negative seeds wrap "
@@ -283,11 +304,11 @@ def _check_state(state: object, stream: _CpuStream | _DeviceStream, index: int |
             f"A state only fits the kind of generator it came from. Pass a state read from a {stream.name} "
             f"generator."
         )
-    state = state.contiguous()
+    state = _fresh(state)
     gen = stream.generator(index)
     if hasattr(gen, "clone_state"):
         try:
-            gen.clone_state().set_state(state)
+            gen.clone_state().set_state(_fresh(state))
         except (RuntimeError, ValueError, TypeError) as exc:
             raise RngStateError(
                 f"{what}: the {label} generator rejects this state: {exc}. The state is corrupted or from another "
@@ -344,7 +365,10 @@ def manual_seed(seed: int) -> None:
     """Seed the CPU generator and every device of the active backend.
 
     Args:
-        seed: an integer in ``-2**63 .. 2**64 - 1`` (negative seeds wrap modulo 2**64).
+        seed: an integer in ``-2**63 .. 2**64 - 1`` (negative seeds wrap modulo 2**64):
+            an ``int``, a NumPy integer, or a one-element integer tensor
+            (``torch.tensor(7)``, as ``torch.manual_seed`` takes). Not a ``bool``, a
+            float (also as a tensor) or a tensor of several elements.
 
     Raises:
         SeedError: (a ``ValueError``) ``seed`` is not an integer or out of range; no
@@ -373,7 +397,7 @@ def manual_seed_all(seed: int) -> None:
     """Seed every device of the active backend (the CPU generator when the CPU backend is active).
 
     Args:
-        seed: an integer in ``-2**63 .. 2**64 - 1``.
+        seed: an integer in ``-2**63 .. 2**64 - 1``, taken as :func:`manual_seed` takes it.
 
     Raises:
         SeedError: (a ``ValueError``) ``seed`` is not an integer or out of range; no
@@ -444,19 +468,21 @@ def set_rng_state_all(states: Iterable[torch.Tensor], /) -> None:
     """Set the state of every device of the active backend; checks all before setting any.
 
     Args:
-        states: one state per device, by index, as :func:`get_rng_state_all` returns.
+        states: one state per device, by index, as :func:`get_rng_state_all` returns
+            (a list, tuple or other iterable of tensors; not a ``str``, ``bytes`` or mapping).
 
     Raises:
-        RngStateError: (a ``ValueError``) not one state per device, or a bad state;
-            no generator changed.
+        RngStateError: (a ``ValueError``) not a list/tuple of states, not one state per
+            device, or a bad state; no generator changed.
 
     .. note:: Initialises the device runtime.
     """
     stream = _active()
-    if isinstance(states, torch.Tensor) or not isinstance(states, Iterable):
+    if isinstance(states, (torch.Tensor, str, bytes, bytearray, Mapping)) or not isinstance(states, Iterable):
         raise RngStateError(
-            f"accel.random.set_rng_state_all: got {type(states).__name__}. It takes a list of states, one per "
-            f"device, as get_rng_state_all() returns. Use set_rng_state for one device."
+            f"accel.random.set_rng_state_all: got {type(states).__name__} {states!r:.60}, which is not a "
+            f"list/tuple of states. It takes a list of states, one per device, as get_rng_state_all() returns. "
+            f"Pass that list; use set_rng_state for one device."
         )
     states = list(states)
     count = stream.count()
@@ -744,13 +770,28 @@ def _words(value: object, part: str, n: int) -> list[int]:
     return words
 
 
+def _check_mt19937_key(words: list[int], part: str) -> None:
+    """Refuse a degenerate MT19937 key: its 19937 state bits (the top bit of word 0 and words 1..623) all zero.
+
+    Python's ``random.setstate`` and NumPy's ``set_state`` accept such a key, and the
+    generator then returns 0 forever; seeding never produces one.
+    """
+    if not words[0] & 0x80000000 and not any(words[1:624]):
+        raise _corrupt(part, "degenerate MT19937 state (every state bit of the key is zero: the generator would "
+                             "only ever return 0)")
+
+
 def _plan_python(part: object) -> tuple[Any, ...]:
     if not isinstance(part, dict) or set(part) != {"version", "internal", "gauss_next"}:
         raise _corrupt("python", f"expected a dict with version, internal, gauss_next; got {part!r:.80}")
-    gauss = part["gauss_next"]
+    gauss, version = part["gauss_next"], part["version"]
     if gauss is not None and not isinstance(gauss, float):
         raise _corrupt("python", f"gauss_next is {type(gauss).__name__}, not a float or None")
-    state = (part["version"], tuple(_words(part["internal"], "python.internal", 625)), gauss)
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise _corrupt("python", f"version is {type(version).__name__}, not an int")
+    words = _words(part["internal"], "python.internal", 625)
+    _check_mt19937_key(words, "python.internal")
+    state = (version, tuple(words), gauss)
     try:
         _pyrandom.Random().setstate(state)  # dry run on a scratch generator
     except (ValueError, TypeError, OverflowError) as exc:
@@ -762,9 +803,10 @@ def _plan_numpy(part: object, np: Any) -> tuple[Any, ...]:
     keys = {"bit_generator", "key", "pos", "has_gauss", "cached_gaussian"}
     if not isinstance(part, dict) or set(part) != keys:
         raise _corrupt("numpy", f"expected a dict with {', '.join(sorted(keys))}; got {part!r:.80}")
-    if part["bit_generator"] != "MT19937":
-        raise _corrupt("numpy", f"bit generator {part['bit_generator']!r}; NumPy's global state is 'MT19937'")
+    if not isinstance(part["bit_generator"], str) or part["bit_generator"] != "MT19937":
+        raise _corrupt("numpy", f"bit generator {part['bit_generator']!r:.60}; NumPy's global state is 'MT19937'")
     words = _words(part["key"], "numpy.key", 624)
+    _check_mt19937_key(words, "numpy.key")
     for name, kind in (("pos", int), ("has_gauss", int), ("cached_gaussian", float)):
         if not isinstance(part[name], kind) or isinstance(part[name], bool):
             raise _corrupt("numpy", f"{name} is {type(part[name]).__name__}, not {kind.__name__}")
@@ -805,7 +847,9 @@ def restore(snapshot: dict[str, Any], *, strict: bool = False) -> dict[str, Any]
 
     Raises:
         RngSnapshotVersionError: (a ``ValueError``) written by a newer accel; nothing set.
-        RngSnapshotError: (a ``ValueError``) not a snapshot, or corrupted; nothing set.
+        RngSnapshotError: (a ``ValueError``) not a snapshot, or corrupted (a field of the
+            wrong type, a state a generator refuses, a degenerate all-zero MT19937 key in
+            the Python or NumPy part); nothing set.
         RngRestoreError: (a ``RuntimeError``) ``strict=True`` and a stream cannot apply
             (nothing set) or failed to set (the others were set).
 
@@ -847,10 +891,11 @@ def restore(snapshot: dict[str, Any], *, strict: bool = False) -> dict[str, Any]
 
 def _plan(snap: object) -> tuple[list[tuple[str, Any]], dict[str, str]]:
     """Check the whole snapshot; return (what to set, in order) and (what to skip, why). Sets nothing."""
-    if not isinstance(snap, dict) or snap.get("format") != SNAPSHOT_FORMAT:
-        shown = snap.get("format") if isinstance(snap, dict) else type(snap).__name__
+    fmt = snap.get("format") if isinstance(snap, dict) else None
+    if not isinstance(fmt, str) or fmt != SNAPSHOT_FORMAT:  # isinstance first: a NumPy array's != is elementwise
+        shown = fmt if isinstance(snap, dict) else type(snap).__name__
         raise RngSnapshotError(
-            f"accel.random.restore: not an accel RNG snapshot (format: {shown!r}). It takes the dict "
+            f"accel.random.restore: not an accel RNG snapshot (format: {shown!r:.80}). It takes the dict "
             f"accel.random.snapshot() returns. Pass that dict (after torch.load if it was saved). Nothing was restored."
         )
     version = snap.get("version")
@@ -865,11 +910,13 @@ def _plan(snap: object) -> tuple[list[tuple[str, Any]], dict[str, str]]:
     missing = [k for k in required if k not in snap]
     if missing:
         raise _corrupt("keys", f"missing {', '.join(missing)}")
-    vendor, devices = snap["vendor"], snap["devices"]
+    vendor, devices, count = snap["vendor"], snap["devices"], snap["device_count"]
     if not isinstance(vendor, str) or not isinstance(snap["device_type"], str):
-        raise _corrupt("vendor", f"vendor {vendor!r} / device_type {snap['device_type']!r} are not strings")
-    if not isinstance(devices, list) or snap["device_count"] != len(devices):
-        raise _corrupt("devices", f"expected a list of {snap['device_count']!r} states, got {type(devices).__name__}"
+        raise _corrupt("vendor", f"vendor {vendor!r:.60} / device_type {snap['device_type']!r:.60} are not strings")
+    if not isinstance(count, int) or isinstance(count, bool):
+        raise _corrupt("device_count", f"{type(count).__name__} {count!r:.60} is not an int")
+    if not isinstance(devices, list) or count != len(devices):
+        raise _corrupt("devices", f"expected a list of {count!r} states, got {type(devices).__name__}"
                        f"{' of ' + str(len(devices)) if isinstance(devices, list) else ''}")
     for i, s in enumerate(devices):
         if not isinstance(s, torch.Tensor) or s.dtype != torch.uint8 or s.dim() != 1 or s.device.type != "cpu":

@@ -52,6 +52,7 @@ import torch
 
 from accel import _compat, _probe, _resolve
 from accel._select import backend as _active_backend
+from accel._select import parse_index, split_spec
 from accel.errors import (
     DeviceIndexError,
     DeviceMismatchError,
@@ -181,17 +182,13 @@ class _Runtime:
             if idx is None:
                 return self.current()
         elif isinstance(device, str):
-            kind, sep, rest = device.strip().lower().partition(":")
+            kind, text = split_spec(device)
             shown = repr(device)
             self._check_type(kind, shown, what)
-            if not sep:
+            if text is None:
                 return self.current()
-            if not rest.isdigit():
-                raise DeviceIndexError(
-                    f"{what}: device {shown}: the index {rest!r} is not a non-negative integer. "
-                    f"Backend {self.name!r} has {self.count} device(s): {self.valid()}. Pass one of those."
-                )
-            idx = int(rest)
+            idx = parse_index(text, f"{what}: device {shown}",
+                              f"Backend {self.name!r} has {self.count} device(s): {self.valid()}. Pass one of those.")
         else:
             raise InvalidDeviceError(
                 f"{what}: got {device!r} of type {type(device).__name__}, which is not a device. A device is an "

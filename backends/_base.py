@@ -263,14 +263,28 @@ class Backend:
             decisions not taken with their reasons.
 
         Raises:
-            CompileOptionError: ``mode`` is not a mode of the running torch.
+            CompileOptionError: ``mode`` is not a mode of the running torch; ``options``
+                is not ``None`` or a dict with ``str`` keys.
 
         .. note:: Imports ``torch._inductor`` and reads the device arch (initialises
            the device runtime on real hardware).
         """
+        from collections.abc import Mapping
+
         from accel import _compat
         from accel.errors import CompileOptionError
 
+        if options is not None and not isinstance(options, Mapping):
+            raise CompileOptionError(
+                f"compile plan: options is {type(options).__name__} {options!r:.60}, not a dict. options maps "
+                f"Inductor option names to values, as torch.compile(options=...) takes. Pass a dict or None."
+            )
+        bad_key = next((k for k in options or {} if not isinstance(k, str)), None)
+        if bad_key is not None:
+            raise CompileOptionError(
+                f"compile plan: options has key {bad_key!r} ({type(bad_key).__name__}); Inductor option names are "
+                f"str (torch._inductor.config attributes). Pass e.g. {{'max_autotune': True}}."
+            )
         options = dict(options or {})
         try:
             mode_opts = _compat.inductor_mode_options(mode)

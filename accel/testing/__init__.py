@@ -19,6 +19,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from types import SimpleNamespace
@@ -27,7 +28,7 @@ from unittest import mock
 
 import torch
 
-from accel.errors import UnknownBackendError
+from accel.errors import FakeBackendError, UnknownBackendError
 from accel.testing._rng import FakeGenerator, FakeRng, fake_rng
 
 from accel.testing.graphs import FakeGraph, FakeGraphLog, fake_graph_capture
@@ -57,11 +58,32 @@ VENDORS: dict[str, dict[str, Any]] = {
 }
 
 
+#: An NVIDIA arch as torch.cuda.get_arch_list() writes it (ASCII digits; 'a'/'f' suffixes).
+_SM = re.compile(r"sm_([0-9]{2,3})[af]?", re.ASCII)
+
+
 def _cc_from_sm(arch: str) -> tuple[int, int]:
-    num = arch.removeprefix("sm_").rstrip("af")
-    if not num.isdigit() or len(num) < 2:
-        raise ValueError(f"fake_backend: arch {arch!r} is not of the form 'sm_<major><minor>' (e.g. 'sm_90', 'sm_107')")
+    m = _SM.fullmatch(arch)
+    if m is None:
+        raise FakeBackendError(
+            f"fake_backend('cuda'): arch {arch!r} is not of the form 'sm_<major><minor>' (two or three ASCII digits, "
+            f"the last one the minor version, optionally an 'a' or 'f' suffix). Pass e.g. 'sm_90', 'sm_90a', 'sm_120'."
+        )
+    num = m.group(1)
     return int(num[:-1]), int(num[-1])
+
+
+def _check_facts(arch: object, device_count: object) -> None:
+    if arch is not None and not isinstance(arch, str):
+        raise FakeBackendError(
+            f"fake_backend: arch={arch!r} ({type(arch).__name__}) is not a str. Pass an arch name such as 'sm_90', "
+            f"'gfx942' or 'pvc', or None for the vendor's default."
+        )
+    if isinstance(device_count, bool) or not isinstance(device_count, int) or device_count < 0:
+        raise FakeBackendError(
+            f"fake_backend: device_count={device_count!r} ({type(device_count).__name__}) is not an int >= 0. "
+            f"Pass the number of devices to fake, e.g. device_count=2 (0 fakes a vendor with none visible)."
+        )
 
 
 @contextlib.contextmanager
@@ -93,6 +115,9 @@ def fake_backend(
 
     Raises:
         UnknownBackendError: ``name`` is not a built-in vendor.
+        FakeBackendError: (a ``ValueError``) ``arch`` is not a str or, for cuda, not of
+            the form ``"sm_<major><minor>"``; ``device_count`` is not an int >= 0.
+            Nothing was patched.
 
     .. note:: Side effects: patches attributes of ``torch``, ``torch.version``,
        ``torch.cuda``, ``torch.xpu`` and ``torch.backends.mps`` until the block exits, and
@@ -100,6 +125,7 @@ def fake_backend(
     """
     if name not in VENDORS:
         raise UnknownBackendError(f"fake_backend: unknown vendor {name!r}. Valid: {', '.join(VENDORS)}.")
+    _check_facts(arch, device_count)
     from accel import clear_cache
 
     facts = VENDORS[name]
