@@ -115,6 +115,7 @@ def test_cond_checks_the_vendor_on_fake_cuda_tensors(impl, fake_backend, monkeyp
         w = torch.empty(BIG[1], dtype=torch.bfloat16, device="cuda")
         with fake_backend("cuda", arch="sm_90"):
             conditions._arch.cache_clear()
+            _table(monkeypatch, "sm_90", [])  # independent of the shipped table: a miss routes
             assert fwd(x, [BIG[1]], w, None)
             assert "not a ROCm build" in amd_fwd.why_not(x, [BIG[1]], w, None)
             _table(monkeypatch, "sm_90", [dict(op="rms_norm_fwd", dtype="bfloat16", m=4096, n=4096, impl="aten")])
