@@ -55,7 +55,8 @@ source and on the H200, torch 2.11, triton 3.6)
   context + CUPTI) exceeding 30 s — marks the one config ``error``/``timeout``
   and gives exactly "No working config found". Errors are logged at the
   autotuner's log level only, so they look swallowed.
-* Measured on the H200 image (helion 1.4.0, a guarded script, ``PYTHONPATH``
+* ``ci/gpu/helion_autotune_probe.py`` reproduces this per setting. Measured on the
+  H200 image (helion 1.4.0, a guarded script, ``PYTHONPATH``
   exported, ``HELION_AUTOTUNE_MAX_GENERATIONS=1``): quick autotuning of a bf16
   softmax on 4096x4096 *works* there, 10 configs in 65 s with the spawn
   worker and 17 s with ``HELION_AUTOTUNE_BENCHMARK_SUBPROCESS=0``. So the
