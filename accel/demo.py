@@ -161,8 +161,37 @@ def _accuracy(model: nn.Module, data: Data) -> float:
     return float((pred == data.y_test).float().mean().item())
 
 
+def _install_kernels(backend_name: str) -> list[str]:
+    """Register accel's built-in kernels (RMSNorm, softmax, LayerNorm) on accelerators; ``[]`` on CPU."""
+    if backend_name == "cpu":
+        return []
+    import accel.kernels as ak
+
+    names = ak.install()
+    ak.reset_counters()
+    return names
+
+
+def _kernel_report(names: list[str]) -> dict[str, dict[str, int]]:
+    import accel.kernels as ak
+
+    return {o.name: {"routed": o.routed, "declined": o.declined, "failed": o.failed}
+            for o in ak.overrides() if o.name in names}
+
+
+def _step_ms_without_kernels(dev: torch.device, data: Data, batch: int, lr: float, steps: int) -> float:
+    """Median step time (ms) of a fresh model with accel's overrides switched off."""
+    import accel.kernels as ak
+
+    model, opt, sched = _new_run(dev, lr, steps + 1)
+    times: list[float] = []
+    with ak.disabled():
+        _train_epoch(model, opt, sched, data, batch, dev, times, lambda: None)
+    return statistics.median(times[len(times) // 4:] or times)
+
+
 def run(device: object = None, *, epochs: int = 12, batch: int = 64, lr: float = 3e-3, seed: int = 0,
-        progress: Callable[[str, int], Callable[[], None]] | None = None) -> dict[str, Any]:
+        progress: Callable[[str, int], Callable[[], None]] | None = None, kernels: bool = True) -> dict[str, Any]:
     """Train the demo model and check exact resume.
 
     Args:
@@ -172,11 +201,18 @@ def run(device: object = None, *, epochs: int = 12, batch: int = 64, lr: float =
         lr: AdamW learning rate.
         seed: seed for :func:`accel.random.manual_seed`.
         progress: ``progress(label, total_steps)`` returns a callable advanced once per step.
+        kernels: on an accelerator, install accel's kernel overrides (:func:`accel.kernels.install`;
+            each op's tuning table decides per shape whether a kernel or ATen runs), report which
+            ran, and time one more epoch with the overrides off. No effect on CPU.
 
     Returns:
         JSON-ready dict: ``device``, ``backend``, ``vendor``, ``arch``, ``accuracy``
         (held-out, 0..1), ``step_ms`` (median ms per training step), ``steps``,
-        ``final_loss``, ``resume`` (``equal``, ``compared``, ``max_abs_diff``), ``seconds``.
+        ``final_loss``, ``resume`` (``equal``, ``compared``, ``max_abs_diff``), ``seconds``, and
+        ``kernels``: ``{"installed": [...], "counts": {name: {routed, declined, failed}},
+        "step_ms_on", "step_ms_off"}`` (``installed`` empty and times ``None`` where none installed).
+
+    .. note:: With ``kernels`` on an accelerator, the overrides stay registered after the call.
 
     Raises:
         DemoError: bad ``epochs``/``batch``, or scikit-learn missing.
@@ -194,6 +230,7 @@ def run(device: object = None, *, epochs: int = 12, batch: int = 64, lr: float =
     no_progress = lambda: None  # noqa: E731
     bar = progress("train", epochs * steps_per_epoch) if progress else no_progress
 
+    installed = _install_kernels(sel.backend.name) if kernels else []
     accel.random.manual_seed(seed)
     total_steps = epochs * steps_per_epoch
     model, opt, sched = _new_run(dev, lr, total_steps)
@@ -220,6 +257,9 @@ def run(device: object = None, *, epochs: int = 12, batch: int = 64, lr: float =
     resumed: list[float] = []
     for _ in range(state["epoch"], epochs):
         resumed += _train_epoch(model_b, opt_b, sched_b, data, batch, dev, None, bar)
+    counts = _kernel_report(installed) if installed else {}
+    step_on = statistics.median(step_ms[steps_per_epoch:] or step_ms)
+    step_off = _step_ms_without_kernels(dev, data, batch, lr, steps_per_epoch) if installed else None
     reference = losses[half * steps_per_epoch:]
     diffs = [abs(a - b) for a, b in zip(reference, resumed)]
     backend = sel.backend
@@ -231,7 +271,9 @@ def run(device: object = None, *, epochs: int = 12, batch: int = 64, lr: float =
         "accuracy": accuracy,
         "epochs": epochs,
         "steps": len(losses),
-        "step_ms": statistics.median(step_ms[steps_per_epoch:] or step_ms),
+        "step_ms": step_on,
+        "kernels": {"installed": installed, "counts": counts, "step_ms_on": step_on if installed else None,
+                    "step_ms_off": step_off},
         "final_loss": losses[-1],
         "resume": {
             "equal": len(resumed) == len(reference) and resumed == reference,

@@ -8,8 +8,10 @@ by it; everywhere else ATen runs as before.
 - :func:`enable` / :func:`disable` / :func:`disabled`: by op, DSL, backend or name.
 - :func:`overrides`: what is installed, with routed / fallback counters.
 - :func:`explain`: which kernel would run for given inputs, and why.
-- :func:`install`: register accel's built-in kernels (RMSNorm forward and backward
-  in Triton and Helion) where their DSL and hardware are present;
+- :func:`install`: register accel's built-in kernels (RMSNorm, softmax and
+  LayerNorm, forward and backward, in Triton and Helion) where their DSL and
+  hardware are present; which one runs per shape comes from the tuning table
+  (:mod:`accel.kernels._tuning`: shipped per-arch defaults + ``accel bench --tune``);
   :func:`availability` says which are usable here and why not.
 
 Importing this package imports no DSL runtime and initialises no device.

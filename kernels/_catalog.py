@@ -19,6 +19,10 @@ __all__ = ["Availability", "BUILTIN", "availability", "install"]
 BUILTIN: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
     ("rms_norm", "triton", "accel.kernels.ops.rms_norm.triton_impl", ("cuda",)),
     ("rms_norm", "helion", "accel.kernels.ops.rms_norm.helion_impl", ("cuda",)),
+    ("softmax", "triton", "accel.kernels.ops.softmax.triton_impl", ("cuda",)),
+    ("softmax", "helion", "accel.kernels.ops.softmax.helion_impl", ("cuda",)),
+    ("layer_norm", "triton", "accel.kernels.ops.layer_norm.triton_impl", ("cuda",)),
+    ("layer_norm", "helion", "accel.kernels.ops.layer_norm.helion_impl", ("cuda",)),
 )
 
 
@@ -27,7 +31,7 @@ class Availability:
     """Whether one built-in kernel can be installed in this process.
 
     Attributes:
-        kernel: kernel family (``"rms_norm"``: forward and backward).
+        kernel: kernel family (``"rms_norm"``, ``"softmax"``, ``"layer_norm"``: forward and backward each).
         dsl: ``"triton"``, ``"helion"``.
         backends: backends it is measured on (``("cuda",)``).
         available: the DSL is installed and one of ``backends`` is usable here.
@@ -91,7 +95,7 @@ def install(*, dsl: str | Sequence[str] | None = None, kernels: str | Sequence[s
 
     Args:
         dsl: only these DSLs (``"triton"``, ``"helion"``).
-        kernels: only these kernel families (``"rms_norm"``).
+        kernels: only these kernel families (``"rms_norm"``, ``"softmax"``, ``"layer_norm"``).
 
     Returns:
         Registration names added (empty on a machine without a served GPU).

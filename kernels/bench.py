@@ -1,4 +1,4 @@
-"""RMSNorm benchmark: ATen eager vs each DSL impl vs the routed call vs Liger-Kernel and quack.
+"""Kernel benchmark (RMSNorm, softmax, LayerNorm): ATen eager vs each DSL impl vs the routed call vs Liger-Kernel and quack.
 
 Run as ``accel bench`` or ``python benchmarks/kernels.py``. Needs a CUDA GPU. Per
 shape and dtype it reports time (µs, median of CUDA-event timings with the L2
@@ -10,7 +10,10 @@ against ATen's before it is timed; a wrong one is reported, not timed.
 
 Bytes moved: forward ``2*M*N*esize`` (read x, write y; weight and rstd
 negligible), backward ``3*M*N*esize`` (read x, read dy, write dx), as in DESIGN.md.
-Helion runs with a fixed config (no autotuning at run time).
+Helion runs with a fixed config (no autotuning at run time). Softmax and
+LayerNorm: see :mod:`accel.kernels._bench_ops` (same harness, same columns;
+quack's LayerNorm is given an fp32 weight, as it requires). ``--tune`` measures
+the tuning table instead (:mod:`accel.kernels._tune`).
 """
 
 from __future__ import annotations
@@ -164,7 +167,7 @@ def _router_overhead(device: torch.device, calls: int = 2000) -> dict[str, float
 
 
 def run(shapes=SHAPES, dtypes=("bf16",), reps: int = 30, budget_s: float = 150.0,
-        device: torch.device | None = None) -> dict[str, Any]:
+        device: torch.device | None = None, ops: tuple[str, ...] = ("rms_norm",)) -> dict[str, Any]:
     """Run the benchmark; returns the JSON-ready report.
 
     Args:
@@ -173,6 +176,8 @@ def run(shapes=SHAPES, dtypes=("bf16",), reps: int = 30, budget_s: float = 150.0
         reps: timed repetitions per candidate.
         budget_s: shapes left when this many seconds have passed are skipped (listed in ``skipped``).
         device: default the current CUDA device; a CPU device only smoke-tests this script.
+        ops: op families: ``rms_norm`` (``shapes``), ``softmax``, ``layer_norm`` (their issue shapes,
+            :data:`accel.kernels._bench_ops.SHAPES`), each with forward and backward rows.
 
     Raises:
         KernelUnavailableError: no device given and no usable CUDA device.
@@ -194,7 +199,7 @@ def run(shapes=SHAPES, dtypes=("bf16",), reps: int = 30, budget_s: float = 150.0
     if not torch._C._dispatch_has_kernel_for_dispatch_key("aten::_fused_rms_norm_backward", device.type.upper()):
         directions.remove("bwd")  # CPU: no ATen backward kernel to compare with
         skipped.append(f"bwd: ATen has no aten::_fused_rms_norm_backward kernel on {device.type}")
-    installed = ak.install(kernels="rms_norm")
+    installed = ak.install(kernels=list(ops))
     if device.type == "cuda":
         name, arch = torch.cuda.get_device_name(device), "sm_%d%d" % torch.cuda.get_device_capability(device)
     else:
@@ -206,7 +211,7 @@ def run(shapes=SHAPES, dtypes=("bf16",), reps: int = 30, budget_s: float = 150.0
         "peers": {k: (None if not isinstance(v, Exception) else f"{type(v).__name__}: {v}") for k, v in peers.items()},
         "rows": [], "aten_faster": [], "skipped": skipped,
     }
-    for dname in dtypes:
+    for dname in dtypes if "rms_norm" in ops else ():
         dtype = _DTYPES[dname]
         for m, n in shapes:
             if time.perf_counter() - started > budget_s:
@@ -248,7 +253,7 @@ def run(shapes=SHAPES, dtypes=("bf16",), reps: int = 30, budget_s: float = 150.0
                         errors[name] = f"{type(exc).__name__}: {str(exc)[:200]}"
                 peer_times = [results[p] for p in ("liger", "quack") if p in results]
                 best_peer = min(peer_times) if peer_times else None
-                row = {"dtype": dname, "shape": [m, n], "direction": direction, "bytes": moved,
+                row = {"op": "rms_norm", "dtype": dname, "shape": [m, n], "direction": direction, "bytes": moved,
                        "routed_to": routed_to, "errors": errors, "impls": {}}
                 for name, us in results.items():
                     gbs = moved / us / 1e3
@@ -263,6 +268,11 @@ def run(shapes=SHAPES, dtypes=("bf16",), reps: int = 30, budget_s: float = 150.0
                     report["aten_faster"].append(
                         {"key": [report["arch"], dsl, direction, str(dtype).removeprefix("torch.")],
                          "entry": [n, m, m], "routed_us": results["routed"], "aten_us": results["aten"]})
+    from . import _bench_ops
+
+    for family in ops:
+        if family != "rms_norm":
+            _bench_ops.run_family(family, report, timer, device, dtypes, started, budget_s, ceiling)
     report["router_overhead"] = _router_overhead(device)
     report["routed_counts"] = {o.name: {"routed": o.routed, "fallbacks": o.fallbacks, "failed": o.failed}
                                for o in ak.overrides()}
@@ -289,14 +299,14 @@ IMPL_ORDER = ("aten", "triton", "helion", "routed", "liger", "quack")
 
 def to_markdown(report: dict[str, Any]) -> str:
     """The report as markdown tables: % of the copy ceiling, then speed-up over ATen and the best peer."""
-    lines = [f"# RMSNorm on {report['device']} ({report['arch']}), torch {report['torch']}", "",
+    lines = [f"# Kernels on {report['device']} ({report['arch']}), torch {report['torch']}", "",
              f"Copy ceiling measured in this run: {report['copy_ceiling_gbs']:.0f} GB/s. "
              f"Versions: {report['versions']}. Peers: {report['peers']}.", ""]
-    for direction in ("fwd", "bwd"):
-        rows = [r for r in report["rows"] if r["direction"] == direction]
+    for op, direction in [(o, d) for o in ("rms_norm", "softmax", "layer_norm") for d in ("fwd", "bwd")]:
+        rows = [r for r in report["rows"] if r["direction"] == direction and r.get("op", "rms_norm") == op]
         if not rows:
             continue
-        lines += [f"## {direction}: GB/s (% of ceiling) and x vs ATen / x vs best peer", "",
+        lines += [f"## {op} {direction}: GB/s (% of ceiling) and x vs ATen / x vs best peer", "",
                   "| dtype | shape | routed to | " + " | ".join(IMPL_ORDER) + " |",
                   "|---|---|---|" + "---:|" * len(IMPL_ORDER)]
         for r in rows:
@@ -316,7 +326,7 @@ def to_markdown(report: dict[str, Any]) -> str:
         lines += [f"Router cost on an 8-element tensor: ATen {ro['aten_us']:.2f} µs/call, with accel's router "
                   f"{ro['with_router_us']:.2f} µs/call (+{ro['router_cost_us']:.2f} µs).", ""]
     if report["aten_faster"]:
-        lines += ["Shapes where ATen beat the routed call (paste into kernels/ops/rms_norm/tuning.py ATEN_FASTER):",
+        lines += ["Shapes where ATen beat the routed call (run accel bench --tune to route them to ATen):",
                   "", "```python"]
         grouped: dict[tuple, list] = {}
         for e in report["aten_faster"]:
@@ -336,11 +346,17 @@ def to_markdown(report: dict[str, Any]) -> str:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The benchmark's options (shared by ``accel bench`` and ``benchmarks/kernels.py``)."""
     p.add_argument("--json", action="store_true", help="print the JSON report instead of tables")
-    p.add_argument("--out", metavar="DIR", help="write rms_norm-<time>.json and .md into DIR")
+    p.add_argument("--out", metavar="DIR", help="write kernels-<time>.json and .md into DIR")
     p.add_argument("--dtypes", default="bf16", help="comma-separated: bf16,fp16,fp32 (default bf16)")
     p.add_argument("--shapes", default=None, help="comma-separated MxN (default: the five target shapes)")
     p.add_argument("--reps", type=int, default=30, help="timed reps per candidate (default 30)")
-    p.add_argument("--budget-s", type=float, default=150.0, help="skip remaining shapes after this many seconds")
+    p.add_argument("--budget-s", "--budget", type=float, default=150.0, dest="budget_s",
+                   help="stop after this many seconds (benchmark: skip remaining shapes; --tune: stop tuning)")
+    p.add_argument("--ops", default="rms_norm,softmax,layer_norm",
+                   help="comma-separated op families (default rms_norm,softmax,layer_norm)")
+    p.add_argument("--tune", action="store_true",
+                   help="measure the tuning table on this device (ATen vs Triton vs Helion configs) and write it "
+                        "to the user cache; Helion's own autotuner is never run (see accel.kernels._tuning NOTES)")
 
 
 def run_from_args(args: argparse.Namespace) -> int:
@@ -357,15 +373,23 @@ def run_from_args(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise KernelRegistrationError(f"accel bench: bad --shapes/--dtypes ({exc}). Write e.g. --shapes "
                                       f"4096x4096,65536x1024 --dtypes bf16,fp16.") from None
-    report = run(shapes, dtypes, reps=args.reps, budget_s=args.budget_s)
+    ops = tuple(o.strip() for o in args.ops.split(",") if o.strip())
+    unknown = [o for o in ops if o not in ("rms_norm", "softmax", "layer_norm")]
+    if unknown:
+        raise KernelRegistrationError(f"accel bench: unknown --ops {unknown}. Valid: rms_norm, softmax, layer_norm.")
+    if getattr(args, "tune", False):
+        from . import _tune
+
+        return _tune.run_from_args(args, ops, dtypes)
+    report = run(shapes, dtypes, reps=args.reps, budget_s=args.budget_s, ops=ops)
     md = to_markdown(report)
     print(json.dumps(report, indent=2) if args.json else md)
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
         stamp = time.strftime("%Y%m%d-%H%M%S")
-        (out / f"rms_norm-{stamp}.json").write_text(json.dumps(report, indent=2))
-        (out / f"rms_norm-{stamp}.md").write_text(md + "\n")
+        (out / f"kernels-{stamp}.json").write_text(json.dumps(report, indent=2))
+        (out / f"kernels-{stamp}.md").write_text(md + "\n")
     return 0
 
 

@@ -21,7 +21,7 @@ def _clean():
 
 def test_availability_without_gpu_names_the_probe():
     found = {(a.kernel, a.dsl): a for a in ak.availability()}
-    assert set(found) == {("rms_norm", "triton"), ("rms_norm", "helion")}
+    assert set(found) == {(k, d) for k in ("rms_norm", "softmax", "layer_norm") for d in ("triton", "helion")}
     for a in found.values():
         assert a.backends == ("cuda",) and not a.available and not a.installed
         if "not installed" not in a.reason:
@@ -49,22 +49,28 @@ def test_helion_absent_or_too_old_is_reported(monkeypatch):
 def test_availability_with_a_gpu_and_install_filters(monkeypatch):
     from accel.kernels import _catalog
 
-    monkeypatch.setattr(triton_impl, "available", lambda: (True, "triton 9.9 installed"))
-    monkeypatch.setattr(helion_impl, "available", lambda: (False, "helion is not installed"))
+    from accel.kernels.ops.layer_norm import helion_impl as ln_h, triton_impl as ln_t
+    from accel.kernels.ops.softmax import helion_impl as sm_h, triton_impl as sm_t
+
+    for t in (triton_impl, sm_t, ln_t):
+        monkeypatch.setattr(t, "available", lambda: (True, "triton 9.9 installed"))
+    for h in (helion_impl, sm_h, ln_h):
+        monkeypatch.setattr(h, "available", lambda: (False, "helion is not installed"))
     registered = []
     monkeypatch.setattr(triton_impl, "register", lambda backends: registered.append(backends) or ["t1", "t2"])
+    monkeypatch.setattr(sm_t, "register", lambda backends: registered.append(backends) or ["s1", "s2"])
 
     class P:
         available, reason = True, "1 device(s) visible"
 
     monkeypatch.setattr("accel.probes", lambda: {"cuda": P(), "cpu": P()})
-    found = {a.dsl: a for a in _catalog.availability()}
+    found = {a.dsl: a for a in _catalog.availability() if a.kernel == "rms_norm"}
     assert found["triton"].available and found["triton"].reason == "triton 9.9 installed"
     assert not found["helion"].available
     assert ak.install(dsl="helion") == []
-    assert ak.install(kernels="softmax") == []
+    assert ak.install(kernels="softmax") == ["s1", "s2"]
     assert ak.install(dsl=["triton"], kernels="rms_norm") == ["t1", "t2"]
-    assert registered == [["cuda"]]
+    assert registered == [["cuda"], ["cuda"]]
 
 
 def test_accel_kernels_json_shows_counts(capsys):
@@ -134,7 +140,8 @@ def test_benchmark_script_runs_end_to_end_on_cpu_in_the_interpreter():
         import json, torch
         import accel.kernels as ak
         from accel.kernels import bench
-        from accel.kernels.ops.rms_norm import tuning, triton_impl
+        from accel.kernels import _tuning as tuning
+        from accel.kernels.ops.rms_norm import triton_impl
         tuning.MIN_NUMEL["triton"] = 16384
         ak.install = lambda **k: triton_impl.register(["cpu"])
         r = bench.run(shapes=((64, 256),), dtypes=("bf16", "fp32"), reps=2, device=torch.device("cpu"))

@@ -21,7 +21,8 @@ import pytest
 import torch
 
 from accel import _compat
-from accel.kernels.ops.rms_norm import conditions, helion_impl, triton_impl, tuning
+from accel.kernels import _tuning as tuning
+from accel.kernels.ops.rms_norm import conditions, helion_impl, triton_impl
 
 IMPLS = {"triton": triton_impl, "helion": helion_impl}
 PATHS = ["accel"] + (["native"] if _compat.native_dsl_registry() is not None else [])
@@ -84,16 +85,23 @@ def test_cond_rejects_with_reasons_on_meta(impl, conds):
         [True, True])
 
 
+def _table(monkeypatch, arch, entries):
+    """Make ``_tuning.table(arch)`` return ``entries`` (folded) for this test."""
+    folded: dict = {}
+    tuning._fold(folded, entries, "user")
+    real = tuning.table
+    monkeypatch.setattr(tuning, "table", lambda a: folded if a == arch else real(a))
+
+
 def test_cond_consults_the_tuning_table(impl, conds, monkeypatch):
     fwd, bwd = conds
-    monkeypatch.setattr(tuning, "ATEN_FASTER", {("meta", impl.DSL, "fwd", "bfloat16"): ((4096, 0, 8192),),
-                                                ("meta", impl.DSL, "bwd", "bfloat16"): ((4096, 0, 8192),)})
+    _table(monkeypatch, "meta", [dict(op=f"rms_norm_{d}", dtype="bfloat16", m=8192, n=4096, impl="aten")
+                                 for d in ("fwd", "bwd")])
     w = _meta(4096)
-    assert "tuning.ATEN_FASTER" in fwd.why_not(_meta(8192, 4096), [4096], w, None)
-    assert fwd(_meta(16384, 4096), [4096], w, None)
+    assert "picks aten" in fwd.why_not(_meta(8192, 4096), [4096], w, None)
+    assert fwd(_meta(16384, 4096), [4096], w, None)  # another bucket: a miss, large enough -> the kernel
     rstd = torch.empty(8192, 1, device="meta")
-    assert "tuning.ATEN_FASTER" in bwd.why_not(_meta(8192, 4096), _meta(8192, 4096), [4096], rstd, w, [True, True])
-    assert not tuning.aten_faster("sm_90", impl.DSL, "fwd", "bfloat16", 8192, 4096)
+    assert "picks aten" in bwd.why_not(_meta(8192, 4096), _meta(8192, 4096), [4096], rstd, w, [True, True])
 
 
 def test_cond_checks_the_vendor_on_fake_cuda_tensors(impl, fake_backend, monkeypatch):
@@ -107,10 +115,11 @@ def test_cond_checks_the_vendor_on_fake_cuda_tensors(impl, fake_backend, monkeyp
         w = torch.empty(BIG[1], dtype=torch.bfloat16, device="cuda")
         with fake_backend("cuda", arch="sm_90"):
             conditions._arch.cache_clear()
+            _table(monkeypatch, "sm_90", [])  # independent of the shipped table: a miss routes
             assert fwd(x, [BIG[1]], w, None)
             assert "not a ROCm build" in amd_fwd.why_not(x, [BIG[1]], w, None)
-            monkeypatch.setattr(tuning, "ATEN_FASTER", {("sm_90", impl.DSL, "fwd", "bfloat16"): ((4096, 0, 4096),)})
-            assert "tuning.ATEN_FASTER" in fwd.why_not(x, [BIG[1]], w, None)
+            _table(monkeypatch, "sm_90", [dict(op="rms_norm_fwd", dtype="bfloat16", m=4096, n=4096, impl="aten")])
+            assert "sm_90 picks aten" in fwd.why_not(x, [BIG[1]], w, None)
         with fake_backend("rocm"):
             assert "ROCm build" in fwd.why_not(x, [BIG[1]], w, None)
     conditions._arch.cache_clear()
@@ -122,7 +131,8 @@ SCRIPT = textwrap.dedent("""
     import json, sys, torch, torch.nn as nn
     import accel.kernels as ak
     from accel.kernels import _tolerance
-    from accel.kernels.ops.rms_norm import _launch, reference, tuning, triton_impl, helion_impl
+    from accel.kernels import _launch, _tuning as tuning
+    from accel.kernels.ops.rms_norm import reference, triton_impl, helion_impl
     dsl, path = sys.argv[1], sys.argv[2]
     impl = {"triton": triton_impl, "helion": helion_impl}[dsl]
     _launch.poison_outputs = True          # unwritten outputs stay NaN and fail the comparison

@@ -28,6 +28,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--epochs", type=int, default=12, help="training epochs (default 12; >= 2)")
     p.add_argument("--seed", type=int, default=0, help="seed for accel.random.manual_seed (default 0)")
     p.add_argument("--json", action="store_true", help="machine-readable output (no progress bar)")
+    p.add_argument("--kernels", choices=("on", "off"), default="on",
+                   help="route RMSNorm/softmax/LayerNorm through accel's kernels on GPUs (default on)")
     p.set_defaults(func=run)
 
 
@@ -48,11 +50,19 @@ def _progress(enabled: bool) -> Iterator[Callable[[str, int], Callable[[], None]
         yield start
 
 
+def _kernels_line(k: dict) -> str:
+    if not k["installed"]:
+        return "none installed (off, or no accelerator)"
+    ran = ", ".join(f"{n} {c['routed']} routed/{c['declined']} to ATen" for n, c in k["counts"].items())
+    return f"step {k['step_ms_on']:.2f} ms on vs {k['step_ms_off']:.2f} ms off; {ran}"
+
+
 def run(args: argparse.Namespace) -> int:
     from accel import demo
 
     with _progress(not args.json) as progress:
-        result = demo.run(args.device, epochs=args.epochs, seed=args.seed, progress=progress)
+        result = demo.run(args.device, epochs=args.epochs, seed=args.seed, progress=progress,
+                          kernels=args.kernels == "on")
     result["accuracy_target"] = ACCURACY_TARGET
     failures = []
     if not result["accuracy"] > ACCURACY_TARGET:
@@ -75,6 +85,7 @@ def run(args: argparse.Namespace) -> int:
             ["resume check", f"{'equal' if r['equal'] else 'DIFFERENT'}: {r['compared']} losses after the epoch-"
                              f"{r['checkpoint_epoch']} checkpoint, max |diff| {r['max_abs_diff']:.3g}"],
             ["wall time", f"{result['seconds']:.1f} s"],
+            ["kernels", _kernels_line(result["kernels"])],
         ]))
         out.print("demo: ok" if result["ok"] else "demo: FAILED: " + "; ".join(failures))
     return 0 if result["ok"] else 1

@@ -2,7 +2,7 @@
 # One batched run on the lent GPU machine (no network there): install accel and the carried
 # wheels (.whl: helion 1.4.0, filecheck, Liger-Kernel, platformdirs; optionally quack + CuTeDSL),
 # then run the stages named on the command line, writing logs and results under $OUT (or ./gpu-out).
-#   stages: facts tests rng host graphs kernels quant
+#   stages: facts tests rng host graphs kernels tune demo-kernels helion-probe quant
 # Usage (device tool, carry [".whl"]): bash ci/gpu/h200.sh facts tests rng host graphs
 set -u
 export PYTHONUNBUFFERED=1
@@ -47,11 +47,20 @@ for stage in "$@"; do
     rng) python3 "$REPO/ci/gpu/rng_check.py" 2>&1 | tee "$OUT/rng_check.txt" ;;
     host) python3 "$REPO/benchmarks/host_overhead.py" --out "$OUT" 2>&1 | tail -40 ;;
     graphs) timeout 240 python3 "$REPO/benchmarks/graphs.py" --out "$OUT" 2>&1 | tail -30 ;;
-    kernels) timeout 400 python3 "$REPO/benchmarks/kernels.py" --out "$OUT" 2>&1 | tail -80 ;;
     example) timeout 200 python3 "$REPO/examples/kernels_rmsnorm.py" 2>&1 | tail -30 | tee "$OUT/example.txt" ;;
     plan) python3 -c "import accel; p=accel.compile_plan('max-autotune'); print(list(p)); [print(s) for s in p.skipped]" ;;
-    demo-kernels) for k in off on; do accel demo --device cuda --kernels $k --json > "$OUT/demo-kernels-$k.json"; \
-                    python3 -c "import json;r=json.load(open('$OUT/demo-kernels-$k.json'));print('$k', {x: r.get(x) for x in ('accuracy','step_ms','kernels')})"; done ;;
+    kernels) timeout 300 python3 "$REPO/benchmarks/kernels.py" --budget 200 --out "$OUT" 2>&1 | tail -80 ;;
+    tune)
+      export ACCEL_TUNING_DIR="$OUT/tuning"
+      timeout 420 python3 -m accel.cli bench --tune --budget 330 2>&1 | tail -40
+      ls -la "$OUT/tuning"
+      ;;
+    demo-kernels)
+      accel demo --device cuda --kernels on --json > "$OUT/demo-kernels-on.json"; echo "exit $?"
+      accel demo --device cuda --kernels off --json > "$OUT/demo-kernels-off.json"; echo "exit $?"
+      python3 -c "import json,sys; [print(f, json.load(open(f))['step_ms'], json.load(open(f))['kernels']) for f in sys.argv[1:]]" "$OUT"/demo-kernels-*.json
+      ;;
+    helion-probe) timeout 400 python3 "$REPO/ci/gpu/helion_autotune_probe.py" --timeout 120 2>&1 | tail -100 ;;
     quant) timeout 120 python3 "$REPO/benchmarks/quant.py" --out "$OUT" 2>&1 | tail -30 ;;
     *) echo "unknown stage $stage" ;;
   esac

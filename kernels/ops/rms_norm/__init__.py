@@ -8,7 +8,7 @@ on CPU the forward is a CompositeImplicitAutograd decomposition and the backward
 has no kernel, so a CPU registration of the forward must come with the backward.
 
 Modules: :mod:`.reference` (eager oracle), :mod:`.conditions` (the shared
-``cond``), :mod:`.tuning` (shapes sent to ATen), ``triton_kernel``/``triton_impl``,
+``cond``; the tuning table is :mod:`accel.kernels._tuning`), ``triton_kernel``/``triton_impl``,
 ``helion_kernel``/``helion_impl``. Importing any ``*_impl`` module imports no
 DSL runtime; the kernels are imported at the first call.
 """

@@ -1,8 +1,10 @@
-"""Registering a DSL's forward and backward together (a CPU forward override needs the backward too)."""
+"""Registering a DSL's RMSNorm forward and backward together (a CPU forward override needs the backward too)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+
+from accel.kernels._pair import register_pair as _register
 
 from . import BWD_OP, FWD_OP, reference
 from .conditions import Limits, make_conds
@@ -20,15 +22,5 @@ def register_pair(dsl: str, fwd: Callable, bwd: Callable, limits: Limits, backen
     Raises:
         KernelRegistrationError: as :func:`accel.kernels.register` (nothing stays registered).
     """
-    from accel.kernels import register, unregister
-
-    fwd_cond, bwd_cond = make_conds(dsl, backends, limits)
-    first = register(FWD_OP, impl=fwd, cond=fwd_cond, backends=backends, dsl=dsl,
-                     name=f"rms_norm_fwd.{dsl}{suffix}", fallback=reference.fused_rms_norm)
-    try:
-        second = register(BWD_OP, impl=bwd, cond=bwd_cond, backends=backends, dsl=dsl,
-                          name=f"rms_norm_bwd.{dsl}{suffix}", fallback=reference.fused_rms_norm_backward)
-    except BaseException:
-        unregister(first)
-        raise
-    return [first, second]
+    return _register("rms_norm", dsl, (FWD_OP, BWD_OP), (fwd, bwd), make_conds(dsl, backends, limits), backends,
+                     suffix, (reference.fused_rms_norm, reference.fused_rms_norm_backward))

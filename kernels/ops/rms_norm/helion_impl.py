@@ -16,7 +16,7 @@ from packaging.version import InvalidVersion, Version
 from accel._compat import module_version
 
 from . import reference
-from ._launch import device_guard, empty, empty_like, row_count, rows_view
+from accel.kernels._launch import device_guard, empty, empty_like, row_count, rows_view
 from ._pair import register_pair
 from .conditions import Limits
 

@@ -14,7 +14,7 @@ import torch
 from accel._compat import module_version
 
 from . import reference
-from ._launch import device_guard, empty, empty_like, row_count, rows_view, sm_count
+from accel.kernels._launch import device_guard, empty, empty_like, row_count, rows_view, sm_count
 from ._pair import register_pair
 from .conditions import Limits
 

@@ -1,4 +1,4 @@
-"""Shared host-side helpers of the DSL impls: row view, device guard, program counts."""
+"""Host-side helpers shared by every op's DSL impls: row view, device guard, program counts, output buffers."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import math
 
 import torch
 
-__all__ = ["rows_view", "device_guard", "sm_count", "empty", "empty_like", "poison_outputs"]
+__all__ = ["rows_view", "row_count", "device_guard", "sm_count", "empty", "empty_like", "poison_outputs"]
 
 #: Tests set this: every output buffer the impls allocate starts filled with NaN,
 #: so an element a kernel forgets to write cannot pass as a right answer.

@@ -1,0 +1,118 @@
+"""Pieces every op's ``cond`` shares: vendor of the device, arch name, dtypes, alignment, reasons.
+
+A ``cond`` runs on every call of its ATen op, so the checks here are cheap and
+ordered cheapest first; each returns a short reason key (formatted into a
+sentence only by ``why_not``, for :func:`accel.kernels.explain`). Works on
+meta and fake tensors.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+
+import torch
+
+__all__ = ["ALIGN", "DTYPES", "Limits", "arch", "device_reason", "device_types_for"]
+
+#: dtypes the kernels compute (fp32 accumulation for all).
+DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+#: Row and base-pointer alignment the kernels' vector loads need, bytes.
+ALIGN = 16
+
+
+class Limits:
+    """Shape bounds of one DSL's kernels for one op (rows ``N`` held in registers, etc.).
+
+    Args:
+        max_n_fwd: longest row the forward takes (elements).
+        max_n_bwd: longest row the backward takes (elements).
+        needs_weight: the kernels need the affine weight (and bias, for LayerNorm).
+        max_numel: most elements (Helion's generated code indexes with int32).
+    """
+
+    def __init__(self, max_n_fwd: int, max_n_bwd: int, needs_weight: bool = False, max_numel: int = 1 << 62) -> None:
+        self.max_n_fwd, self.max_n_bwd, self.needs_weight = max_n_fwd, max_n_bwd, needs_weight
+        self.max_numel = max_numel
+
+
+def device_types_for(backends: Sequence[str]) -> dict[str, str | None]:
+    """Device type -> vendor requirement for the given accel backends.
+
+    ``cuda`` requires an NVIDIA build (``torch.version.hip is None``), ``rocm`` a
+    ROCm build; both use device type ``cuda``.
+    """
+    out: dict[str, str | None] = {}
+    for b in backends:
+        if b == "cuda":
+            out["cuda"] = "nvidia" if out.get("cuda", "nvidia") == "nvidia" else None
+        elif b == "rocm":
+            out["cuda"] = "amd" if out.get("cuda", "amd") == "amd" else None
+        else:
+            out[b] = None
+    return out
+
+
+@functools.cache
+def arch(device: torch.device) -> str:
+    """``sm_90`` (NVIDIA), ``gfx942`` (AMD), else the device type: the tuning table's arch key."""
+    if device.type == "cuda":
+        if torch.version.hip:
+            return str(torch.cuda.get_device_properties(device).gcnArchName).split(":")[0]
+        major, minor = torch.cuda.get_device_capability(device)
+        return f"sm_{major}{minor}"
+    return device.type
+
+
+#: Reason sentences for the keys :func:`device_reason` returns.
+DEVICE_REASONS = {
+    "device": "device type {device!r} not served (registered for {devices})",
+    "rocm": "ROCm build: these kernels are measured on NVIDIA only",
+    "not_rocm": "not a ROCm build",
+    "dtype": "dtype {dtype} not in fp32/bf16/fp16",
+}
+
+
+def device_reason(input: torch.Tensor, devices: dict[str, str | None]) -> str | None:
+    """``None`` when ``input``'s device, vendor and dtype are served; else a key of :data:`DEVICE_REASONS`."""
+    if input.is_cuda:
+        if "cuda" not in devices:
+            return "device"
+        vendor = devices["cuda"]
+        if vendor is not None and (vendor == "nvidia") == bool(torch.version.hip):
+            return "rocm" if vendor == "nvidia" else "not_rocm"
+    elif input.device.type not in devices:
+        return "device"
+    if input.dtype not in DTYPES:
+        return "dtype"
+    return None
+
+
+#: Reason sentences for the keys :func:`rows_reason` returns.
+ROW_REASONS = {
+    "layout": "input not contiguous",
+    "align": "input or its rows not {align}-byte aligned (N={n}, {esize}-byte elements)",
+    "long_row": "N={n} > {max_n} (row bound of the {dsl} kernel)",
+    "empty": "empty input or rows",
+}
+
+
+def rows_reason(input: torch.Tensor, n: int, max_n: int, *, align: bool = True) -> str | None:
+    """``None`` when ``input`` (rows of ``n``) is contiguous, aligned and ``n <= max_n``; else a :data:`ROW_REASONS` key."""
+    if n < 1 or input.numel() == 0:
+        return "empty"
+    if not input.is_contiguous():
+        return "layout"
+    if align and (input.data_ptr() % ALIGN or (n * input.element_size()) % ALIGN):
+        return "align"
+    if n > max_n:
+        return "long_row"
+    return None
+
+
+def reason_text(key: str, *, input: torch.Tensor, devices: dict[str, str | None], dsl: str, n: int,
+                max_n: int, extra: dict[str, str] | None = None) -> str:
+    """The sentence for a reason key of :func:`device_reason`, :func:`rows_reason` or ``extra``."""
+    template = {**DEVICE_REASONS, **ROW_REASONS, **(extra or {})}.get(key, key)
+    return template.format(device=input.device.type, devices=", ".join(devices), dtype=input.dtype, align=ALIGN,
+                           n=n, esize=input.element_size(), max_n=max_n, dsl=dsl)

@@ -1,0 +1,225 @@
+"""``accel bench --tune``: measure the tuning table on the current device and write it to the user cache.
+
+For each op (forward and backward of RMSNorm, softmax, LayerNorm), dtype and
+benchmark shape: time ATen, then every candidate config of the Triton and
+Helion kernels (``candidate_configs`` of each kernel module; the default
+first). Each config is launched explicitly (Triton launch parameters, or a
+``helion.Config`` bound with :func:`accel.kernels._helion.bind`), checked
+against ATen's result, and timed with ``triton.testing.do_bench`` (median,
+ms); a config that fails to compile, launch or agree is reported and skipped.
+Helion's own autotuner is never entered (why: :mod:`accel.kernels._tuning`,
+NOTES). The fastest implementation per bucket is written with
+:func:`accel.kernels._tuning.write_user_table` — ``"aten"`` where ATen won, so
+the routed call is never slower than ATen on a measured bucket. Stops at
+``--budget`` seconds; progress is shown with ``rich``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+__all__ = ["tune", "run_from_args"]
+
+_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+
+def _bench_fn(device: torch.device) -> Callable[[Callable[[], Any]], float]:
+    if device.type == "cuda":
+        from triton.testing import do_bench
+
+        return lambda fn: float(do_bench(fn, warmup=5, rep=20, return_mode="median")) * 1e3
+    def wall(fn):  # CPU smoke runs of this code only
+        fn()
+        t0 = time.perf_counter()
+        fn()
+        return (time.perf_counter() - t0) * 1e6
+    return wall
+
+
+def _jobs(ops, dtypes, device):
+    """``(op key, dtype name, m, n, aten, {dsl: (launch(cfg), configs)})`` per job; tensors built lazily."""
+    from accel.kernels import bench, _bench_ops
+
+    shapes = {"rms_norm": bench.SHAPES, **_bench_ops.SHAPES}
+    for family in ops:
+        for dname in dtypes:
+            for m, n in shapes[family]:
+                for direction in ("fwd", "bwd"):
+                    yield family, direction, dname, m, n
+
+
+def _build(family: str, direction: str, dtype: torch.dtype, m: int, n: int, device: torch.device):
+    """``(aten callable, {dsl: (launch(cfg) callable, [configs])})`` for one job."""
+    import accel.kernels as ak
+    from accel.kernels import _launch
+    from accel.kernels.ops.layer_norm import helion_impl as lh, triton_impl as lt
+    from accel.kernels.ops.softmax import helion_impl as sh, triton_impl as st
+
+    torch.manual_seed(0)
+    x = torch.randn(m, n, dtype=dtype, device=device)
+    dy = torch.randn(m, n, dtype=dtype, device=device)
+    w = torch.randn(n, dtype=dtype, device=device)
+    b = torch.randn(n, dtype=dtype, device=device)
+    out = _launch.empty((m, n), dtype, device)
+    cands: dict[str, tuple] = {}
+    helion_ok = sh.available()[0]
+    if family == "softmax":
+        from accel.kernels.ops.softmax import triton_kernel as tk
+
+        with ak.disabled():
+            y = torch.ops.aten._softmax.default(x, -1, False)
+        if direction == "fwd":
+            aten = lambda: torch.ops.aten._softmax.default(x, -1, False)  # noqa: E731
+            cands["triton"] = (lambda c: (st.launch_fwd(x, out, c), out)[1], tk.candidate_configs(n))
+            if helion_ok and n <= sh.LIMITS.max_n_fwd:
+                from accel.kernels.ops.softmax import helion_kernel as hk
+
+                cands["helion"] = (lambda c: (sh.launch_fwd(x, out, c), out)[1], hk.candidate_configs(n))
+        else:
+            aten = lambda: torch.ops.aten._softmax_backward_data.default(dy, y, -1, dtype)  # noqa: E731
+            cands["triton"] = (lambda c: (st.launch_bwd(dy, y, out, c), out)[1],
+                               tk.candidate_configs(n))
+            if helion_ok and n <= sh.LIMITS.max_n_bwd:
+                from accel.kernels.ops.softmax import helion_kernel as hk
+
+                cands["helion"] = (lambda c: (sh.launch_bwd(dy, y, out, c), out)[1], hk.candidate_configs(n))
+        return aten, cands
+    if family == "layer_norm":
+        from accel.kernels.ops.layer_norm import triton_kernel as tk
+
+        sdt = torch.float32 if device.type == "cuda" else dtype
+        mean, rstd = _launch.empty(m, sdt, device), _launch.empty(m, sdt, device)
+        with ak.disabled():
+            _, am, ar = torch.ops.aten.native_layer_norm.default(x, [n], w, b, 1e-5)
+        if direction == "fwd":
+            aten = lambda: torch.ops.aten.native_layer_norm.default(x, [n], w, b, 1e-5)[0]  # noqa: E731
+            cands["triton"] = (lambda c: (lt.launch_fwd(x, w, b, out, mean, rstd, 1e-5, c), out)[1],
+                               tk.candidate_configs(n, "fwd"))
+            if helion_ok and n <= lh.LIMITS.max_n_fwd:
+                from accel.kernels.ops.layer_norm import helion_kernel as hk
+
+                cands["helion"] = (lambda c: (lh.launch_fwd(x, w, b, out, mean, rstd, 1e-5, c), out)[1],
+                                   hk.candidate_configs(n, "fwd"))
+        else:
+            mask = [True, True, True]
+            aten = lambda: torch.ops.aten.native_layer_norm_backward.default(  # noqa: E731
+                dy, x, [n], am, ar, w, b, mask)[0]
+            if n <= lt.LIMITS.max_n_bwd:
+                cands["triton"] = (lambda c: (lt.launch_bwd(dy, x, w, am.view(-1), ar.view(-1), out, mask, c, True),
+                                              out)[1], tk.candidate_configs(n, "bwd"))
+            if helion_ok and n <= lh.LIMITS.max_n_bwd:
+                from accel.kernels.ops.layer_norm import helion_kernel as hk
+
+                cands["helion"] = (lambda c: (lh.launch_bwd(dy, x, w, am.view(-1), ar.view(-1), out, c), out)[1],
+                                   hk.candidate_configs(n, "bwd"))
+        return aten, cands
+    # rms_norm: the kernels take their launch parameters from their own code; tune impl choice only.
+    from accel.kernels.ops.rms_norm import helion_impl as rh, triton_impl as rt
+
+    with ak.disabled():
+        _, rstd = torch.ops.aten._fused_rms_norm.default(x, [n], w, 1e-6)
+    if direction == "fwd":
+        aten = lambda: torch.ops.aten._fused_rms_norm.default(x, [n], w, 1e-6)[0]  # noqa: E731
+        cands["triton"] = (lambda c: rt.fused_rms_norm(x, [n], w, 1e-6)[0], [None])
+        if helion_ok and n <= rh.LIMITS.max_n_fwd:
+            cands["helion"] = (lambda c: rh.fused_rms_norm(x, [n], w, 1e-6)[0], [None])
+    else:
+        aten = lambda: torch.ops.aten._fused_rms_norm_backward.default(dy, x, [n], rstd, w, [True, True])[0]  # noqa: E731
+        if n <= rt.LIMITS.max_n_bwd:
+            cands["triton"] = (lambda c: rt.fused_rms_norm_backward(dy, x, [n], rstd, w, [True, True])[0], [None])
+        if helion_ok and n <= rh.LIMITS.max_n_bwd:
+            cands["helion"] = (lambda c: rh.fused_rms_norm_backward(dy, x, [n], rstd, w, [True, True])[0], [None])
+    return aten, cands
+
+
+def tune(ops=("rms_norm", "softmax", "layer_norm"), dtypes=("bf16",), budget_s: float = 600.0,
+         device: torch.device | None = None, progress: Callable[[str], None] | None = None,
+         write: bool = True) -> dict[str, Any]:
+    """Measure the table; returns ``{"arch", "entries", "errors", "skipped", "path"}``.
+
+    Args:
+        ops: op families.
+        dtypes: names among ``bf16``, ``fp16``, ``fp32``.
+        budget_s: stop starting new jobs after this many seconds.
+        device: default the current CUDA device (a CPU device only smoke-tests this code).
+        progress: called with one line per finished job.
+        write: write the entries to the user cache (:func:`accel.kernels._tuning.write_user_table`).
+
+    Raises:
+        KernelUnavailableError: no device given and no usable CUDA device.
+    """
+    import accel.kernels as ak
+    from accel.errors import KernelUnavailableError
+    from accel.kernels import _conds, _tolerance, _tuning
+
+    if device is None:
+        if not torch.cuda.is_available():
+            raise KernelUnavailableError("accel bench --tune: no CUDA device (torch.cuda.is_available() is False). "
+                                         "Tuning measures kernels on the GPU it is for; run it there.")
+        device = torch.device("cuda", torch.cuda.current_device())
+    arch = _conds.arch(device)
+    bench = _bench_fn(device)
+    started = time.perf_counter()
+    entries, errors, skipped = [], [], []
+    for family, direction, dname, m, n in _jobs(ops, dtypes, device):
+        op = f"{family}_{direction}"
+        if time.perf_counter() - started > budget_s:
+            skipped.append(f"{op} {dname} {m}x{n}: budget {budget_s} s spent")
+            continue
+        aten, cands = _build(family, direction, _DTYPES[dname], m, n, device)
+        with ak.disabled():
+            ref = aten()
+            times = {"aten": bench(aten)}
+        best_cfg: dict[str, Any] = {}
+        for dsl, (launch, configs) in cands.items():
+            for cfg in configs:
+                if time.perf_counter() - started > budget_s:
+                    break
+                try:
+                    problem = _tolerance.compare(launch(cfg), ref)[1]
+                    if problem is not None:
+                        errors.append(f"{op} {dname} {m}x{n} {dsl} {cfg}: wrong result: {problem}")
+                        continue
+                    us = bench(lambda: launch(cfg))
+                except Exception as exc:  # noqa: BLE001 - report every failing config, keep tuning
+                    errors.append(f"{op} {dname} {m}x{n} {dsl} {cfg}: {type(exc).__name__}: {str(exc)[:160]}")
+                    continue
+                if us < times.get(dsl, float("inf")):
+                    times[dsl], best_cfg[dsl] = us, cfg
+        winner = min(times, key=times.get)
+        entry = {"op": op, "dtype": _tuning.dtype_name(_DTYPES[dname]), "m": m, "n": n, "impl": winner,
+                 "config": best_cfg.get(winner), "us": times}
+        entries.append(entry)
+        if progress is not None:
+            progress(f"{op} {dname} {m}x{n}: {winner} " + " ".join(f"{k}={v:.1f}us" for k, v in times.items()))
+    path = _tuning.write_user_table(arch, entries) if write and entries else None
+    return {"arch": arch, "entries": entries, "errors": errors, "skipped": skipped,
+            "path": str(path) if path else None, "elapsed_s": time.perf_counter() - started}
+
+
+def run_from_args(args: argparse.Namespace, ops, dtypes) -> int:
+    """``accel bench --tune``: tune with a rich progress display; print the summary (or JSON)."""
+    from rich.console import Console
+
+    console = Console(stderr=True)
+    with console.status("tuning ...") as status:
+        def progress(line: str) -> None:
+            console.log(line)
+            status.update(f"tuning ... ({line.split(':')[0]} done)")
+
+        result = tune(ops, dtypes, budget_s=args.budget_s, progress=progress)
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print(f"tuning table for {result['arch']}: {len(result['entries'])} entries written to {result['path']} "
+              f"in {result['elapsed_s']:.0f} s; {len(result['errors'])} configs failed; "
+              f"{len(result['skipped'])} jobs skipped (budget)")
+        for e in result["errors"][:20]:
+            print("  failed:", e)
+    return 0

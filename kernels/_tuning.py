@@ -1,0 +1,285 @@
+"""The tuning table: per (op, arch, dtype, shape bucket), which implementation wins and with which config.
+
+An *entry* says, for one kernel op (``"softmax_fwd"``, ``"layer_norm_bwd"``,
+``"rms_norm_fwd"``, ...), one arch (``"sm_90"``), one dtype name
+(``"bfloat16"``) and one shape bucket of ``[M, N]``, which implementation won
+when measured (``"aten"``, ``"triton"`` or ``"helion"``) and the kernel config
+that won (a dict: Triton launch parameters, or ``helion.Config`` keyword
+arguments). Buckets are ``(next_pow2(N), next_pow2(M))``.
+
+Where the tables come from, in increasing priority:
+
+1. shipped defaults inside the package, ``accel/kernels/tuning/<arch>.json``
+   (one file per measured arch; package data);
+2. the user cache, ``<platformdirs user_cache_dir("accel")>/tuning/<arch>.json``
+   (``ACCEL_TUNING_DIR`` overrides the directory), written by
+   ``accel bench --tune`` (:func:`write_user_table`): merged under a
+   ``filelock`` lock and replaced atomically (``os.replace`` of a temporary file
+   in the same directory), so concurrent processes never see a torn file.
+
+Both are read once per arch and folded into one dict keyed by
+``(op, dtype, n_bucket, m_bucket)``: the routed path does one dict lookup per
+call (:func:`lookup`), never a benchmark. A miss (no entry for the bucket)
+means: the DSL kernel with its default config for inputs of at least
+:data:`MIN_NUMEL` elements (the kernels are written to approach copy
+bandwidth; measured so on sm_90, DESIGN.md), ATen below it (no evidence the
+kernel wins: launch overhead dominates there). An entry naming ``"aten"`` sends
+that bucket to ATen; an entry naming another DSL makes this DSL decline.
+
+NOTES: Helion autotuning (``accel bench --tune``; investigated with helion 1.4.0's
+source and on the H200, torch 2.11, triton 3.6)
+--------------------------------------------------------------------------
+
+* ``autotune_effort="quick"`` starts its search (``LFBOTreeSearch``, a pattern
+  search) from ``initial_population_strategy="from_best_available"`` with
+  ``best_available_pad_random=False`` (``helion/autotuner/effort_profile.py``):
+  the initial population is the kernel's *default config* plus any cached or
+  user-seeded configs, usually exactly ONE config ("Initial population
+  precompiling 1/1" in its log). ``PatternSearch._autotune`` raises
+  ``NoConfigFound`` ("No working config found from autotuning") as soon as no
+  member of that population has a finite time. So a single failure of the
+  default config *inside the autotuner* ends the search, although the same
+  config runs fine with ``autotune_effort="none"``.
+* Inside the autotuner each config is precompiled in a **forked** child
+  (``autotune_precompile="fork"``) and then benchmarked in a long-lived
+  **spawn** subprocess (``autotune_benchmark_subprocess=True``,
+  ``helion/autotuner/benchmark_worker.py``) with a per-config timeout of
+  ``autotune_benchmark_timeout=30`` s. The spawn worker re-imports torch,
+  Triton and Helion from ``PYTHONPATH`` (not from ``sys.path`` edits made in
+  the parent), re-runs the parent's ``__main__`` module unless it is guarded
+  by ``if __name__ == "__main__"``, and reloads the generated kernel from its
+  source file. Any of these failing — the worker not finding Helion (packages
+  added to ``sys.path`` at run time, as a ``--target`` install without
+  ``PYTHONPATH`` does), an unguarded script re-running itself in the worker
+  until the 30 s timeout, the first job's cold start (torch import + CUDA
+  context + CUPTI) exceeding 30 s — marks the one config ``error``/``timeout``
+  and gives exactly "No working config found". Errors are logged at the
+  autotuner's log level only, so they look swallowed.
+* ``ci/gpu/helion_autotune_probe.py`` reproduces this per setting. Measured on the
+  H200 image (helion 1.4.0, a guarded script, ``PYTHONPATH``
+  exported, ``HELION_AUTOTUNE_MAX_GENERATIONS=1``): quick autotuning of a bf16
+  softmax on 4096x4096 *works* there, 10 configs in 65 s with the spawn
+  worker and 17 s with ``HELION_AUTOTUNE_BENCHMARK_SUBPROCESS=0``. So the
+  failure is environmental (one of the above), not a compile error of every
+  config.
+* What ``accel bench --tune`` does instead (works regardless): it never calls
+  Helion's autotuner. It compiles a short, explicit list of ``helion.Config``
+  (and Triton launch configs) per op itself, in-process, times each with
+  ``triton.testing.do_bench``, catches and reports every per-config error,
+  stops at ``--budget`` seconds, and writes the winners here. Run time never
+  autotunes: Helion kernels are always built with an explicit config
+  (``config=helion.Config(...)`` from this table, or the op's fixed default).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import tempfile
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from accel.errors import KernelRegistrationError
+
+__all__ = ["Choice", "IMPLS", "MIN_NUMEL", "TUNING_DIR_ENV", "bucket", "dtype_name", "lookup", "reload",
+           "config", "route", "shipped_path", "table", "user_table_path", "write_user_table"]
+
+#: Implementations an entry may name.
+IMPLS = ("aten", "triton", "helion")
+#: Environment variable: directory of the user tables (default: platformdirs' user cache dir + ``/tuning``).
+TUNING_DIR_ENV = "ACCEL_TUNING_DIR"
+#: Miss policy: inputs with fewer elements than this run ATen, per DSL (launch
+#: overhead of a Python-launched kernel, several µs, dominates below 2**20
+#: elements = 2 MiB in bf16).
+MIN_NUMEL: dict[str, int] = {"triton": 1 << 20, "helion": 1 << 20}
+FORMAT = 1
+
+_DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """``torch.bfloat16`` -> ``"bfloat16"``."""
+    return _DTYPE_NAMES.get(dtype) or str(dtype).removeprefix("torch.")
+
+
+def bucket(m: int, n: int) -> tuple[int, int]:
+    """Shape bucket of ``[m, n]``: ``(next_pow2(n), next_pow2(m))``."""
+    return 1 << max(n - 1, 0).bit_length(), 1 << max(m - 1, 0).bit_length()
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One table entry: the winner for a bucket.
+
+    Attributes:
+        impl: ``"aten"``, ``"triton"`` or ``"helion"``.
+        config: the winning kernel config (``None``: the DSL's default).
+        source: ``"user"`` (user cache) or ``"shipped"`` (package data).
+        us: measured times per implementation, µs (evidence; may be empty).
+    """
+
+    impl: str
+    config: Mapping[str, Any] | None = None
+    source: str = "shipped"
+    us: Mapping[str, float] = field(default_factory=dict)
+
+
+def shipped_path(arch: str) -> Any:
+    """The shipped table of ``arch`` (an ``importlib.resources`` traversable; may not exist)."""
+    return resources.files("accel.kernels").joinpath("tuning", f"{arch}.json")
+
+
+def user_table_path(arch: str) -> Path:
+    """Where ``accel bench --tune`` writes the table of ``arch`` (``$ACCEL_TUNING_DIR/<arch>.json``)."""
+    env = os.environ.get(TUNING_DIR_ENV, "").strip()
+    if env:
+        return Path(env) / f"{arch}.json"
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("accel")) / "tuning" / f"{arch}.json"
+
+
+def _entries(text: str, where: str) -> list[dict[str, Any]]:
+    data = json.loads(text)
+    if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("entries"), list):
+        raise KernelRegistrationError(f"accel.kernels tuning table {where}: not a format-{FORMAT} table "
+                                      f"(keys {sorted(data) if isinstance(data, dict) else type(data).__name__}). "
+                                      f"Delete it or re-run accel bench --tune.")
+    return data["entries"]
+
+
+def _fold(into: dict, entries: Iterable[Mapping[str, Any]], source: str) -> None:
+    for e in entries:
+        impl = e.get("impl")
+        if impl not in IMPLS:
+            continue
+        key = (e["op"], e["dtype"], *bucket(int(e["m"]), int(e["n"])))
+        into[key] = Choice(impl, e.get("config") or None, source, dict(e.get("us") or {}))
+
+
+@functools.cache
+def table(arch: str) -> dict[tuple[str, str, int, int], Choice]:
+    """The folded table of ``arch``: shipped entries, then the user cache's over them.
+
+    Keys are ``(op, dtype name, n_bucket, m_bucket)``. Read once per arch
+    (:func:`reload` forgets it). A corrupt user file is ignored with a warning.
+    """
+    import warnings
+
+    out: dict[tuple[str, str, int, int], Choice] = {}
+    shipped = shipped_path(arch)
+    if shipped.is_file():
+        _fold(out, _entries(shipped.read_text(), str(shipped)), "shipped")
+    user = user_table_path(arch)
+    if user.is_file():
+        try:
+            _fold(out, _entries(user.read_text(), str(user)), "user")
+        except (ValueError, KeyError, TypeError) as exc:
+            from accel.errors import KernelFallbackWarning
+
+            warnings.warn(f"accel.kernels: user tuning table {user} unreadable ({type(exc).__name__}: {exc}). "
+                          f"Ignored: shipped defaults apply. Delete it or re-run accel bench --tune.",
+                          KernelFallbackWarning, stacklevel=2)
+    return out
+
+
+def reload() -> None:
+    """Forget the folded tables (the next :func:`lookup` re-reads the files)."""
+    table.cache_clear()
+
+
+def lookup(op: str, arch: str, dtype: str, m: int, n: int) -> Choice | None:
+    """The entry for ``[m, n]`` of ``op`` on ``arch`` in ``dtype``, or ``None`` (a miss). One dict lookup."""
+    t = table(arch)
+    if not t:
+        return None
+    return t.get((op, dtype, *bucket(m, n)))
+
+
+def route(op: str, dsl: str, arch: str, dtype: str, m: int, n: int) -> str | None:
+    """Whether ``dsl``'s kernel should take ``[m, n]``: ``None`` (yes) or the reason it should not.
+
+    Hit: yes iff the entry names ``dsl``. Miss: yes iff ``m * n >= MIN_NUMEL[dsl]``.
+    """
+    hit = lookup(op, arch, dtype, m, n)
+    if hit is None:
+        if m * n < MIN_NUMEL.get(dsl, 0):
+            return (f"{m * n} elements < tuning.MIN_NUMEL[{dsl!r}]={MIN_NUMEL.get(dsl, 0)} and no table entry "
+                    f"(ATen is faster)")
+        return None
+    if hit.impl == dsl:
+        return None
+    return f"the {hit.source} tuning table for {arch} picks {hit.impl} for {op} {dtype} bucket {bucket(m, n)}"
+
+
+def config(op: str, dsl: str, arch: str, dtype: str, m: int, n: int) -> Mapping[str, Any] | None:
+    """The tuned config of ``dsl``'s kernel for ``[m, n]``, or ``None`` (use the kernel's default)."""
+    hit = lookup(op, arch, dtype, m, n)
+    return hit.config if hit is not None and hit.impl == dsl else None
+
+
+def write_user_table(arch: str, entries: Iterable[Mapping[str, Any]], *, path: Path | None = None) -> Path:
+    """Merge ``entries`` into the user table of ``arch`` and write it atomically, under a file lock.
+
+    Entries with the same ``(op, dtype, bucket)`` as an existing one replace it.
+    Safe under concurrent writers: the read-merge-write runs under
+    ``filelock.FileLock(<path>.lock)`` and the new file replaces the old with
+    ``os.replace`` (readers see the old or the new file, never a torn one).
+
+    Args:
+        arch: ``"sm_90"`` etc.
+        entries: dicts with ``op``, ``dtype``, ``m``, ``n``, ``impl`` and optionally ``config``, ``us``.
+        path: the file (default :func:`user_table_path`).
+
+    Returns:
+        The path written.
+
+    Raises:
+        KernelRegistrationError: an entry misses a key or names an unknown impl (nothing written).
+    """
+    from filelock import FileLock
+
+    new = [dict(e) for e in entries]
+    for e in new:
+        missing = [k for k in ("op", "dtype", "m", "n", "impl") if k not in e]
+        if missing or e.get("impl") not in IMPLS:
+            raise KernelRegistrationError(
+                f"accel.kernels.write_user_table: entry {e} lacks {missing or 'nothing'} or has impl "
+                f"{e.get('impl')!r}. Entries need op, dtype, m, n and impl in {IMPLS}.")
+    path = Path(path) if path is not None else user_table_path(arch)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(path) + ".lock"):
+        merged: dict[tuple, dict] = {}
+        if path.is_file():
+            try:
+                for e in _entries(path.read_text(), str(path)):
+                    merged[(e["op"], e["dtype"], *bucket(int(e["m"]), int(e["n"])))] = e
+            except (ValueError, KeyError, TypeError):
+                merged = {}  # a corrupt file is replaced
+        for e in new:
+            merged[(e["op"], e["dtype"], *bucket(int(e["m"]), int(e["n"])))] = e
+        data = {"format": FORMAT, "arch": arch, "entries": list(merged.values())}
+        fd, tmp = tempfile.mkstemp(prefix=path.name, suffix=".tmp", dir=path.parent)
+        try:
+            with os.fdopen(fd, "w") as f:
+                json.dump(data, f, indent=1)
+            os.replace(tmp, path)
+        except BaseException:
+            _unlink(tmp)
+            raise
+    reload()
+    return path
+
+
+def _unlink(path: str) -> None:
+    """Remove a leftover temporary file (ignoring one that is already gone)."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass

@@ -1,0 +1,99 @@
+"""The ``cond`` of accel's LayerNorm kernels: vendor, dtype, shapes, affine params, layout, bounds, tuning table.
+
+One implementation for every DSL (shared pieces: :mod:`accel.kernels._conds`).
+The affine weight and bias may be in the input's dtype or fp32 (mixed
+precision, as quack's LayerNorm wants); both must be contiguous and of ``N`` elements.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import torch
+
+from accel.kernels import _tuning
+from accel.kernels._conds import ALIGN, Limits, arch, device_reason, device_types_for, reason_text, rows_reason
+
+__all__ = ["make_conds"]
+
+_EXTRA = {
+    "shape": "normalized_shape does not match the input's trailing dims",
+    "no_weight": "the {dsl} kernel needs weight and bias",
+    "param": "weight/bias differ in device or size, are not contiguous, or are not in the input's dtype or fp32",
+    "numel_big": "too many elements for the {dsl} kernel (int32 indexing)",
+    "grad_out": "grad_out differs from input in shape/dtype, or is not contiguous and aligned",
+    "stats": "mean/rstd are not contiguous with one fp32 (or input-dtype) value per row",
+}
+
+
+def _n(input: torch.Tensor, normalized_shape: Sequence[int]) -> int:
+    k = len(normalized_shape)
+    if k == 0 or input.dim() < k or list(input.shape[-k:]) != list(normalized_shape):
+        return 0
+    return normalized_shape[0] if k == 1 else math.prod(normalized_shape)
+
+
+def _param_bad(p: torch.Tensor | None, input: torch.Tensor, n: int) -> bool:
+    return p is not None and ((p.dtype != input.dtype and p.dtype != torch.float32) or p.numel() != n
+                              or p.device != input.device or not p.is_contiguous())
+
+
+def make_conds(dsl: str, backends: Sequence[str], limits: Limits) -> tuple[Callable[..., bool], Callable[..., bool]]:
+    """``(forward cond, backward cond)`` for one DSL registered for ``backends`` (each with ``why_not``)."""
+    devices = device_types_for(backends)
+
+    def common(input, normalized_shape, weight, bias, max_n) -> tuple[str | None, int]:
+        if input.numel() > limits.max_numel:
+            return "numel_big", 0
+        key = device_reason(input, devices)
+        if key is not None:
+            return key, 0
+        n = _n(input, normalized_shape)
+        if n == 0:
+            return "shape", 0
+        if limits.needs_weight and (weight is None or bias is None):
+            return "no_weight", n
+        if _param_bad(weight, input, n) or _param_bad(bias, input, n) or (
+                weight is not None and bias is not None and weight.dtype != bias.dtype):
+            return "param", n
+        return rows_reason(input, n, max_n), n
+
+    def check_fwd(input, normalized_shape, weight=None, bias=None, eps=1e-5) -> str | None:
+        key, n = common(input, normalized_shape, weight, bias, limits.max_n_fwd)
+        if key is not None:
+            return key
+        return _tuning.route("layer_norm_fwd", dsl, arch(input.device), _tuning.dtype_name(input.dtype),
+                             input.numel() // n, n)
+
+    def check_bwd(grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask) -> str | None:
+        key, n = common(input, normalized_shape, weight, bias, limits.max_n_bwd)
+        if key is not None:
+            return key
+        if grad_out.shape != input.shape or grad_out.dtype != input.dtype or not grad_out.is_contiguous() \
+                or grad_out.data_ptr() % ALIGN:
+            return "grad_out"
+        m = input.numel() // n
+        for s in (mean, rstd):
+            if s.dtype not in (torch.float32, input.dtype) or s.numel() != m or not s.is_contiguous():
+                return "stats"
+        return _tuning.route("layer_norm_bwd", dsl, arch(input.device), _tuning.dtype_name(input.dtype), m, n)
+
+    def text(key, input, normalized_shape, max_n):
+        if key is None:
+            return None
+        n = _n(input, normalized_shape)
+        return reason_text(key, input=input, devices=devices, dsl=dsl, n=n, max_n=max_n, extra=_EXTRA)
+
+    def fwd(input, normalized_shape, weight=None, bias=None, eps=1e-5) -> bool:
+        return check_fwd(input, normalized_shape, weight, bias, eps) is None
+
+    def bwd(grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask) -> bool:
+        return check_bwd(grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask) is None
+
+    fwd.why_not = lambda input, normalized_shape, weight=None, bias=None, eps=1e-5: text(  # type: ignore[attr-defined]
+        check_fwd(input, normalized_shape, weight, bias, eps), input, normalized_shape, limits.max_n_fwd)
+    bwd.why_not = lambda grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask: text(  # type: ignore[attr-defined]
+        check_bwd(grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask), input, normalized_shape,
+        limits.max_n_bwd)
+    return fwd, bwd

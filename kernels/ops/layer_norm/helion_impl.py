@@ -1,0 +1,99 @@
+"""LayerNorm forward and backward through the Helion kernels of :mod:`.helion_kernel`.
+
+Importing this module imports no Helion. Needs weight and bias (the cond sends
+other calls to ATen). Configs: the tuning table's, else the kernel module's
+fixed defaults; never autotuned here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+
+from accel.kernels import _tuning
+from accel.kernels._conds import Limits, arch
+from accel.kernels._launch import device_guard, empty, empty_like, row_count, rows_view
+from accel.kernels._pair import register_pair
+from accel.kernels.ops.rms_norm.helion_impl import available
+
+from . import BWD_OP, FWD_OP, reference
+from .conditions import make_conds
+
+__all__ = ["DSL", "LIMITS", "available", "native_layer_norm", "native_layer_norm_backward", "register",
+           "launch_fwd", "launch_bwd"]
+
+DSL = "helion"
+#: Whole rows up to 16384 elements; weight and bias required; int32 indexing.
+LIMITS = Limits(max_n_fwd=16384, max_n_bwd=16384, needs_weight=True, max_numel=(1 << 31) - 1)
+
+
+def _cfg(op: str, x: torch.Tensor, m: int, n: int, default: Mapping[str, Any]) -> Mapping[str, Any]:
+    cfg = _tuning.config(op, DSL, arch(x.device), _tuning.dtype_name(x.dtype), m, n)
+    return cfg if cfg is not None else default
+
+
+def launch_fwd(x, w, b, y, mean, rstd, eps: float, cfg: Mapping[str, Any]) -> None:
+    """Run the forward on ``x [M, N]`` with the Helion config ``cfg``."""
+    from accel.kernels._helion import bind
+
+    from . import helion_kernel
+
+    with device_guard(x.device):
+        bind(helion_kernel.layer_norm_fwd, cfg)(x, w, b, eps, y, mean, rstd)
+
+
+def launch_bwd(dy, x, w, mean, rstd, dx, cfg: Mapping[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Run the backward; returns fp32 ``(dw [N], db [N])``."""
+    from accel.kernels._helion import bind
+
+    from . import helion_kernel
+
+    import helion
+
+    with device_guard(x.device):
+        return bind(helion_kernel.layer_norm_bwd, cfg, (helion.exc.TensorOperationInWrapper,))(dy, x, w, mean, rstd, dx)
+
+
+def native_layer_norm(input, normalized_shape, weight, bias, eps):
+    """``aten::native_layer_norm`` in Helion (weight and bias required); results as the reference."""
+    from . import helion_kernel
+
+    n = row_count(normalized_shape)
+    x = rows_view(input, n)
+    m = x.shape[0]
+    y = empty_like(x)
+    sdt = reference.stat_dtype(input)
+    mean, rstd = empty(m, sdt, x.device), empty(m, sdt, x.device)
+    launch_fwd(x, weight.view(n), bias.view(n), y, mean, rstd, float(eps),
+               _cfg("layer_norm_fwd", x, m, n, helion_kernel.DEFAULT_FWD))
+    shape = reference.stat_shape(input, normalized_shape)
+    return y.view(input.shape), mean.view(shape), rstd.view(shape)
+
+
+def native_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask):
+    """``aten::native_layer_norm_backward`` in Helion (weight and bias required)."""
+    from . import helion_kernel
+
+    if not any(output_mask):
+        return None, None, None
+    n = row_count(normalized_shape)
+    x = rows_view(input, n)
+    m = x.shape[0]
+    dx = empty_like(x)
+    dw, db = launch_bwd(rows_view(grad_out, n), x, weight.view(n), mean.view(-1), rstd.view(-1), dx,
+                        _cfg("layer_norm_bwd", x, m, n, helion_kernel.DEFAULT_BWD))
+    return (dx.view(input.shape) if output_mask[0] else None,
+            dw.to(weight.dtype).view(weight.shape) if output_mask[1] else None,
+            db.to(bias.dtype).view(bias.shape) if output_mask[2] else None)
+
+
+def register(backends: Sequence[str] = ("cuda",), *, suffix: str = "") -> list[str]:
+    """Register the forward and backward as accel overrides (names ``layer_norm_fwd.helion`` ...).
+
+    Raises:
+        KernelRegistrationError: as :func:`accel.kernels.register` (nothing stays registered).
+    """
+    return register_pair("layer_norm", DSL, (FWD_OP, BWD_OP), (native_layer_norm, native_layer_norm_backward),
+                         make_conds(DSL, backends, LIMITS), backends, suffix)

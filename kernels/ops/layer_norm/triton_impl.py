@@ -1,0 +1,111 @@
+"""LayerNorm forward and backward through the Triton kernels of :mod:`.triton_kernel`.
+
+Importing this module imports no Triton. Launch configs: the tuning table's
+(:mod:`accel.kernels._tuning`), else the kernel module's defaults.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+
+from accel.kernels import _tuning
+from accel.kernels._conds import Limits, arch
+from accel.kernels._launch import device_guard, empty, empty_like, row_count, rows_view, sm_count
+from accel.kernels._pair import register_pair
+from accel.kernels.ops.rms_norm.triton_impl import available
+
+from . import BWD_OP, FWD_OP, reference
+from .conditions import make_conds
+
+__all__ = ["DSL", "LIMITS", "available", "native_layer_norm", "native_layer_norm_backward", "register",
+           "launch_fwd", "launch_bwd"]
+
+DSL = "triton"
+#: Forward any N up to 65536 (looped above 16384); backward keeps the row in registers (N <= 16384).
+LIMITS = Limits(max_n_fwd=65536, max_n_bwd=16384)
+
+
+def _k():
+    from . import triton_kernel
+
+    return triton_kernel
+
+
+def launch_fwd(x, w, b, y, mean, rstd, eps: float, cfg: Mapping[str, Any]) -> None:
+    """Run the forward on ``x [M, N]`` with launch config ``cfg`` (``w``/``b`` may be ``None``)."""
+    k = _k()
+    m, n = x.shape
+    ww = w if w is not None else x
+    bb = b if b is not None else x
+    with device_guard(x.device):
+        if cfg["looped"]:
+            k.layer_norm_fwd_looped[(m,)](x, ww, bb, y, mean, rstd, n, eps, BLOCK_N=cfg["block_n"],
+                                          HAS_W=w is not None, HAS_B=b is not None, num_warps=cfg["num_warps"])
+        else:
+            rows = cfg["rows"]
+            k.layer_norm_fwd_rows[(-(-m // rows),)](x, ww, bb, y, mean, rstd, m, n, eps,
+                                                    BLOCK_N=max(cfg["block_n"], k.triton.next_power_of_2(n)),
+                                                    ROWS=rows, HAS_W=w is not None, HAS_B=b is not None,
+                                                    num_warps=cfg["num_warps"])
+
+
+def launch_bwd(dy, x, w, mean, rstd, dx, want: Sequence[bool], cfg: Mapping[str, Any], has_b: bool):
+    """Run the backward; returns ``(dw fp32 [N] or None, db fp32 [N] or None)``."""
+    k = _k()
+    m, n = x.shape
+    want_dx, want_dw, want_db = (bool(want[0]), bool(want[1]) and w is not None, bool(want[2]) and has_b)
+    programs = max(1, min(m, sm_count(x.device) * cfg["programs_per_sm"]))
+    per_program = -(-m // programs)
+    programs = -(-m // per_program)
+    dw = empty((programs, n), torch.float32, x.device) if want_dw else x
+    db = empty((programs, n), torch.float32, x.device) if want_db else x
+    with device_guard(x.device):
+        k.layer_norm_bwd_rows[(programs,)](dy, x, w if w is not None else x, mean, rstd, dx if want_dx else x, dw, db,
+                                           m, n, per_program, BLOCK_N=max(cfg["block_n"], k.triton.next_power_of_2(n)),
+                                           HAS_W=w is not None, WANT_DX=want_dx, WANT_DW=want_dw, WANT_DB=want_db,
+                                           num_warps=cfg["num_warps"])
+    return (dw.sum(0) if want_dw else None), (db.sum(0) if want_db else None)
+
+
+def native_layer_norm(input: torch.Tensor, normalized_shape: Sequence[int], weight: torch.Tensor | None,
+                      bias: torch.Tensor | None, eps: float):
+    """``aten::native_layer_norm`` in Triton; same results as :func:`.reference.native_layer_norm`."""
+    n = row_count(normalized_shape)
+    x = rows_view(input, n)
+    m = x.shape[0]
+    y = empty_like(x)
+    sdt = reference.stat_dtype(input)
+    mean, rstd = empty(m, sdt, x.device), empty(m, sdt, x.device)
+    cfg = _tuning.config("layer_norm_fwd", DSL, arch(x.device), _tuning.dtype_name(x.dtype), m, n)
+    launch_fwd(x, weight, bias, y, mean, rstd, float(eps), cfg if cfg is not None else _k().default_config(n))
+    shape = reference.stat_shape(input, normalized_shape)
+    return y.view(input.shape), mean.view(shape), rstd.view(shape)
+
+
+def native_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask):
+    """``aten::native_layer_norm_backward`` in Triton; same results as the reference."""
+    if not any(output_mask):
+        return None, None, None
+    n = row_count(normalized_shape)
+    x = rows_view(input, n)
+    m = x.shape[0]
+    dx = empty_like(x) if output_mask[0] else None
+    cfg = _tuning.config("layer_norm_bwd", DSL, arch(x.device), _tuning.dtype_name(x.dtype), m, n)
+    dw, db = launch_bwd(rows_view(grad_out, n), x, weight, mean, rstd, dx, output_mask,
+                        cfg if cfg is not None else _k().bwd_config(n), bias is not None)
+    return (dx.view(input.shape) if dx is not None else None,
+            dw.to(weight.dtype).view(weight.shape) if dw is not None else None,
+            db.to(bias.dtype).view(bias.shape) if db is not None else None)
+
+
+def register(backends: Sequence[str] = ("cuda",), *, suffix: str = "") -> list[str]:
+    """Register the forward and backward as accel overrides (names ``layer_norm_fwd.triton`` ...).
+
+    Raises:
+        KernelRegistrationError: as :func:`accel.kernels.register` (nothing stays registered).
+    """
+    return register_pair("layer_norm", DSL, (FWD_OP, BWD_OP), (native_layer_norm, native_layer_norm_backward),
+                         make_conds(DSL, backends, LIMITS), backends, suffix)

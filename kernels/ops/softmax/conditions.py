@@ -1,0 +1,86 @@
+"""The ``cond`` of accel's softmax kernels: vendor, dtype, last dim, layout, row bound, tuning table.
+
+One implementation for every DSL; checks are cheapest first, formatted into a
+sentence only by ``why_not`` (shared pieces: :mod:`accel.kernels._conds`).
+Rows need not be aligned (the kernels mask), only contiguous.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+
+from accel.kernels import _tuning
+from accel.kernels._conds import Limits, arch, device_reason, device_types_for, reason_text, rows_reason
+
+__all__ = ["make_conds"]
+
+_EXTRA = {
+    "dim": "softmax over a dim other than the last",
+    "half_to_float": "half_to_float=True (fp32 output of a half input) is left to ATen",
+    "numel_big": "too many elements for the {dsl} kernel (int32 indexing)",
+    "grad": "grad_output differs from output in shape/dtype, or is not contiguous, or input_dtype differs",
+}
+
+
+def _last(dim: int, ndim: int) -> bool:
+    return dim == -1 or dim == ndim - 1
+
+
+def make_conds(dsl: str, backends: Sequence[str], limits: Limits) -> tuple[Callable[..., bool], Callable[..., bool]]:
+    """``(forward cond, backward cond)`` for one DSL registered for ``backends`` (each with ``why_not``)."""
+    devices = device_types_for(backends)
+
+    def check_fwd(input: torch.Tensor, dim: int, half_to_float: bool) -> str | None:
+        if input.numel() > limits.max_numel:
+            return "numel_big"
+        key = device_reason(input, devices)
+        if key is not None:
+            return key
+        if not _last(dim, input.dim()):
+            return "dim"
+        if half_to_float:
+            return "half_to_float"
+        n = input.shape[-1] if input.dim() else 1
+        key = rows_reason(input, n, limits.max_n_fwd, align=False)
+        if key is not None:
+            return key
+        return _tuning.route("softmax_fwd", dsl, arch(input.device), _tuning.dtype_name(input.dtype),
+                             input.numel() // n, n)
+
+    def check_bwd(grad_output: torch.Tensor, output: torch.Tensor, dim: int, input_dtype: torch.dtype) -> str | None:
+        if output.numel() > limits.max_numel:
+            return "numel_big"
+        key = device_reason(output, devices)
+        if key is not None:
+            return key
+        if not _last(dim, output.dim()):
+            return "dim"
+        if (grad_output.shape != output.shape or grad_output.dtype != output.dtype or input_dtype != output.dtype
+                or not grad_output.is_contiguous()):
+            return "grad"
+        n = output.shape[-1] if output.dim() else 1
+        key = rows_reason(output, n, limits.max_n_bwd, align=False)
+        if key is not None:
+            return key
+        return _tuning.route("softmax_bwd", dsl, arch(output.device), _tuning.dtype_name(output.dtype),
+                             output.numel() // n, n)
+
+    def text(key: str | None, t: torch.Tensor, max_n: int) -> str | None:
+        if key is None:
+            return None
+        n = t.shape[-1] if t.dim() else 1
+        return reason_text(key, input=t, devices=devices, dsl=dsl, n=n, max_n=max_n, extra=_EXTRA)
+
+    def fwd(input, dim, half_to_float) -> bool:
+        return check_fwd(input, dim, half_to_float) is None
+
+    def bwd(grad_output, output, dim, input_dtype) -> bool:
+        return check_bwd(grad_output, output, dim, input_dtype) is None
+
+    fwd.why_not = lambda input, dim, half_to_float: text(  # type: ignore[attr-defined]
+        check_fwd(input, dim, half_to_float), input, limits.max_n_fwd)
+    bwd.why_not = lambda grad_output, output, dim, input_dtype: text(  # type: ignore[attr-defined]
+        check_bwd(grad_output, output, dim, input_dtype), output, limits.max_n_bwd)
+    return fwd, bwd

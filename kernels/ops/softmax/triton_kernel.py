@@ -1,0 +1,148 @@
+"""Softmax over the last dim in Triton (imported only when a kernel first runs).
+
+Shapes: ``x``, ``y``, ``dy``, ``dx`` are ``[M, N]`` row-major contiguous; dtypes
+fp32/bf16/fp16, fp32 math. Forward ``y = exp(x - max) / sum(exp(x - max))``;
+backward ``dx = y * (dy - sum(dy * y))``.
+
+- rows kernels (``N <= MAX_BLOCK_N``, ``BLOCK_N = next_pow2(N)``): ``ROWS`` rows
+  per program, each whole in registers: one read and one write per element
+  (copy-like traffic; the backward reads two tensors). Several rows per program
+  for short rows keep programs large enough to hide memory latency.
+- looped kernels (very long rows): one row per program in ``BLOCK_N`` chunks; the
+  forward keeps an online (running max, rescaled sum) pair per lane, then a
+  second pass writes ``y`` (the second read mostly hits L2).
+
+Launch configs are dicts ``{"rows", "num_warps", "looped", "block_n"}``; the
+defaults come from :func:`default_config`, tuned ones from the tuning table.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+__all__ = ["MAX_BLOCK_N", "default_config", "softmax_fwd_rows", "softmax_fwd_looped", "softmax_bwd_rows",
+           "softmax_bwd_looped", "candidate_configs"]
+
+#: Longest row held whole in registers (elements): 32768 fp32 values over 16 warps = 64 per thread.
+MAX_BLOCK_N = 32768
+_LOG2E = 1.4426950408889634
+
+
+@triton.jit
+def softmax_fwd_rows(X, Y, M, N, BLOCK_N: tl.constexpr, ROWS: tl.constexpr):
+    """``ROWS`` rows of ``[M, N]`` per program, each whole in registers."""
+    pid = tl.program_id(0)
+    rows = pid * ROWS + tl.arange(0, ROWS)
+    cols = tl.arange(0, BLOCK_N)
+    mask = (rows < M)[:, None] & (cols < N)[None, :]
+    offs = rows[:, None].to(tl.int64) * N + cols[None, :]
+    x = tl.load(X + offs, mask=mask, other=-float("inf"), eviction_policy="evict_first").to(tl.float32)
+    mx = tl.max(x, axis=1)
+    e = tl.exp2((x - mx[:, None]) * 1.4426950408889634)
+    y = e / tl.sum(e, axis=1)[:, None]
+    tl.store(Y + offs, y.to(Y.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def softmax_fwd_looped(X, Y, N, BLOCK_N: tl.constexpr):
+    """One row per program in ``BLOCK_N`` chunks: online max/sum per lane, then a second pass writes ``y``."""
+    row = tl.program_id(0).to(tl.int64)
+    base = row * N
+    m = tl.full([BLOCK_N], -float("inf"), tl.float32)
+    s = tl.zeros([BLOCK_N], dtype=tl.float32)
+    for start in range(0, N, BLOCK_N):
+        cols = start + tl.arange(0, BLOCK_N)
+        x = tl.load(X + base + cols, mask=cols < N, other=-float("inf")).to(tl.float32)
+        m_new = tl.maximum(m, x)
+        keep = m_new == -float("inf")
+        scale = tl.where(keep, 0.0, tl.exp2((m - m_new) * 1.4426950408889634))
+        add = tl.where(keep, 0.0, tl.exp2((x - m_new) * 1.4426950408889634))
+        s = s * scale + add
+        m = m_new
+    mx = tl.max(m, axis=0)
+    total = tl.sum(tl.where(m == -float("inf"), 0.0, s * tl.exp2((m - mx) * 1.4426950408889634)), axis=0)
+    inv = 1.0 / total
+    for start in range(0, N, BLOCK_N):
+        cols = start + tl.arange(0, BLOCK_N)
+        ok = cols < N
+        x = tl.load(X + base + cols, mask=ok, other=-float("inf"), eviction_policy="evict_first").to(tl.float32)
+        y = tl.exp2((x - mx) * 1.4426950408889634) * inv
+        tl.store(Y + base + cols, y.to(Y.dtype.element_ty), mask=ok)
+
+
+@triton.jit
+def softmax_bwd_rows(DY, Y, DX, M, N, BLOCK_N: tl.constexpr, ROWS: tl.constexpr):
+    """``dx = y * (dy - sum(dy*y))`` for ``ROWS`` rows per program, rows whole in registers."""
+    pid = tl.program_id(0)
+    rows = pid * ROWS + tl.arange(0, ROWS)
+    cols = tl.arange(0, BLOCK_N)
+    mask = (rows < M)[:, None] & (cols < N)[None, :]
+    offs = rows[:, None].to(tl.int64) * N + cols[None, :]
+    y = tl.load(Y + offs, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
+    dy = tl.load(DY + offs, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
+    dot = tl.sum(y * dy, axis=1)
+    tl.store(DX + offs, (y * (dy - dot[:, None])).to(DX.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def softmax_bwd_looped(DY, Y, DX, N, BLOCK_N: tl.constexpr):
+    """The backward for very long rows: ``sum(dy*y)`` in one pass, ``dx`` in a second."""
+    row = tl.program_id(0).to(tl.int64)
+    base = row * N
+    acc = tl.zeros([BLOCK_N], dtype=tl.float32)
+    for start in range(0, N, BLOCK_N):
+        cols = start + tl.arange(0, BLOCK_N)
+        ok = cols < N
+        y = tl.load(Y + base + cols, mask=ok, other=0.0).to(tl.float32)
+        dy = tl.load(DY + base + cols, mask=ok, other=0.0).to(tl.float32)
+        acc += y * dy
+    dot = tl.sum(acc, axis=0)
+    for start in range(0, N, BLOCK_N):
+        cols = start + tl.arange(0, BLOCK_N)
+        ok = cols < N
+        y = tl.load(Y + base + cols, mask=ok, other=0.0, eviction_policy="evict_first").to(tl.float32)
+        dy = tl.load(DY + base + cols, mask=ok, other=0.0, eviction_policy="evict_first").to(tl.float32)
+        tl.store(DX + base + cols, (y * (dy - dot)).to(DX.dtype.element_ty), mask=ok)
+
+
+def _warps(elements: int) -> int:
+    if elements >= 16384:
+        return 16
+    if elements >= 4096:
+        return 8
+    return 4
+
+
+def default_config(n: int) -> dict:
+    """The launch config for rows of ``n`` elements when the table has none: rows in registers up to 32768."""
+    block_n = triton.next_power_of_2(n)
+    if block_n > MAX_BLOCK_N:
+        return {"looped": True, "block_n": 4096, "rows": 1, "num_warps": 8}
+    rows = max(1, min(16, 4096 // block_n))
+    return {"looped": False, "block_n": block_n, "rows": rows, "num_warps": _warps(block_n * rows)}
+
+
+def candidate_configs(n: int) -> list[dict]:
+    """The configs ``accel bench --tune`` times for rows of ``n`` elements (default first)."""
+    block_n = triton.next_power_of_2(n)
+    out = [default_config(n)]
+    if block_n <= MAX_BLOCK_N:
+        for rows in (1, 2, 4, 8, 16):
+            if rows * block_n > 65536 or (rows > 1 and rows * block_n < 1024):
+                continue
+            for warps in (4, 8, 16, 32):
+                per_thread = rows * block_n // (32 * warps)
+                if 4 <= per_thread <= 128:
+                    out.append({"looped": False, "block_n": block_n, "rows": rows, "num_warps": warps})
+    if block_n >= 8192:
+        for chunk in (2048, 4096, 8192):
+            for warps in (4, 8, 16):
+                out.append({"looped": True, "block_n": chunk, "rows": 1, "num_warps": warps})
+    seen, unique = set(), []
+    for c in out:
+        key = tuple(sorted(c.items()))
+        if key not in seen:
+            seen.add(key)
+            unique.append(c)
+    return unique

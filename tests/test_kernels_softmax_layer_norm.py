@@ -1,0 +1,245 @@
+"""accel's softmax and LayerNorm kernels (Triton, Helion): the four tests per kernel.
+
+As for RMSNorm (tests/test_kernels_rms_norm.py): the cond on meta (and fake-CUDA)
+tensors; numerics against the reference and ATen with NaN-poisoned outputs; the
+register -> route -> unregister -> ATen round trip on both registry paths; all
+kernel code in the DSL's interpreter on CPU (a subprocess: the variables must
+be set before the DSL is imported).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import warnings
+
+import pytest
+import torch
+
+from accel import _compat
+from accel.kernels import _conds, _tuning
+from accel.kernels.ops.layer_norm import conditions as ln_conds
+from accel.kernels.ops.layer_norm import helion_impl as ln_helion
+from accel.kernels.ops.layer_norm import triton_impl as ln_triton
+from accel.kernels.ops.softmax import conditions as sm_conds
+from accel.kernels.ops.softmax import helion_impl as sm_helion
+from accel.kernels.ops.softmax import triton_impl as sm_triton
+
+IMPLS = {("softmax", "triton"): sm_triton, ("softmax", "helion"): sm_helion,
+         ("layer_norm", "triton"): ln_triton, ("layer_norm", "helion"): ln_helion}
+CONDS = {"softmax": sm_conds, "layer_norm": ln_conds}
+PATHS = ["accel"] + (["native"] if _compat.native_dsl_registry() is not None else [])
+
+
+def _meta(*shape, dtype=torch.bfloat16):
+    return torch.empty(*shape, dtype=dtype, device="meta")
+
+
+@pytest.fixture(params=sorted(IMPLS), ids=lambda p: f"{p[0]}-{p[1]}")
+def kernel(request):
+    _conds.arch.cache_clear()
+    family, dsl = request.param
+    impl = IMPLS[request.param]
+    yield family, impl, CONDS[family].make_conds(dsl, ["meta"], impl.LIMITS)
+    _conds.arch.cache_clear()
+
+
+# ------------------------------------------------------------------------- cond
+def test_cond_accepts_supported_inputs_on_meta(kernel):
+    family, impl, (fwd, bwd) = kernel
+    for dtype in _conds.DTYPES:
+        x = _meta(4096, 4096, dtype=dtype)
+        if family == "softmax":
+            assert fwd(x, -1, False) and fwd.why_not(x, -1, False) is None
+            assert fwd(_meta(8, 512, 1000, dtype=dtype), 2, False)  # unaligned rows are fine for softmax
+            assert bwd(x, x, -1, dtype)
+        else:
+            w = _meta(4096, dtype=dtype)
+            assert fwd(x, [4096], w, w, 1e-5) and fwd.why_not(x, [4096], w, w, 1e-5) is None
+            wf = _meta(4096, dtype=torch.float32)
+            assert fwd(x, [4096], wf, wf, 1e-5)  # fp32 affine params (mixed precision)
+            stat = torch.empty(4096, 1, device="meta")
+            assert bwd(x, x, [4096], stat, stat, w, w, [True, True, True])
+            assert fwd(x, [4096], None, None, 1e-5) is (not impl.LIMITS.needs_weight)
+
+
+def test_cond_rejects_with_reasons_on_meta(kernel):
+    family, impl, (fwd, bwd) = kernel
+    x = _meta(4096, 4096)
+    long = impl.LIMITS.max_n_fwd * 2
+    cpu = torch.empty(4096, 4096, dtype=torch.bfloat16)
+    if family == "softmax":
+        cases = [((_meta(4096, 4096, dtype=torch.float64), -1, False), "not in fp32/bf16/fp16"),
+                 ((x, 0, False), "other than the last"),
+                 ((x, -1, True), "half_to_float"),
+                 ((_meta(4096, 4096).t(), -1, False), "not contiguous"),
+                 ((_meta(64, long), -1, False), f"> {impl.LIMITS.max_n_fwd}"),
+                 ((_meta(4, 64), -1, False), "tuning.MIN_NUMEL"),
+                 ((cpu, -1, False), "device type 'cpu'")]
+        assert "grad_output differs" in bwd.why_not(_meta(4096, 4096).t(), x, -1, torch.bfloat16)
+        assert "grad_output differs" in bwd.why_not(x, x, -1, torch.float32)
+    else:
+        w = _meta(4096)
+        cases = [((_meta(4096, 4096, dtype=torch.float64), [4096], None, None, 1e-5), "not in fp32/bf16/fp16"),
+                 ((x, [4096], _meta(4096, dtype=torch.float16), w, 1e-5), "weight/bias differ"),
+                 ((x, [2048], w, w, 1e-5), "does not match"),
+                 ((_meta(4096, 4096).t(), [4096], w, w, 1e-5), "not contiguous"),
+                 ((_meta(4096, 4095), [4095], _meta(4095), _meta(4095), 1e-5), "not 16-byte aligned"),
+                 ((_meta(64, long), [long], _meta(long), _meta(long), 1e-5), f"> {impl.LIMITS.max_n_fwd}"),
+                 ((_meta(4, 64), [64], _meta(64), _meta(64), 1e-5), "tuning.MIN_NUMEL"),
+                 ((cpu, [4096], None, None, 1e-5), "device type 'cpu'")]
+        stat = torch.empty(4096, 1, device="meta")
+        assert "grad_out differs" in bwd.why_not(_meta(4096, 4096).t(), x, [4096], stat, stat, w, w, [True] * 3)
+        assert "mean/rstd" in bwd.why_not(x, x, [4096], stat[:2], stat, w, w, [True] * 3)
+        if impl.LIMITS.needs_weight:
+            assert "needs weight and bias" in fwd.why_not(x, [4096], w, None, 1e-5)
+    for args, reason in cases:
+        assert fwd(*args) is False, reason
+        assert reason in fwd.why_not(*args), (reason, fwd.why_not(*args))
+
+
+def test_cond_follows_the_tuning_table_and_checks_the_vendor(kernel, fake_backend, monkeypatch):
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    family, impl, _ = kernel
+    other = "helion" if impl.DSL == "triton" else "triton"
+    folded: dict = {}
+    _tuning._fold(folded, [dict(op=f"{family}_fwd", dtype="bfloat16", m=4096, n=4096, impl="aten"),
+                           dict(op=f"{family}_fwd", dtype="bfloat16", m=8192, n=4096, impl=other),
+                           dict(op=f"{family}_fwd", dtype="bfloat16", m=16384, n=4096, impl=impl.DSL,
+                                config={"x": 1})], "user")
+    monkeypatch.setattr(_tuning, "table", lambda arch: folded if arch == "sm_90" else {})
+    fwd, _ = CONDS[family].make_conds(impl.DSL, ["cuda"], impl.LIMITS)
+    amd, _ = CONDS[family].make_conds(impl.DSL, ["rocm"], impl.LIMITS)
+    with FakeTensorMode(), warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # FakeTensor.data_ptr() deprecation
+
+        def args(m):
+            x = torch.empty(m, 4096, dtype=torch.bfloat16, device="cuda")
+            w = torch.empty(4096, dtype=torch.bfloat16, device="cuda")
+            return (x, -1, False) if family == "softmax" else (x, [4096], w, w, 1e-5)
+
+        with fake_backend("cuda", arch="sm_90"):
+            _conds.arch.cache_clear()
+            assert "sm_90 picks aten" in fwd.why_not(*args(4096))
+            assert f"picks {other}" in fwd.why_not(*args(8192))
+            assert fwd(*args(16384)) and fwd(*args(32768))  # its own entry; a miss above MIN_NUMEL
+            assert _tuning.config(f"{family}_fwd", impl.DSL, "sm_90", "bfloat16", 16384, 4096) == {"x": 1}
+            assert "not a ROCm build" in amd.why_not(*args(16384))
+        with fake_backend("rocm"):
+            assert "ROCm build" in fwd.why_not(*args(16384))
+    _conds.arch.cache_clear()
+
+
+# ------------------------------------------------------------ interpreter runs
+SCRIPT = textwrap.dedent("""
+    import json, sys, torch, torch.nn as nn, torch.nn.functional as F
+    import accel.kernels as ak
+    from accel.kernels import _launch, _tolerance, _tuning
+    from accel.kernels.ops.softmax import triton_impl as st, helion_impl as sh, reference as sref
+    from accel.kernels.ops.layer_norm import triton_impl as lt, helion_impl as lh, reference as lref
+    family, dsl, path = sys.argv[1:4]
+    impl = {("softmax", "triton"): st, ("softmax", "helion"): sh, ("layer_norm", "triton"): lt,
+            ("layer_norm", "helion"): lh}[family, dsl]
+    _launch.poison_outputs = True
+    _tuning.MIN_NUMEL[dsl] = 0
+    report = {"numerics": [], "routing": {}}
+    shapes = [(1, 64), (7, 1000), (5, 40), (2, 3, 64), (3, 17, 16)]
+    if dsl == "triton":
+        shapes.append((2, 40000))   # looped kernels
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        for shape in shapes:
+            n = shape[-1]
+            x = torch.randn(shape, dtype=dtype) * 3 + 0.5
+            dy = torch.randn(shape, dtype=dtype)
+            if family == "softmax":
+                if n > impl.LIMITS.max_n_fwd:
+                    continue
+                out = impl.softmax(x, -1, False)
+                e1 = _tolerance.compare(out, sref.softmax(x, -1, False))[1]
+                e2 = _tolerance.compare(out, torch.ops.aten._softmax(x, -1, False))[1]
+                g = impl.softmax_backward_data(dy, out, -1, dtype)
+                e3 = _tolerance.compare(g, torch.ops.aten._softmax_backward_data(dy, out, -1, dtype))[1]
+                report["numerics"].append(dict(shape=list(shape), dtype=str(dtype), problems=[e1, e2, e3]))
+                continue
+            if n % 8 or n > impl.LIMITS.max_n_fwd:
+                continue
+            for pdt in ([None] if impl.LIMITS.needs_weight else [None, "none"]) + ["fp32"]:
+                wdt = torch.float32 if pdt == "fp32" else dtype
+                w = None if pdt == "none" else torch.randn(n, dtype=wdt)
+                b = None if pdt == "none" else torch.randn(n, dtype=wdt)
+                eps = float(torch.rand(()) * 1e-4) + 1e-6
+                out = impl.native_layer_norm(x, [n], w, b, eps)
+                e1 = _tolerance.compare(out, lref.native_layer_norm(x, [n], w, b, eps))[1]
+                e2 = None if pdt == "fp32" else _tolerance.compare(out, torch.ops.aten.native_layer_norm(x, [n], w, b, eps))[1]
+                problems = [e1, e2]
+                if n <= impl.LIMITS.max_n_bwd:
+                    for mask in ([True, True, True], [True, False, False], [False, True, True]):
+                        g = impl.native_layer_norm_backward(dy, x, [n], out[1], out[2], w, b, mask)
+                        r = lref.native_layer_norm_backward(dy, x, [n], out[1], out[2], w, b, mask)
+                        problems.append(_tolerance.compare(g, r)[1])
+                report["numerics"].append(dict(shape=list(shape), dtype=str(dtype), params=pdt, problems=problems))
+    ak.use_registry(path)
+    names = impl.register(["cpu"])
+    info = {o.name: o for o in ak.overrides()}
+    report["routing"]["paths"] = {n: info[n].paths for n in names}
+    layer = nn.LayerNorm(64) if family == "layer_norm" else (lambda t: torch.softmax(t, -1))
+    x = torch.randn(4, 64, requires_grad=True)
+    grad = torch.randn(4, 64)
+    y = layer(x)
+    y.backward(grad)
+    info = {o.name: o for o in ak.overrides()}
+    report["routing"]["routed"] = [info[n].routed for n in names]
+    report["routing"]["failed"] = [info[n].failed for n in names]
+    got = (y.detach(), x.grad.clone())
+    for n in names:
+        ak.unregister(n)
+    x.grad = None
+    y2 = layer(x); y2.backward(grad)
+    report["routing"]["after_unregister"] = [o.name for o in ak.overrides()]
+    report["routing"]["matches_aten"] = _tolerance.compare(got, (y2.detach(), x.grad))[1]
+    print("REPORT" + json.dumps(report))
+""")
+
+
+@pytest.fixture(scope="module")
+def interpreted():
+    cache: dict = {}
+
+    def get(family, dsl, path):
+        if (family, dsl, path) not in cache:
+            ok, why = IMPLS[family, dsl].available()
+            if not ok:
+                pytest.skip(f"{dsl} unavailable: {why}")
+            env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "HELION_INTERPRET")}
+            env[f"{dsl.upper()}_INTERPRET"] = "1"
+            proc = subprocess.run([sys.executable, "-c", SCRIPT, family, dsl, path], env=env, capture_output=True,
+                                  text=True, timeout=900)
+            assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+            line = next(l for l in proc.stdout.splitlines() if l.startswith("REPORT"))
+            cache[family, dsl, path] = json.loads(line.removeprefix("REPORT"))
+        return cache[family, dsl, path]
+
+    return get
+
+
+@pytest.mark.parametrize("key", sorted(IMPLS), ids=lambda p: f"{p[0]}-{p[1]}")
+def test_interpreter_numerics_match_reference_and_aten(interpreted, key):
+    report = interpreted(*key, PATHS[-1])
+    assert len(report["numerics"]) >= 12
+    bad = [e for e in report["numerics"] if any(p is not None for p in e["problems"])]
+    assert bad == []
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("key", sorted(IMPLS), ids=lambda p: f"{p[0]}-{p[1]}")
+def test_interpreter_round_trip_register_route_unregister(interpreted, key, path):
+    family, dsl = key
+    routing = interpreted(family, dsl, path)["routing"]
+    assert routing["paths"] == {f"{family}_fwd.{dsl}": {"CPU": path}, f"{family}_bwd.{dsl}": {"CPU": path}}
+    assert routing["routed"] == [1, 1] and routing["failed"] == [0, 0]
+    assert routing["after_unregister"] == []
+    assert routing["matches_aten"] is None

@@ -1,0 +1,114 @@
+"""The tuning table (accel.kernels._tuning): lookup, miss policy, shipped data, user cache under concurrency, --tune."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from accel.errors import KernelFallbackWarning, KernelRegistrationError
+from accel.kernels import _tuning
+
+
+@pytest.fixture(autouse=True)
+def cache_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv(_tuning.TUNING_DIR_ENV, str(tmp_path / "tuning"))
+    _tuning.reload()
+    yield tmp_path / "tuning"
+    _tuning.reload()
+
+
+def test_buckets_are_next_powers_of_two():
+    assert _tuning.bucket(4096, 4096) == (4096, 4096)
+    assert _tuning.bucket(3000, 1000) == (1024, 4096)
+    assert _tuning.bucket(1, 1) == (1, 1)
+
+
+def test_shipped_sm_90_table_is_package_data_and_folds():
+    assert _tuning.shipped_path("sm_90").is_file()
+    hit = _tuning.lookup("rms_norm_fwd", "sm_90", "bfloat16", 4096, 4096)
+    assert hit is not None and hit.impl == "triton" and hit.source == "shipped"
+    assert _tuning.lookup("rms_norm_fwd", "sm_90", "bfloat16", 3, 5) is None
+    assert _tuning.table("sm_999") == {}
+
+
+def test_miss_policy_and_hits_route_per_dsl():
+    assert _tuning.route("softmax_fwd", "triton", "sm_999", "bfloat16", 4096, 4096) is None
+    assert "MIN_NUMEL" in _tuning.route("softmax_fwd", "triton", "sm_999", "bfloat16", 4, 64)
+    _tuning.write_user_table("sm_999", [
+        dict(op="softmax_fwd", dtype="bfloat16", m=4096, n=4096, impl="helion", config={"num_warps": 4}),
+        dict(op="softmax_fwd", dtype="bfloat16", m=64, n=64, impl="triton")])
+    assert "picks helion" in _tuning.route("softmax_fwd", "triton", "sm_999", "bfloat16", 4000, 4096)
+    assert _tuning.route("softmax_fwd", "helion", "sm_999", "bfloat16", 4000, 4096) is None
+    assert _tuning.config("softmax_fwd", "helion", "sm_999", "bfloat16", 4000, 4096) == {"num_warps": 4}
+    assert _tuning.config("softmax_fwd", "triton", "sm_999", "bfloat16", 4000, 4096) is None
+    assert _tuning.route("softmax_fwd", "triton", "sm_999", "bfloat16", 64, 64) is None  # evidence beats MIN_NUMEL
+
+
+def test_user_table_overrides_shipped_and_merges(cache_dir):
+    path = _tuning.write_user_table("sm_90", [dict(op="rms_norm_fwd", dtype="bfloat16", m=4096, n=4096, impl="aten")])
+    assert path == cache_dir / "sm_90.json"
+    assert _tuning.lookup("rms_norm_fwd", "sm_90", "bfloat16", 4096, 4096).impl == "aten"
+    _tuning.write_user_table("sm_90", [dict(op="softmax_bwd", dtype="float16", m=8, n=8, impl="triton")])
+    data = json.loads(path.read_text())
+    assert data["format"] == 1 and len(data["entries"]) == 2
+    assert not list(cache_dir.glob("*.tmp"))
+
+
+def test_bad_entries_and_corrupt_files_are_reported(cache_dir):
+    with pytest.raises(KernelRegistrationError, match="lacks \\['impl'\\]"):
+        _tuning.write_user_table("sm_90", [dict(op="x", dtype="bfloat16", m=1, n=1)])
+    assert not (cache_dir / "sm_90.json").exists()  # nothing written
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    (cache_dir / "sm_90.json").write_text(json.dumps({"format": 0}))
+    with pytest.warns(KernelFallbackWarning, match="unreadable .*not a format-1 table"):
+        t = _tuning.table("sm_90")
+    assert t[("rms_norm_fwd", "bfloat16", 4096, 4096)].source == "shipped"
+
+
+def test_concurrent_writers_lose_nothing(cache_dir):
+    code = textwrap.dedent("""
+        import sys
+        from accel.kernels import _tuning
+        i = int(sys.argv[1])
+        for j in range(5):
+            _tuning.write_user_table("sm_77", [dict(op=f"op{i}", dtype="bfloat16", m=2 ** j, n=8, impl="triton")])
+    """)
+    env = {**__import__("os").environ, _tuning.TUNING_DIR_ENV: str(cache_dir)}
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(i)], env=env) for i in range(4)]
+    assert [p.wait(timeout=120) for p in procs] == [0] * 4
+    entries = json.loads((cache_dir / "sm_77.json").read_text())["entries"]
+    assert sorted((e["op"], e["m"]) for e in entries) == sorted((f"op{i}", 2 ** j) for i in range(4) for j in range(5))
+
+
+def test_tune_on_cpu_in_the_interpreter_writes_winners(cache_dir):
+    """Smoke test of accel bench --tune's code (numbers meaningless): CPU device, Triton interpreter."""
+    import os
+
+    from accel.kernels.ops.softmax import triton_impl
+
+    if not triton_impl.available()[0]:
+        pytest.skip(triton_impl.available()[1])
+    code = textwrap.dedent("""
+        import json, torch
+        from accel.kernels import _tune, _bench_ops, bench
+        _bench_ops.SHAPES["softmax"] = ((4, 64),)
+        import accel.kernels.ops.softmax.helion_impl as sh
+        sh.available = lambda: (False, "off in this test")
+        r = _tune.tune(ops=("softmax",), dtypes=("fp32",), budget_s=300, device=torch.device("cpu"))
+        print("REPORT" + json.dumps(r))
+    """)
+    env = {k: v for k, v in os.environ.items() if k != "HELION_INTERPRET"}
+    env.update(TRITON_INTERPRET="1", **{_tuning.TUNING_DIR_ENV: str(cache_dir)})
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    r = json.loads(next(l for l in proc.stdout.splitlines() if l.startswith("REPORT"))[6:])
+    assert r["arch"] == "cpu" and [e["op"] for e in r["entries"]] == ["softmax_fwd", "softmax_bwd"]
+    for e in r["entries"]:
+        assert set(e["us"]) == {"aten", "triton"} and e["impl"] in ("aten", "triton")
+        assert (e["config"] is None) == (e["impl"] == "aten")
+    written = json.loads((cache_dir / "cpu.json").read_text())["entries"]
+    assert len(written) == 2
