@@ -106,3 +106,21 @@ def test_demo_json_trains_and_resumes_exactly():
     assert res["ok"] and res["accuracy"] > 0.90
     assert res["resume"]["equal"] and res["resume"]["compared"] > 0 and res["resume"]["max_abs_diff"] == 0.0
     assert res["device"] == "cpu" and res["backend"] == "cpu" and res["step_ms"] > 0
+
+
+def test_demo_graph_step_comparison_with_faked_capture():
+    """Where graph capture exists (faked here on CPU), the demo times its whole step eager vs replayed."""
+    import torch
+
+    from accel import demo
+    from accel.testing import fake_graph_capture
+
+    data = demo.load_data(torch.device("cpu"))
+    assert demo._graph_step_times(torch.device("cpu"), data, 16, 1e-3) is None  # no capture on a real CPU
+    # On CPU, AdamW cannot be capturable: its step count is read with .item(), which aborts the
+    # (faked) capture. The demo must then say so, and time the step eagerly, not pretend.
+    with fake_graph_capture() as log, pytest.warns(UserWarning, match="capture of step aborted"):
+        g = demo._graph_step_times(torch.device("cpu"), data, 16, 1e-3)
+    assert not g["captured"] and "aborted" in g["reason"] and g["eager_ms"] > 0 and g["graphed_ms"] > 0
+    assert log.replays == 0 and ("end-failed",) in log.events
+    assert "not captured" in __import__("accel.cli.demo", fromlist=["x"])._graphs_line(g)

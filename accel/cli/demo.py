@@ -57,6 +57,15 @@ def _kernels_line(k: dict) -> str:
     return f"step {k['step_ms_on']:.2f} ms on vs {k['step_ms_off']:.2f} ms off; {ran}"
 
 
+def _graphs_line(g: dict | None) -> str:
+    if g is None:
+        return "no graph capture on this device"
+    if not g["captured"]:
+        return f"not captured ({g['reason']}); eager {g['eager_ms']:.2f} ms"
+    return (f"whole step eager {g['eager_ms']:.2f} ms vs graph replay {g['graphed_ms']:.2f} ms "
+            f"({g['speedup']:.1f}x, {g['reason']})")
+
+
 def run(args: argparse.Namespace) -> int:
     from accel import demo
 
@@ -86,6 +95,7 @@ def run(args: argparse.Namespace) -> int:
                              f"{r['checkpoint_epoch']} checkpoint, max |diff| {r['max_abs_diff']:.3g}"],
             ["wall time", f"{result['seconds']:.1f} s"],
             ["kernels", _kernels_line(result["kernels"])],
+            ["graph capture", _graphs_line(result["graphs"])],
         ]))
         out.print("demo: ok" if result["ok"] else "demo: FAILED: " + "; ".join(failures))
     return 0 if result["ok"] else 1

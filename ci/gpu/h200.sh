@@ -61,6 +61,7 @@ for stage in "$@"; do
       python3 -c "import json,sys; [print(f, json.load(open(f))['step_ms'], json.load(open(f))['kernels']) for f in sys.argv[1:]]" "$OUT"/demo-kernels-*.json
       ;;
     helion-probe) timeout 400 python3 "$REPO/ci/gpu/helion_autotune_probe.py" --timeout 120 2>&1 | tail -100 ;;
+    compile) timeout 240 python3 "$REPO/ci/gpu/compile_demo.py" --out "$OUT" 2>&1 | tail -12 ;;
     quant) timeout 120 python3 "$REPO/benchmarks/quant.py" --out "$OUT" 2>&1 | tail -30 ;;
     *) echo "unknown stage $stage" ;;
   esac
