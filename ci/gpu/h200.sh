@@ -34,13 +34,13 @@ for stage in "$@"; do
   echo "=================== stage: $stage"
   case $stage in
     facts)
-      accel info 2>&1 | tee "$OUT/info.txt"
-      accel doctor 2>&1 | tee "$OUT/doctor.txt"; echo "doctor exit: ${PIPESTATUS[0]}"
-      accel demo --device cuda 2>&1 | tail -14 | tee "$OUT/demo.txt"
+      accel info 2>&1
+      accel doctor 2>&1; echo "doctor exit: $?"
+      accel demo --device cuda 2>&1 | tail -16
       accel demo --device cuda --json > "$OUT/demo.json"; echo "demo --json exit: $?"
       ;;
     tests)
-      timeout 480 python3 -m pytest "$REPO/tests" -q -p no:cacheprovider --timeout 120 -m "not slow" -rfE --tb=short \
+      timeout ${ACCEL_GPU_TEST_TIMEOUT:-480} python3 -m pytest "$REPO/tests" -q -p no:cacheprovider --timeout 120 -m "not slow" -rfE --tb=short \
         > "$OUT/pytest.txt" 2>&1
       grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/pytest.txt" | tail -40
       ;;
@@ -49,10 +49,10 @@ for stage in "$@"; do
     graphs) timeout 240 python3 "$REPO/benchmarks/graphs.py" --out "$OUT" 2>&1 | tail -30 ;;
     example) timeout 200 python3 "$REPO/examples/kernels_rmsnorm.py" 2>&1 | tail -30 | tee "$OUT/example.txt" ;;
     plan) python3 -c "import accel; p=accel.compile_plan('max-autotune'); print(list(p)); [print(s) for s in p.skipped]" ;;
-    kernels) timeout 300 python3 "$REPO/benchmarks/kernels.py" --budget 200 --out "$OUT" 2>&1 | tail -80 ;;
+    kernels) timeout 300 python3 "$REPO/benchmarks/kernels.py" --budget "${ACCEL_GPU_BENCH_BUDGET:-200}" --out "$OUT" 2>&1 | tail -80 ;;
     tune)
       export ACCEL_TUNING_DIR="$OUT/tuning"
-      timeout 420 python3 -m accel.cli bench --tune --budget 330 2>&1 | tail -40
+      timeout 420 python3 -m accel.cli bench --tune --budget "${ACCEL_GPU_TUNE_BUDGET:-330}" 2>&1 | tail -40
       ls -la "$OUT/tuning"
       ;;
     demo-kernels)
@@ -61,7 +61,7 @@ for stage in "$@"; do
       python3 -c "import json,sys; [print(f, json.load(open(f))['step_ms'], json.load(open(f))['kernels']) for f in sys.argv[1:]]" "$OUT"/demo-kernels-*.json
       ;;
     helion-probe) timeout 400 python3 "$REPO/ci/gpu/helion_autotune_probe.py" --timeout 120 2>&1 | tail -100 ;;
-    compile) timeout 240 python3 "$REPO/ci/gpu/compile_demo.py" --out "$OUT" 2>&1 | tail -12 ;;
+    compile) timeout 240 python3 "$REPO/ci/gpu/compile_demo.py" --mode "${ACCEL_GPU_COMPILE_MODE:-max-autotune-no-cudagraphs}" --out "$OUT" 2>&1 | tail -12 ;;
     quant) timeout 120 python3 "$REPO/benchmarks/quant.py" --out "$OUT" 2>&1 | tail -30 ;;
     *) echo "unknown stage $stage" ;;
   esac
