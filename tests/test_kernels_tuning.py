@@ -28,9 +28,14 @@ def test_buckets_are_next_powers_of_two():
 
 
 def test_shipped_sm_90_table_is_package_data_and_folds():
+    import json
+
     assert _tuning.shipped_path("sm_90").is_file()
-    hit = _tuning.lookup("rms_norm_fwd", "sm_90", "bfloat16", 4096, 4096)
-    assert hit is not None and hit.impl == "triton" and hit.source == "shipped"
+    entries = json.loads(_tuning.shipped_path("sm_90").read_text())["entries"]
+    assert {e["op"] for e in entries} >= {"rms_norm_fwd", "softmax_fwd", "layer_norm_bwd"}
+    for e in entries:  # every shipped entry is what a lookup of its own bucket returns
+        hit = _tuning.lookup(e["op"], "sm_90", e["dtype"], e["m"], e["n"])
+        assert hit is not None and hit.impl == e["impl"] and hit.source == "shipped", e
     assert _tuning.lookup("rms_norm_fwd", "sm_90", "bfloat16", 3, 5) is None
     assert _tuning.table("sm_999") == {}
 
