@@ -2,7 +2,7 @@
 # One batched run on the lent GPU machine (no network there): install accel and the carried
 # wheels (.whl: helion 1.4.0, filecheck, Liger-Kernel, platformdirs; optionally quack + CuTeDSL),
 # then run the stages named on the command line, writing logs and results under $OUT (or ./gpu-out).
-#   stages: facts tests rng host graphs kernels tune demo-kernels helion-probe quant
+#   stages: facts tests rng host graphs example plan kernels tune demo-kernels helion-probe compile quant allreduce
 # Usage (device tool, carry [".whl"]): bash ci/gpu/h200.sh facts tests rng host graphs
 set -u
 export PYTHONUNBUFFERED=1
@@ -62,6 +62,7 @@ for stage in "$@"; do
       ;;
     helion-probe) timeout 400 python3 "$REPO/ci/gpu/helion_autotune_probe.py" --timeout 120 2>&1 | tail -100 ;;
     compile) timeout 240 python3 "$REPO/ci/gpu/compile_demo.py" --mode "${ACCEL_GPU_COMPILE_MODE:-max-autotune-no-cudagraphs}" --out "$OUT" 2>&1 | tail -12 ;;
+    allreduce) timeout 180 python3 "$REPO/ci/gpu/allreduce.py" --out "$OUT" 2>&1 | tail -15 ;;  # nvidia-h200-x2
     quant) timeout 120 python3 "$REPO/benchmarks/quant.py" --out "$OUT" 2>&1 | tail -30 ;;
     *) echo "unknown stage $stage" ;;
   esac
