@@ -115,14 +115,17 @@ def test_install_routes_real_shapes_and_verify_agrees():
     names = ak.install()
     assert names and all(o.active for o in ak.overrides())
     ak.set_verify(True)
-    x = torch.randn(4096, 4096, dtype=torch.bfloat16, device="cuda", requires_grad=True)
-    w = torch.randn(4096, dtype=torch.bfloat16, device="cuda", requires_grad=True)
-    y = F.rms_norm(x, (4096,), w, 1e-6)
+    # 16384 x 8192: a shape the shipped sm_90 table routes to a kernel in both directions
+    # (4096 x 4096 forward goes to ATen there: the router's host cost outweighs the kernel's gain)
+    x = torch.randn(16384, 8192, dtype=torch.bfloat16, device="cuda", requires_grad=True)
+    w = torch.randn(8192, dtype=torch.bfloat16, device="cuda", requires_grad=True)
+    y = F.rms_norm(x, (8192,), w, 1e-6)
     y.backward(torch.randn_like(y))  # a contiguous grad_out (sum().backward() gives an expanded one)
     routed = [o for o in ak.overrides() if o.routed]
     assert {o.op for o in routed} == {FWD, BWD}
     assert all(o.verified == o.routed and o.failed == 0 for o in routed)
-    assert ak.explain(FWD, x.detach(), [4096], w.detach(), 1e-6).kernel == routed[0].name
+    fwd_name = next(o.name for o in routed if o.op == FWD)
+    assert ak.explain(FWD, x.detach(), [8192], w.detach(), 1e-6).kernel == fwd_name
 
 
 def test_fail_safe_on_gpu():
