@@ -196,7 +196,7 @@ def _graph_step_times(dev: torch.device, data: Data, batch: int, lr: float) -> d
     ``None`` where the device has no graph capture (CPU, MPS): nothing is timed there.
     AdamW runs with ``capturable=True`` (on accelerators) in both variants so they do the same work.
     """
-    supported = accel.graphs.is_supported()
+    supported = accel.graphs.is_supported(dev)
     if not supported:
         return None
     model = DigitsTransformer().to(dev)
