@@ -20,6 +20,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from accel.kernels._triton_configs import row_config, warps
+
 __all__ = ["MAX_BLOCK_N", "layer_norm_fwd_rows", "layer_norm_fwd_looped", "layer_norm_bwd_rows", "default_config",
            "bwd_config", "candidate_configs"]
 
@@ -123,27 +125,15 @@ def layer_norm_bwd_rows(DY, X, W, MEAN, RSTD, DX, DW_PARTIAL, DB_PARTIAL, M, N, 
         tl.store(DB_PARTIAL + pid.to(tl.int64) * N + cols, db, mask=col_ok)
 
 
-def _warps(elements: int) -> int:
-    if elements >= 8192:
-        return 16
-    if elements >= 2048:
-        return 8
-    return 4
-
-
 def default_config(n: int) -> dict:
     """Forward launch config ``{"looped", "block_n", "rows", "num_warps"}`` for rows of ``n``."""
-    block_n = triton.next_power_of_2(n)
-    if block_n > MAX_BLOCK_N:
-        return {"looped": True, "block_n": 4096, "rows": 1, "num_warps": 8}
-    rows = max(1, min(16, 4096 // block_n))
-    return {"looped": False, "block_n": block_n, "rows": rows, "num_warps": _warps(block_n * rows)}
+    return row_config(n, MAX_BLOCK_N)
 
 
 def bwd_config(n: int) -> dict:
     """Backward launch config ``{"block_n", "num_warps", "programs_per_sm"}`` for rows of ``n <= MAX_BLOCK_N``."""
     block_n = triton.next_power_of_2(n)
-    return {"block_n": block_n, "num_warps": _warps(block_n), "programs_per_sm": 4 if block_n <= 4096 else 2}
+    return {"block_n": block_n, "num_warps": warps(block_n), "programs_per_sm": 4 if block_n <= 4096 else 2}
 
 
 def candidate_configs(n: int, direction: str = "fwd") -> list[dict]:
@@ -151,18 +141,18 @@ def candidate_configs(n: int, direction: str = "fwd") -> list[dict]:
     block_n = triton.next_power_of_2(n)
     if direction == "bwd":
         out = [bwd_config(n)]
-        for warps in (4, 8, 16):
+        for nw in (4, 8, 16):
             for per_sm in (1, 2, 4, 8):
-                out.append({"block_n": block_n, "num_warps": warps, "programs_per_sm": per_sm})
+                out.append({"block_n": block_n, "num_warps": nw, "programs_per_sm": per_sm})
     else:
         out = [default_config(n)]
         if block_n <= MAX_BLOCK_N:
             for rows in (1, 2, 4, 8, 16):
                 if rows * block_n > 32768 or (rows > 1 and rows * block_n < 1024):
                     continue
-                for warps in (4, 8, 16):
-                    if 4 <= rows * block_n // (32 * warps) <= 64:
-                        out.append({"looped": False, "block_n": block_n, "rows": rows, "num_warps": warps})
+                for nw in (4, 8, 16):
+                    if 4 <= rows * block_n // (32 * nw) <= 64:
+                        out.append({"looped": False, "block_n": block_n, "rows": rows, "num_warps": nw})
     seen, unique = set(), []
     for c in out:
         key = tuple(sorted(c.items()))

@@ -24,6 +24,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from accel.kernels._triton_configs import row_config, warps
+
 __all__ = ["rms_norm_fwd_rows", "rms_norm_fwd_looped", "rms_norm_bwd_rows", "fwd_config", "bwd_config"]
 
 #: Largest row kept whole in registers (elements).
@@ -105,24 +107,13 @@ def rms_norm_bwd_rows(DY, X, W, RSTD, DX, DW_PARTIAL, M, N, rows_per_program,
         tl.store(DW_PARTIAL + pid.to(tl.int64) * N + cols, dw, mask=col_ok)
 
 
-def _warps(elements: int) -> int:
-    if elements >= 8192:
-        return 16
-    if elements >= 2048:
-        return 8
-    return 4
-
-
 def fwd_config(n: int) -> tuple[int, int, int, bool]:
     """``(BLOCK_N, ROWS, num_warps, looped)`` for rows of ``n`` elements."""
-    block_n = triton.next_power_of_2(n)
-    if block_n > MAX_BLOCK_N:
-        return 4096, 1, 8, True
-    rows = max(1, min(16, 4096 // block_n))
-    return block_n, rows, _warps(block_n * rows), False
+    c = row_config(n, MAX_BLOCK_N)
+    return c["block_n"], c["rows"], c["num_warps"], c["looped"]
 
 
 def bwd_config(n: int) -> tuple[int, int]:
     """``(BLOCK_N, num_warps)`` for the backward with rows of ``n <= MAX_BLOCK_N`` elements."""
     block_n = triton.next_power_of_2(n)
-    return block_n, _warps(block_n)
+    return block_n, warps(block_n)

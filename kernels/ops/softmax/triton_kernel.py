@@ -21,11 +21,15 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from accel.kernels._triton_configs import row_config
+
 __all__ = ["MAX_BLOCK_N", "default_config", "softmax_fwd_rows", "softmax_fwd_looped", "softmax_bwd_rows",
            "softmax_bwd_looped", "candidate_configs"]
 
 #: Longest row held whole in registers (elements): 32768 fp32 values over 16 warps = 64 per thread.
 MAX_BLOCK_N = 32768
+#: softmax reads/writes fewer streams per element than the norms: more elements per warp step.
+SOFTMAX_WARP_STEPS = (4096, 16384)
 _LOG2E = 1.4426950408889634
 
 
@@ -106,21 +110,9 @@ def softmax_bwd_looped(DY, Y, DX, N, BLOCK_N: tl.constexpr):
         tl.store(DX + base + cols, (y * (dy - dot)).to(DX.dtype.element_ty), mask=ok)
 
 
-def _warps(elements: int) -> int:
-    if elements >= 16384:
-        return 16
-    if elements >= 4096:
-        return 8
-    return 4
-
-
 def default_config(n: int) -> dict:
     """The launch config for rows of ``n`` elements when the table has none: rows in registers up to 32768."""
-    block_n = triton.next_power_of_2(n)
-    if block_n > MAX_BLOCK_N:
-        return {"looped": True, "block_n": 4096, "rows": 1, "num_warps": 8}
-    rows = max(1, min(16, 4096 // block_n))
-    return {"looped": False, "block_n": block_n, "rows": rows, "num_warps": _warps(block_n * rows)}
+    return row_config(n, MAX_BLOCK_N, SOFTMAX_WARP_STEPS)
 
 
 def candidate_configs(n: int) -> list[dict]:

@@ -1,0 +1,42 @@
+"""Launch-config heuristics shared by the row-wise Triton kernels (RMSNorm, softmax, LayerNorm).
+
+Pure Python (no Triton import), so the impl modules and the tuner can use it before
+any kernel is compiled. The numbers are defaults for a tuning-table miss; measured
+winners per arch live in the tuning table (:mod:`accel.kernels._tuning`).
+"""
+
+from __future__ import annotations
+
+__all__ = ["next_power_of_2", "warps", "row_config"]
+
+#: Elements per program above which 8, then 16 warps are used (enough loads in flight to
+#: cover HBM latency without spilling registers; the usual Triton row-kernel choice).
+NORM_WARP_STEPS = (2048, 8192)
+
+
+def next_power_of_2(n: int) -> int:
+    """Smallest power of two >= ``n`` (``n >= 1``); same as ``triton.next_power_of_2``."""
+    return 1 << (max(1, int(n)) - 1).bit_length()
+
+
+def warps(elements: int, steps: tuple[int, int] = NORM_WARP_STEPS) -> int:
+    """``num_warps`` for a program touching ``elements`` elements: 4, 8 from ``steps[0]``, 16 from ``steps[1]``."""
+    if elements >= steps[1]:
+        return 16
+    if elements >= steps[0]:
+        return 8
+    return 4
+
+
+def row_config(n: int, max_block_n: int, steps: tuple[int, int] = NORM_WARP_STEPS) -> dict:
+    """Default forward launch config ``{"looped", "block_n", "rows", "num_warps"}`` for rows of ``n`` elements.
+
+    Rows up to ``max_block_n`` (rounded up to a power of two) live whole in registers, with
+    several rows per program when rows are short (programs of about 4096 elements);
+    longer rows loop over 4096-element chunks, one row per program, 8 warps.
+    """
+    block_n = next_power_of_2(n)
+    if block_n > max_block_n:
+        return {"looped": True, "block_n": 4096, "rows": 1, "num_warps": 8}
+    rows = max(1, min(16, 4096 // block_n))
+    return {"looped": False, "block_n": block_n, "rows": rows, "num_warps": warps(block_n * rows, steps)}
