@@ -6,19 +6,17 @@ input's arch, dtype and bucket, else :data:`.helion_kernel.DEFAULT`; never autot
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import torch
 
 from accel.kernels import _tuning
 from accel.kernels._conds import Limits, arch
-from accel.kernels._launch import device_guard, empty_like
-from accel.kernels._pair import register_pair
+from accel.kernels._launch import device_guard
 from accel.kernels.ops.rms_norm.helion_impl import available
 
-from . import BWD_OP, FWD_OP
-from .conditions import make_conds
+from ._ops import make_ops
 
 __all__ = ["DSL", "LIMITS", "available", "softmax", "softmax_backward_data", "register", "launch_fwd", "launch_bwd"]
 
@@ -54,30 +52,4 @@ def launch_bwd(dy: torch.Tensor, y: torch.Tensor, dx: torch.Tensor, cfg: Mapping
         bind(helion_kernel.softmax_bwd, cfg)(dy, y, dx)
 
 
-def softmax(input: torch.Tensor, dim: int, half_to_float: bool) -> torch.Tensor:
-    """``aten::_softmax`` over the last dim in Helion."""
-    n = input.shape[-1]
-    x = input.view(-1, n)
-    y = empty_like(x)
-    launch_fwd(x, y, _config("softmax_fwd", x, x.shape[0], n))
-    return y.view(input.shape)
-
-
-def softmax_backward_data(grad_output: torch.Tensor, output: torch.Tensor, dim: int,
-                          input_dtype: torch.dtype) -> torch.Tensor:
-    """``aten::_softmax_backward_data`` over the last dim in Helion."""
-    n = output.shape[-1]
-    y = output.view(-1, n)
-    dx = empty_like(y)
-    launch_bwd(grad_output.view(-1, n), y, dx, _config("softmax_bwd", y, y.shape[0], n))
-    return dx.view(output.shape)
-
-
-def register(backends: Sequence[str] = ("cuda",), *, suffix: str = "") -> list[str]:
-    """Register the forward and backward as accel overrides for ``backends`` (names ``softmax_fwd.helion`` ...).
-
-    Raises:
-        KernelRegistrationError: as :func:`accel.kernels.register` (nothing stays registered).
-    """
-    return register_pair("softmax", DSL, (FWD_OP, BWD_OP), (softmax, softmax_backward_data),
-                         make_conds(DSL, backends, LIMITS), backends, suffix)
+softmax, softmax_backward_data, register = make_ops(DSL, LIMITS, launch_fwd, launch_bwd, _config)
