@@ -14,45 +14,19 @@ import pytest
 import torch
 
 import accel.kernels as ak
-from accel import _compat
 from accel.errors import KernelFallbackWarning, KernelRegistrationError, UnknownKernelError
 from accel.kernels import _registry, _tolerance
 from accel.kernels.ops.rms_norm import reference
 from accel.testing import fake_backend
 
-PATHS = ["accel"] + (["native"] if _compat.native_dsl_registry() is not None else [])
+from _kernel_helpers import PATHS, Counting, _clean_registry, path  # noqa: F401 (fixtures)
+
 SIN = "aten::sin"
 
 
 def _sin(a):
     """An eager sin that does not call aten::sin (which would route back here)."""
     return torch.cos(a - math.pi / 2)
-
-
-@pytest.fixture(autouse=True)
-def _clean_registry():
-    """No override or filter survives a test; the registration path is restored."""
-    yield
-    for o in ak.overrides():
-        ak.unregister(o.name)
-    ak.enable()
-    ak.set_verify(False)
-    _registry._STATE.path_mode = None
-
-
-@pytest.fixture(params=PATHS)
-def path(request):
-    ak.use_registry(request.param)
-    return request.param
-
-
-class Counting:
-    def __init__(self, fn):
-        self.fn, self.calls = fn, 0
-
-    def __call__(self, *args, **kwargs):
-        self.calls += 1
-        return self.fn(*args, **kwargs)
 
 
 def _info(name):

@@ -20,35 +20,9 @@ from accel.kernels import _registry
 from accel.kernels.ops.rms_norm import reference
 
 FWD, BWD = "aten::_fused_rms_norm", "aten::_fused_rms_norm_backward"
-PATHS = ["accel"] + (["native"] if _compat.native_dsl_registry() is not None else [])
+from _kernel_helpers import PATHS, Counting, _clean_registry, path  # noqa: F401 (fixtures)
 
 
-@pytest.fixture(autouse=True)
-def _clean_registry():
-    """No override survives a test; the registration path is restored."""
-    yield
-    for o in ak.overrides():
-        ak.unregister(o.name)
-    ak.enable()
-    ak.set_verify(False)
-    _registry._STATE.path_mode = None
-
-
-@pytest.fixture(params=PATHS)
-def path(request):
-    ak.use_registry(request.param)
-    return request.param
-
-
-class Counting:
-    """An impl that counts calls and answers with a given function."""
-
-    def __init__(self, fn):
-        self.fn, self.calls = fn, 0
-
-    def __call__(self, *args, **kwargs):
-        self.calls += 1
-        return self.fn(*args, **kwargs)
 
 
 def _register_pair(dsl="eager", cond=None, fwd=reference.fused_rms_norm, suffix=""):
