@@ -615,6 +615,26 @@ def _warn_once(message: str) -> None:
     warnings.warn(message, GraphFallbackWarning, stacklevel=3)
 
 
+def _check_count(label: str, what: str, value: Any, minimum: int, meaning: str, example: int) -> None:
+    """Raise :class:`GraphInputError` unless ``value`` is an int (not a bool) >= ``minimum``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise GraphInputError(
+            f"{label}: {what}={value!r}. {what} is {meaning}, an int >= {minimum}. Pass e.g. {what}={example}."
+        )
+
+
+def _positional_args(sample_args: Any, label: str, called_with: str) -> tuple[Any, ...]:
+    """``sample_args`` as a tuple of positional arguments (a single tensor is wrapped); else GraphInputError."""
+    if isinstance(sample_args, torch.Tensor):
+        return (sample_args,)
+    if isinstance(sample_args, (tuple, list)):
+        return tuple(sample_args)
+    raise GraphInputError(
+        f"{label}: sample_args is {type(sample_args).__name__} {sample_args!r:.60}. sample_args is a tuple (or "
+        f"list) of the positional arguments {called_with}, or a single tensor. Wrap it: (x,)."
+    )
+
+
 def _sample_device(args: tuple[Any, ...], name: str) -> torch.device | None:
     devices = {a.device for a in _leaves(args)}
     if len(devices) > 1:
@@ -687,20 +707,8 @@ def graphed(
             f"graphed: fn is {type(fn).__name__} {fn!r}, not callable. graphed() captures a function. "
             "Pass the step function (or an nn.Module)."
         )
-    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
-        raise GraphInputError(
-            f"graphed {name}: warmup={warmup!r}. warmup is the number of eager runs before capture, an int >= 0. "
-            "Pass e.g. warmup=3."
-        )
-    if isinstance(sample_args, torch.Tensor):
-        args: tuple[Any, ...] = (sample_args,)
-    elif isinstance(sample_args, (tuple, list)):
-        args = tuple(sample_args)
-    else:
-        raise GraphInputError(
-            f"graphed {name}: sample_args is {type(sample_args).__name__}. sample_args is a tuple (or list) of "
-            "the positional arguments fn is called with, or a single tensor. Wrap it: (x,)."
-        )
+    _check_count(f"graphed {name}", "warmup", warmup, 0, "the number of eager runs before capture", 3)
+    args = _positional_args(sample_args, f"graphed {name}", "fn is called with")
     support, plan = _lookup(_sample_device(args, name))
     if plan is None:
         if strict:
@@ -797,24 +805,9 @@ def compare_step_time(
 
     .. note:: Initialises the device runtime and synchronises it.
     """
-    if isinstance(iters, bool) or not isinstance(iters, int) or iters < 1:
-        raise GraphInputError(
-            f"compare_step_time: iters={iters!r}. iters is the number of timed steps, an int >= 1. Pass e.g. iters=50."
-        )
-    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
-        raise GraphInputError(
-            f"compare_step_time: warmup={warmup!r}. warmup is the number of untimed steps, an int >= 0. "
-            "Pass e.g. warmup=3."
-        )
-    if isinstance(sample_args, torch.Tensor):
-        args: tuple[Any, ...] = (sample_args,)
-    elif isinstance(sample_args, (tuple, list)):
-        args = tuple(sample_args)
-    else:
-        raise GraphInputError(
-            f"compare_step_time: sample_args is {type(sample_args).__name__} {sample_args!r:.60}. sample_args is a "
-            "tuple (or list) of the step's positional arguments, or a single tensor. Wrap it: (x,)."
-        )
+    _check_count("compare_step_time", "iters", iters, 1, "the number of timed steps", 50)
+    _check_count("compare_step_time", "warmup", warmup, 0, "the number of untimed steps", 3)
+    args = _positional_args(sample_args, "compare_step_time", "the step is called with")
     dev = _sample_device(args, getattr(step, "__name__", "step")) or selection().device
     dev = _lookup(dev)[0].device  # a device no backend runs (meta) raises here, before any step
     sync = getattr(torch, dev.type).synchronize if dev.type != "cpu" else (lambda: None)
