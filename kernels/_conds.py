@@ -55,12 +55,18 @@ def device_types_for(backends: Sequence[str]) -> dict[str, str | None]:
 
 @functools.cache
 def arch(device: torch.device) -> str:
-    """``sm_90`` (NVIDIA), ``gfx942`` (AMD), else the device type: the tuning table's arch key."""
+    """``sm_90`` (NVIDIA), ``gfx942`` (AMD), else the device type: the tuning table's arch key.
+
+    The same naming as :meth:`accel.backends.cuda.CudaBackend.arch` / ``RocmBackend.arch``
+    (one implementation: :func:`~accel.backends.cuda.cuda_arch`, :func:`~accel.backends.rocm.gfx_arch`).
+    """
     if device.type == "cuda":
+        from accel.backends.cuda import cuda_arch
+        from accel.backends.rocm import gfx_arch
+
         if torch.version.hip:
-            return str(torch.cuda.get_device_properties(device).gcnArchName).split(":")[0]
-        major, minor = torch.cuda.get_device_capability(device)
-        return f"sm_{major}{minor}"
+            return gfx_arch(str(torch.cuda.get_device_properties(device).gcnArchName))
+        return cuda_arch(*torch.cuda.get_device_capability(device))
     return device.type
 
 

@@ -117,3 +117,21 @@ def test_tune_on_cpu_in_the_interpreter_writes_winners(cache_dir):
         assert (e["config"] is None) == (e["impl"] == "aten")
     written = json.loads((cache_dir / "cpu.json").read_text())["entries"]
     assert len(written) == 2
+
+
+@pytest.mark.parametrize("vendor,arch", [("cuda", "sm_90"), ("cuda", "sm_107"), ("rocm", "gfx942:sramecc+:xnack-"),
+                                         ("rocm", "gfx1100")])
+def test_tuning_arch_key_is_the_backend_arch(vendor, arch):
+    """The tuning table's arch key and accel.backend().arch() name a device the same way."""
+    import torch
+
+    import accel
+    from accel.kernels import _conds
+    from accel.testing import fake_backend
+
+    with fake_backend(vendor, arch=arch):
+        _conds.arch.cache_clear()
+        try:
+            assert _conds.arch(torch.device("cuda", 0)) == accel.backend().arch()
+        finally:
+            _conds.arch.cache_clear()
