@@ -201,8 +201,8 @@ def device(spec: object = None, /) -> torch.device:
 
     Args:
         spec: ``None``, a backend name with an optional index (``"cpu"``, ``"cuda"``,
-            ``"rocm:1"``, ``"xpu"``, ``"mps"``), an ``int`` index on the best backend, or
-            a ``torch.device``.
+            ``"rocm:1"``, ``"xpu"``, ``"mps"``), an ``int`` index (on the ``ACCEL_DEVICE``
+            backend when that is set, else on the best one), or a ``torch.device``.
 
     Returns:
         ``torch.device`` of the backend's torch device type (``cuda`` for ROCm), with
