@@ -124,6 +124,9 @@ class _Runtime:
         def op(name: str, fallback):
             return _compat.resolve(t, name) or fallback
 
+        #: ``set_stream`` is torch's ``_accelerator_setStream`` binding, which refuses a bad stream
+        #: (not a stream, another device type, a device that is not visible) before changing anything.
+        self.set_stream_checks = False
         if t == "cpu":
             self.device_count = _one
             self.is_initialized = _false
@@ -150,6 +153,8 @@ class _Runtime:
             self.sync_device = op("synchronize_device", acc.synchronize)
             self.get_stream = op("current_stream", acc.current_stream)
             self.set_stream = op("set_stream", acc.set_stream)
+        if t != "cpu":
+            self.set_stream_checks = self.set_stream is getattr(torch._C, "_accelerator_setStream", None)
 
     _CPU_STREAM = torch.Stream("cpu")
 
@@ -254,6 +259,7 @@ def _build() -> dict[str, object]:
     rt = _runtime()
     is_init, sync, sync_device, current, index = rt.is_initialized, rt.sync, rt.sync_device, rt.current, rt.index
     set_device, get_stream, set_stream_raw, check_stream = rt.set_device, rt.get_stream, rt.set_stream, rt.check_stream
+    raw_checks = rt.set_stream_checks
 
     def synchronize(device=None, /) -> None:
         """Wait until all work queued on ``device`` (default: the current device) has finished.
@@ -273,7 +279,12 @@ def _build() -> dict[str, object]:
             return
         i = index(device, "accel.synchronize")
         if is_init():
-            sync_device(i)
+            # The current device's sync is the cheap one (cudaDeviceSynchronize); a device
+            # sync of another index swaps the current device around it (~1 us more on the H200).
+            if i == current():
+                sync()
+            else:
+                sync_device(i)
 
     def set_device_index(device, /) -> None:
         """Make ``device`` the current device (an index, ``"cuda:1"``-style str or ``torch.device``).
@@ -317,6 +328,16 @@ def _build() -> dict[str, object]:
 
         .. note:: A no-op on CPU (after validation).
         """
+        if raw_checks:
+            # torch's binding checks the stream itself (not a stream -> TypeError, another device
+            # type or a device that is not visible -> RuntimeError) before it changes anything, so
+            # the typed validation runs only when it refuses: no cost on the good path.
+            try:
+                set_stream_raw(stream)
+            except (TypeError, RuntimeError, ValueError):
+                check_stream(stream, "accel.set_stream")
+                raise
+            return
         check_stream(stream, "accel.set_stream")
         set_stream_raw(stream)
 

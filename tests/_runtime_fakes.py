@@ -90,13 +90,22 @@ class FakeRuntime:
         self.device = index
 
     def _synchronize(self, index: int | None = None) -> None:
-        self.calls.append(("synchronize", self.device if index is None else index))
+        # ("synchronize", i): the current device's sync; ("synchronize_device", i): a sync by index.
+        self.calls.append(("synchronize", self.device) if index is None else ("synchronize_device", index))
 
     def _current_stream(self, index: int | None = None) -> torch.Stream:
         self._init()
         return self.streams[self.device if index is None else index]
 
     def _set_stream(self, stream: torch.Stream) -> None:
+        # Mirrors torch's ``_accelerator_setStream`` binding: it refuses a bad stream before
+        # changing anything (pybind's TypeError; c10's checks raise RuntimeError).
+        if not isinstance(stream, torch.Stream):
+            raise TypeError(f"_accelerator_setStream(): incompatible function arguments: {stream!r}")
+        if stream.device_type != DEVICE_TYPE_ID[self.type]:
+            raise RuntimeError(f"stream's device type {stream.device.type} doesn't match the current accelerator")
+        if not 0 <= stream.device_index < self.count:
+            raise RuntimeError(f"CUDA error: invalid device ordinal {stream.device_index}")
         self._init()
         self.calls.append(("set_stream", stream.device_index, stream.stream_id))
         self.device = stream.device_index

@@ -182,8 +182,12 @@ def test_fake_cuda_synchronize_after_init(fake_cuda):
     accel.synchronize("cuda:1")
     accel.synchronize(torch.device("cuda", 0))
     accel.synchronize("cuda")
-    assert fake_cuda.calls == [("synchronize", 0), ("synchronize", 1), ("synchronize", 1), ("synchronize", 0),
-                               ("synchronize", 0)]
+    # The current device (0) syncs through the cheap current-device call, device 1 by index.
+    assert fake_cuda.calls == [("synchronize", 0), ("synchronize_device", 1), ("synchronize_device", 1),
+                               ("synchronize", 0), ("synchronize", 0)]
+    fake_cuda.device = 1
+    accel.synchronize(1)
+    assert fake_cuda.calls[-1] == ("synchronize", 1)
 
 
 @pytest.mark.parametrize("value, error, message", [
@@ -279,7 +283,7 @@ def test_fake_xpu():
         fake.initialized = True
         accel.synchronize("xpu:1")
         accel.set_device_index(1)
-        assert fake.calls == [("synchronize", 1), ("set_device", 1)]
+        assert fake.calls == [("synchronize_device", 1), ("set_device", 1)]
         with pytest.raises(DeviceMismatchError, match="active backend is 'xpu'"):
             accel.synchronize("cuda:0")
 
@@ -365,6 +369,22 @@ def test_cuda_bad_input_changes_no_state():
     with pytest.raises(DeviceIndexError):
         accel.set_device_index(-1)
     assert torch.cuda.current_device() == before
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("make, error", [
+    (lambda n: torch.Stream(stream_id=0, device_index=n, device_type=1), DeviceIndexError),  # not visible
+    (lambda n: torch.Stream("cpu"), DeviceMismatchError),
+    (lambda n: "stream", InvalidStreamError),
+    (lambda n: None, InvalidStreamError),
+])
+def test_cuda_set_stream_bad_stream_changes_no_state(make, error):
+    """torch's binding refuses these first (accel validates only then): same typed errors, no state changed."""
+    assert _compat.resolve("cuda", "set_stream") is torch._C._accelerator_setStream
+    before_device, before_stream = torch.cuda.current_device(), torch.cuda.current_stream()
+    with pytest.raises(error):
+        accel.set_stream(make(torch.cuda.device_count()))
+    assert torch.cuda.current_device() == before_device and torch.cuda.current_stream() == before_stream
 
 
 @pytest.mark.cuda
