@@ -13,7 +13,8 @@ from collections.abc import Sequence
 
 import torch
 
-__all__ = ["ALIGN", "DTYPES", "Limits", "arch", "device_reason", "device_types_for"]
+__all__ = ["ALIGN", "DTYPES", "Limits", "arch", "device_reason", "device_types_for", "table_declines",
+           "table_reason"]
 
 #: dtypes the kernels compute (fp32 accumulation for all).
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -122,3 +123,22 @@ def reason_text(key: str, *, input: torch.Tensor, devices: dict[str, str | None]
     template = {**DEVICE_REASONS, **ROW_REASONS, **(extra or {})}.get(key, key)
     return template.format(device=input.device.type, devices=", ".join(devices), dtype=input.dtype, align=ALIGN,
                            n=n, esize=input.element_size(), max_n=max_n, dsl=dsl)
+
+
+def table_declines(op: str, dsl: str, t: torch.Tensor, numel: int, n: int) -> bool:
+    """Whether the tuning table sends ``t`` (``numel`` elements in rows of ``n``) away from ``dsl``'s kernel.
+
+    Reason key ``"table"``; :func:`table_reason` gives its sentence.
+    """
+    from accel.kernels import _tuning
+
+    return n <= 0 or not _tuning.takes(op, dsl, arch(t.device), _tuning.dtype_name(t.dtype), numel // n, n)
+
+
+def table_reason(op: str, dsl: str, t: torch.Tensor, n: int) -> str:
+    """The sentence for reason key ``"table"`` (what :func:`accel.kernels._tuning.route` says)."""
+    from accel.kernels import _tuning
+
+    if n <= 0:
+        return "empty rows (N=0)"
+    return _tuning.route(op, dsl, arch(t.device), _tuning.dtype_name(t.dtype), t.numel() // n, n) or "tuning table"

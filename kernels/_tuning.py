@@ -87,8 +87,8 @@ import torch
 
 from accel.errors import KernelRegistrationError
 
-__all__ = ["Choice", "IMPLS", "MIN_NUMEL", "TUNING_DIR_ENV", "bucket", "dtype_name", "lookup", "reload",
-           "config", "route", "shipped_path", "table", "user_table_path", "write_user_table"]
+__all__ = ["Choice", "IMPLS", "MIN_NUMEL", "TUNING_DIR_ENV", "bucket", "dtype_name", "floor", "lookup", "reload",
+           "config", "route", "takes", "shipped_path", "table", "user_table_path", "write_user_table"]
 
 #: Implementations an entry may name.
 IMPLS = ("aten", "triton", "helion")
@@ -190,8 +190,9 @@ def table(arch: str) -> dict[tuple[str, str, int, int], Choice]:
 
 
 def reload() -> None:
-    """Forget the folded tables (the next :func:`lookup` re-reads the files)."""
+    """Forget the folded tables and floors (the next :func:`lookup` re-reads the files)."""
     table.cache_clear()
+    _FLOORS.clear()
 
 
 def lookup(op: str, arch: str, dtype: str, m: int, n: int) -> Choice | None:
@@ -200,6 +201,48 @@ def lookup(op: str, arch: str, dtype: str, m: int, n: int) -> Choice | None:
     if not t:
         return None
     return t.get((op, dtype, *bucket(m, n)))
+
+
+def takes(op: str, dsl: str, arch: str, dtype: str, m: int, n: int) -> bool:
+    """Whether ``dsl``'s kernel should take ``[m, n]``: :func:`route` without the sentence (the per-call form)."""
+    t = table(arch)
+    hit = t.get((op, dtype, 1 << max(n - 1, 0).bit_length(), 1 << max(m - 1, 0).bit_length())) if t else None
+    if hit is None:
+        return m * n >= MIN_NUMEL.get(dsl, 0)
+    return hit.impl == dsl
+
+
+def floor(op: str, dsl: str) -> int:
+    """Fewest elements ``dsl``'s kernel of ``op`` may take on any arch: below it :func:`takes` is false.
+
+    ``min(MIN_NUMEL[dsl], smallest input of any table bucket naming dsl)`` over every
+    shipped and user table on disk, so a cond can reject small inputs with one
+    ``numel()`` before it looks at anything else (the 8-element call costs almost
+    nothing over the router itself). Cached; :func:`reload` forgets it.
+    """
+    least = _FLOORS.get((op, dsl))
+    if least is None:
+        least = 1 << 62
+        for arch in _table_archs():
+            for (e_op, _dtype, n_b, m_b), choice in table(arch).items():
+                if e_op == op and choice.impl == dsl:  # the bucket holds m > m_b/2, n > n_b/2
+                    least = min(least, max(1, m_b // 2) * max(1, n_b // 2))
+        _FLOORS[(op, dsl)] = least
+    policy = MIN_NUMEL.get(dsl, 0)
+    return least if least < policy else policy
+
+
+def _table_archs() -> set[str]:
+    """Archs with a shipped or user table file."""
+    archs = {p.name.removesuffix(".json") for p in resources.files("accel.kernels").joinpath("tuning").iterdir()
+             if p.name.endswith(".json")}
+    user_dir = user_table_path("x").parent
+    if user_dir.is_dir():
+        archs.update(p.stem for p in user_dir.glob("*.json"))
+    return archs
+
+
+_FLOORS: dict[tuple[str, str], int] = {}
 
 
 def route(op: str, dsl: str, arch: str, dtype: str, m: int, n: int) -> str | None:

@@ -2,7 +2,7 @@
 # One batched run on the lent GPU machine (no network there): install accel and the carried
 # wheels (.whl: helion 1.4.0, filecheck, Liger-Kernel, platformdirs; optionally quack + CuTeDSL),
 # then run the stages named on the command line, writing logs and results under $OUT (or ./gpu-out).
-#   stages: facts tests rng host graphs example plan kernels tune demo-kernels helion-probe compile quant allreduce
+#   stages: facts tests rng host launch graphs example plan kernels tune demo-kernels helion-probe compile quant allreduce
 # Usage (device tool, carry [".whl"]): bash ci/gpu/h200.sh facts tests rng host graphs
 set -u
 export PYTHONUNBUFFERED=1
@@ -46,6 +46,7 @@ for stage in "$@"; do
       ;;
     rng) python3 "$REPO/ci/gpu/rng_check.py" 2>&1 | tee "$OUT/rng_check.txt" ;;
     host) python3 "$REPO/benchmarks/host_overhead.py" --out "$OUT" 2>&1 | tail -40 ;;
+    launch) timeout 200 python3 "$REPO/benchmarks/launch_cost.py" --out "$OUT" 2>&1 | tail -40 ;;
     graphs) timeout 240 python3 "$REPO/benchmarks/graphs.py" --out "$OUT" 2>&1 | tail -30 ;;
     example) timeout 200 python3 "$REPO/examples/kernels_rmsnorm.py" 2>&1 | tail -30 | tee "$OUT/example.txt" ;;
     plan) python3 -c "import accel; p=accel.compile_plan('max-autotune'); print(list(p)); [print(s) for s in p.skipped]" ;;

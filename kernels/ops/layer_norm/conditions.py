@@ -13,7 +13,16 @@ from collections.abc import Callable, Sequence
 import torch
 
 from accel.kernels import _tuning
-from accel.kernels._conds import ALIGN, Limits, arch, device_reason, device_types_for, reason_text, rows_reason
+from accel.kernels._conds import (
+    ALIGN,
+    Limits,
+    device_reason,
+    device_types_for,
+    reason_text,
+    rows_reason,
+    table_declines,
+    table_reason,
+)
 
 __all__ = ["make_conds"]
 
@@ -43,8 +52,11 @@ def make_conds(dsl: str, backends: Sequence[str], limits: Limits) -> tuple[Calla
     """``(forward cond, backward cond)`` for one DSL registered for ``backends`` (each with ``why_not``)."""
     devices = device_types_for(backends)
 
-    def common(input, normalized_shape, weight, bias, max_n) -> tuple[str | None, int]:
-        if input.numel() > limits.max_numel:
+    def common(input, normalized_shape, weight, bias, max_n, op) -> tuple[str | None, int]:
+        numel = input.numel()
+        if numel < _tuning.floor(op, dsl):  # one compare for small inputs: ATen runs
+            return "table", 0
+        if numel > limits.max_numel:
             return "numel_big", 0
         key = device_reason(input, devices)
         if key is not None:
@@ -52,6 +64,8 @@ def make_conds(dsl: str, backends: Sequence[str], limits: Limits) -> tuple[Calla
         n = _n(input, normalized_shape)
         if n == 0:
             return "shape", 0
+        if table_declines(op, dsl, input, numel, n):
+            return "table", n
         if limits.needs_weight and (weight is None or bias is None):
             return "no_weight", n
         if _param_bad(weight, input, n) or _param_bad(bias, input, n) or (
@@ -60,14 +74,10 @@ def make_conds(dsl: str, backends: Sequence[str], limits: Limits) -> tuple[Calla
         return rows_reason(input, n, max_n), n
 
     def check_fwd(input, normalized_shape, weight=None, bias=None, eps=1e-5) -> str | None:
-        key, n = common(input, normalized_shape, weight, bias, limits.max_n_fwd)
-        if key is not None:
-            return key
-        return _tuning.route("layer_norm_fwd", dsl, arch(input.device), _tuning.dtype_name(input.dtype),
-                             input.numel() // n, n)
+        return common(input, normalized_shape, weight, bias, limits.max_n_fwd, "layer_norm_fwd")[0]
 
     def check_bwd(grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask) -> str | None:
-        key, n = common(input, normalized_shape, weight, bias, limits.max_n_bwd)
+        key, n = common(input, normalized_shape, weight, bias, limits.max_n_bwd, "layer_norm_bwd")
         if key is not None:
             return key
         if grad_out.shape != input.shape or grad_out.dtype != input.dtype or not grad_out.is_contiguous() \
@@ -77,23 +87,28 @@ def make_conds(dsl: str, backends: Sequence[str], limits: Limits) -> tuple[Calla
         for s in (mean, rstd):
             if s.dtype not in (torch.float32, input.dtype) or s.numel() != m or not s.is_contiguous():
                 return "stats"
-        return _tuning.route("layer_norm_bwd", dsl, arch(input.device), _tuning.dtype_name(input.dtype), m, n)
+        return None
 
-    def text(key, input, normalized_shape, max_n):
+    def text(key, input, normalized_shape, max_n, op):
         if key is None:
             return None
         n = _n(input, normalized_shape)
+        if key == "table":
+            return table_reason(op, dsl, input, n or math.prod(normalized_shape))
         return reason_text(key, input=input, devices=devices, dsl=dsl, n=n, max_n=max_n, extra=_EXTRA)
 
-    def fwd(input, normalized_shape, weight=None, bias=None, eps=1e-5) -> bool:
-        return check_fwd(input, normalized_shape, weight, bias, eps) is None
+    max_fwd = limits.max_n_fwd
+
+    def fwd(input, normalized_shape, weight=None, bias=None, eps=1e-5) -> bool:  # check_fwd, one frame less
+        return common(input, normalized_shape, weight, bias, max_fwd, "layer_norm_fwd")[0] is None
 
     def bwd(grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask) -> bool:
         return check_bwd(grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask) is None
 
     fwd.why_not = lambda input, normalized_shape, weight=None, bias=None, eps=1e-5: text(  # type: ignore[attr-defined]
-        check_fwd(input, normalized_shape, weight, bias, eps), input, normalized_shape, limits.max_n_fwd)
+        check_fwd(input, normalized_shape, weight, bias, eps), input, normalized_shape, limits.max_n_fwd,
+        "layer_norm_fwd")
     bwd.why_not = lambda grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask: text(  # type: ignore[attr-defined]
         check_bwd(grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask), input, normalized_shape,
-        limits.max_n_bwd)
+        limits.max_n_bwd, "layer_norm_bwd")
     return fwd, bwd

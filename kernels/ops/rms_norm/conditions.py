@@ -16,7 +16,17 @@ from collections.abc import Callable, Sequence
 import torch
 
 from accel.kernels import _tuning
-from accel.kernels._conds import ALIGN, DEVICE_REASONS, DTYPES, Limits, arch, device_reason, device_types_for
+from accel.kernels._conds import (
+    ALIGN,
+    DEVICE_REASONS,
+    DTYPES,
+    Limits,
+    arch,
+    device_reason,
+    device_types_for,
+    table_declines,
+    table_reason,
+)
 
 __all__ = ["DTYPES", "Limits", "make_conds", "device_types_for"]
 
@@ -36,9 +46,15 @@ _REASONS = {
 
 
 def _check(input: torch.Tensor, normalized_shape: Sequence[int], weight: torch.Tensor | None,
-           devices: dict[str, str | None], dsl: str, limits: Limits, max_n: int) -> tuple[str | None, int]:
-    """``(reason key or None, N)``; cheapest rejections first (this runs on every routed-op call)."""
+           devices: dict[str, str | None], dsl: str, limits: Limits, max_n: int, op: str) -> tuple[str | None, int]:
+    """``(reason key or None, N)``; cheapest rejections first (this runs on every routed-op call).
+
+    The tuning table comes right after the shape, so the DSL the table does not pick
+    declines before the per-tensor checks (one of two DSL conds runs them, not both).
+    """
     numel = input.numel()
+    if numel < _tuning.floor(op, dsl):  # one compare for small inputs: ATen runs
+        return "table", 0
     if numel > limits.max_numel:
         return "numel_big", 0
     key = device_reason(input, devices)
@@ -55,6 +71,8 @@ def _check(input: torch.Tensor, normalized_shape: Sequence[int], weight: torch.T
         if k == 0 or len(shape) < k or list(shape[-k:]) != list(normalized_shape):
             return "shape", 0
         n = _prod(normalized_shape)
+    if table_declines(op, dsl, input, numel, n):
+        return "table", n
     if weight is None:
         if limits.needs_weight:
             return "no_weight", 0
@@ -98,15 +116,11 @@ def make_conds(dsl: str, backends: Sequence[str], limits: Limits) -> tuple[Calla
 
     def check_fwd(input: torch.Tensor, normalized_shape: Sequence[int], weight: torch.Tensor | None = None,
                   eps: float | None = None) -> str | None:
-        key, n = _check(input, normalized_shape, weight, devices, dsl, limits, limits.max_n_fwd)
-        if key is None and _tuning.route("rms_norm_fwd", dsl, arch(input.device), _tuning.dtype_name(input.dtype),
-                                         input.numel() // n, n) is not None:
-            return "table"
-        return key
+        return _check(input, normalized_shape, weight, devices, dsl, limits, limits.max_n_fwd, "rms_norm_fwd")[0]
 
     def check_bwd(grad_out: torch.Tensor, input: torch.Tensor, normalized_shape: Sequence[int],
                   rstd: torch.Tensor, weight: torch.Tensor | None, output_mask: Sequence[bool]) -> str | None:
-        key, n = _check(input, normalized_shape, weight, devices, dsl, limits, limits.max_n_bwd)
+        key, n = _check(input, normalized_shape, weight, devices, dsl, limits, limits.max_n_bwd, "rms_norm_bwd")
         if key is not None:
             return key
         if grad_out.shape != input.shape or grad_out.dtype != input.dtype or not grad_out.is_contiguous() \
@@ -114,17 +128,16 @@ def make_conds(dsl: str, backends: Sequence[str], limits: Limits) -> tuple[Calla
             return "grad_out"
         if rstd.dtype != torch.float32 or rstd.numel() != input.numel() // n or not rstd.is_contiguous():
             return "rstd"
-        if _tuning.route("rms_norm_bwd", dsl, arch(input.device), _tuning.dtype_name(input.dtype),
-                         input.numel() // n, n) is not None:
-            return "table"
         return None
 
     extra = {"table": None,
              "grad_out": "grad_out differs from input in shape/dtype, or is not contiguous and aligned",
              "rstd": "rstd is not a contiguous fp32 tensor with one value per row"}
 
-    def fwd(input, normalized_shape, weight=None, eps=None) -> bool:
-        return check_fwd(input, normalized_shape, weight, eps) is None
+    max_fwd = limits.max_n_fwd
+
+    def fwd(input, normalized_shape, weight=None, eps=None) -> bool:  # check_fwd, one frame less (per call)
+        return _check(input, normalized_shape, weight, devices, dsl, limits, max_fwd, "rms_norm_fwd")[0] is None
 
     def bwd(grad_out, input, normalized_shape, rstd, weight, output_mask) -> bool:
         return check_bwd(grad_out, input, normalized_shape, rstd, weight, output_mask) is None
@@ -132,9 +145,7 @@ def make_conds(dsl: str, backends: Sequence[str], limits: Limits) -> tuple[Calla
     def why_not_fwd(input, normalized_shape, weight=None, eps=None) -> str | None:
         key = check_fwd(input, normalized_shape, weight, eps)
         if key == "table":
-            n = _prod(normalized_shape)
-            return _tuning.route("rms_norm_fwd", dsl, arch(input.device), _tuning.dtype_name(input.dtype),
-                                 input.numel() // n, n)
+            return table_reason("rms_norm_fwd", dsl, input, _prod(normalized_shape))
         if key is None or key in extra:
             return extra.get(key)
         return _reason(key, input, normalized_shape, devices, dsl, limits, limits.max_n_fwd)
@@ -142,9 +153,7 @@ def make_conds(dsl: str, backends: Sequence[str], limits: Limits) -> tuple[Calla
     def why_not_bwd(grad_out, input, normalized_shape, rstd, weight, output_mask) -> str | None:
         key = check_bwd(grad_out, input, normalized_shape, rstd, weight, output_mask)
         if key == "table":
-            n = _prod(normalized_shape)
-            return _tuning.route("rms_norm_bwd", dsl, arch(input.device), _tuning.dtype_name(input.dtype),
-                                 input.numel() // n, n)
+            return table_reason("rms_norm_bwd", dsl, input, _prod(normalized_shape))
         if key is None or key in extra:
             return extra.get(key)
         return _reason(key, input, normalized_shape, devices, dsl, limits, limits.max_n_bwd)

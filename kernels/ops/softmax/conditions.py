@@ -12,7 +12,15 @@ from collections.abc import Callable, Sequence
 import torch
 
 from accel.kernels import _tuning
-from accel.kernels._conds import Limits, arch, device_reason, device_types_for, reason_text, rows_reason
+from accel.kernels._conds import (
+    Limits,
+    device_reason,
+    device_types_for,
+    reason_text,
+    rows_reason,
+    table_declines,
+    table_reason,
+)
 
 __all__ = ["make_conds"]
 
@@ -33,7 +41,10 @@ def make_conds(dsl: str, backends: Sequence[str], limits: Limits) -> tuple[Calla
     devices = device_types_for(backends)
 
     def check_fwd(input: torch.Tensor, dim: int, half_to_float: bool) -> str | None:
-        if input.numel() > limits.max_numel:
+        numel = input.numel()
+        if numel < _tuning.floor("softmax_fwd", dsl):  # one compare for small inputs: ATen runs
+            return "table"
+        if numel > limits.max_numel:
             return "numel_big"
         key = device_reason(input, devices)
         if key is not None:
@@ -43,34 +54,35 @@ def make_conds(dsl: str, backends: Sequence[str], limits: Limits) -> tuple[Calla
         if half_to_float:
             return "half_to_float"
         n = input.shape[-1] if input.dim() else 1
-        key = rows_reason(input, n, limits.max_n_fwd, align=False)
-        if key is not None:
-            return key
-        return _tuning.route("softmax_fwd", dsl, arch(input.device), _tuning.dtype_name(input.dtype),
-                             input.numel() // n, n)
+        if table_declines("softmax_fwd", dsl, input, numel, n):
+            return "table"
+        return rows_reason(input, n, limits.max_n_fwd, align=False)
 
     def check_bwd(grad_output: torch.Tensor, output: torch.Tensor, dim: int, input_dtype: torch.dtype) -> str | None:
-        if output.numel() > limits.max_numel:
+        numel = output.numel()
+        if numel < _tuning.floor("softmax_bwd", dsl):
+            return "table"
+        if numel > limits.max_numel:
             return "numel_big"
         key = device_reason(output, devices)
         if key is not None:
             return key
         if not _last(dim, output.dim()):
             return "dim"
+        n = output.shape[-1] if output.dim() else 1
+        if table_declines("softmax_bwd", dsl, output, numel, n):
+            return "table"
         if (grad_output.shape != output.shape or grad_output.dtype != output.dtype or input_dtype != output.dtype
                 or not grad_output.is_contiguous()):
             return "grad"
-        n = output.shape[-1] if output.dim() else 1
-        key = rows_reason(output, n, limits.max_n_bwd, align=False)
-        if key is not None:
-            return key
-        return _tuning.route("softmax_bwd", dsl, arch(output.device), _tuning.dtype_name(output.dtype),
-                             output.numel() // n, n)
+        return rows_reason(output, n, limits.max_n_bwd, align=False)
 
-    def text(key: str | None, t: torch.Tensor, max_n: int) -> str | None:
+    def text(key: str | None, t: torch.Tensor, max_n: int, op: str) -> str | None:
         if key is None:
             return None
         n = t.shape[-1] if t.dim() else 1
+        if key == "table":
+            return table_reason(op, dsl, t, n)
         return reason_text(key, input=t, devices=devices, dsl=dsl, n=n, max_n=max_n, extra=_EXTRA)
 
     def fwd(input, dim, half_to_float) -> bool:
@@ -80,7 +92,7 @@ def make_conds(dsl: str, backends: Sequence[str], limits: Limits) -> tuple[Calla
         return check_bwd(grad_output, output, dim, input_dtype) is None
 
     fwd.why_not = lambda input, dim, half_to_float: text(  # type: ignore[attr-defined]
-        check_fwd(input, dim, half_to_float), input, limits.max_n_fwd)
+        check_fwd(input, dim, half_to_float), input, limits.max_n_fwd, "softmax_fwd")
     bwd.why_not = lambda grad_output, output, dim, input_dtype: text(  # type: ignore[attr-defined]
-        check_bwd(grad_output, output, dim, input_dtype), output, limits.max_n_bwd)
+        check_bwd(grad_output, output, dim, input_dtype), output, limits.max_n_bwd, "softmax_bwd")
     return fwd, bwd
