@@ -1,0 +1,79 @@
+"""Where a Triton / Helion launch spends host time on this machine (diagnostic; prints, writes nothing).
+
+cProfile of ``kernel[grid](...)`` and of the Helion impl, and the cost of calling the
+compiled kernel's launcher directly (what Inductor's generated launchers do).
+"""
+import cProfile
+import io
+import pstats
+import time
+
+import torch
+import triton
+
+from accel.kernels.ops.rms_norm import helion_impl, triton_kernel as k
+
+
+def per_call(fn, calls=2000):
+    for _ in range(50):
+        fn()
+    torch.cuda.synchronize()
+    best = 1e9
+    for _ in range(5):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+        best = min(best, (time.perf_counter() - t0) / calls * 1e6)
+    return best
+
+
+def prof(fn, n=2000, top=22):
+    pr = cProfile.Profile()
+    pr.enable()
+    for _ in range(n):
+        fn()
+    pr.disable()
+    s = io.StringIO()
+    pstats.Stats(pr, stream=s).sort_stats("tottime").print_stats(top)
+    print(s.getvalue()[:6000])
+
+
+m, n = 4, 1024
+x = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
+w = torch.randn(n, device="cuda", dtype=torch.bfloat16)
+y = torch.empty_like(x)
+rstd = torch.empty(m, device="cuda", dtype=torch.float32)
+bn, rows, warps, _ = k.fwd_config(n)
+grid = (-(-m // rows),)
+
+
+def launch():
+    return k.rms_norm_fwd_rows[grid](x, w, y, rstd, m, n, 1e-6, BLOCK_N=bn, ROWS=rows, HAS_W=True, num_warps=warps)
+
+
+print("triton", triton.__version__, "kernel[grid] us/call", round(per_call(launch), 2))
+ck = launch()
+print("compiled kernel type", type(ck), "run", type(ck.run))
+prof(launch)
+stream = torch.cuda.current_stream().cuda_stream
+args = (x, w, y, rstd, m, n, 1e-6, bn, rows, True)
+
+
+def direct():
+    ck.run(grid[0], 1, 1, stream, ck.function, ck.packed_metadata, None, None, None, *args)
+
+
+try:
+    y.zero_()
+    direct()
+    torch.cuda.synchronize()
+    ref = (x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6) * w.float()).to(x.dtype)
+    print("direct run matches:", torch.allclose(y.float(), ref.float(), atol=2e-2, rtol=2e-2))
+    print("direct ck.run us/call", round(per_call(direct), 2))
+except Exception as exc:  # noqa: BLE001
+    print("direct run failed:", type(exc).__name__, exc)
+print("torch.cuda.current_stream().cuda_stream us", round(per_call(lambda: torch.cuda.current_stream().cuda_stream), 2))
+print("torch._C._cuda_getCurrentRawStream(0) us", round(per_call(lambda: torch._C._cuda_getCurrentRawStream(0)), 2))
+print("helion impl us/call", round(per_call(lambda: helion_impl.fused_rms_norm(x, [n], w, 1e-6)), 2))
+prof(lambda: helion_impl.fused_rms_norm(x, [n], w, 1e-6), top=25)
