@@ -13,6 +13,8 @@ from collections.abc import Sequence
 
 import torch
 
+from accel.kernels import _tuning
+
 __all__ = ["ALIGN", "DTYPES", "Limits", "arch", "device_reason", "device_types_for", "table_declines",
            "table_reason"]
 
@@ -83,11 +85,11 @@ DEVICE_REASONS = {
 def device_reason(input: torch.Tensor, devices: dict[str, str | None]) -> str | None:
     """``None`` when ``input``'s device, vendor and dtype are served; else a key of :data:`DEVICE_REASONS`."""
     if input.is_cuda:
-        if "cuda" not in devices:
-            return "device"
-        vendor = devices["cuda"]
-        if vendor is not None and (vendor == "nvidia") == bool(torch.version.hip):
+        vendor = devices.get("cuda", "")
+        if vendor and (vendor == "nvidia") == bool(torch.version.hip):  # read per call: tests fake ROCm
             return "rocm" if vendor == "nvidia" else "not_rocm"
+        if vendor == "":
+            return "device"
     elif input.device.type not in devices:
         return "device"
     if input.dtype not in DTYPES:
@@ -130,15 +132,11 @@ def table_declines(op: str, dsl: str, t: torch.Tensor, numel: int, n: int) -> bo
 
     Reason key ``"table"``; :func:`table_reason` gives its sentence.
     """
-    from accel.kernels import _tuning
-
     return n <= 0 or not _tuning.takes(op, dsl, arch(t.device), _tuning.dtype_name(t.dtype), numel // n, n)
 
 
 def table_reason(op: str, dsl: str, t: torch.Tensor, n: int) -> str:
     """The sentence for reason key ``"table"`` (what :func:`accel.kernels._tuning.route` says)."""
-    from accel.kernels import _tuning
-
     if n <= 0:
         return "empty rows (N=0)"
     return _tuning.route(op, dsl, arch(t.device), _tuning.dtype_name(t.dtype), t.numel() // n, n) or "tuning table"

@@ -24,6 +24,20 @@ def _bind(fn: Callable, cfg_json: str, ignore: tuple) -> Any:
     return helion.kernel(fn, config=cfg, static_shapes=False, ignore_warnings=list(ignore))
 
 
+_BOUND: dict[tuple[int, int, tuple], tuple[Mapping[str, Any], Any]] = {}
+
+
 def bind(fn: Callable, cfg: Mapping[str, Any], ignore_warnings: tuple = ()) -> Any:
-    """``fn`` as a Helion kernel with exactly the config ``cfg`` (``helion.Config`` keyword arguments)."""
-    return _bind(fn, json.dumps(dict(cfg), sort_keys=True), tuple(ignore_warnings))
+    """``fn`` as a Helion kernel with exactly the config ``cfg`` (``helion.Config`` keyword arguments).
+
+    Per call this is one dict lookup by the identity of ``fn`` and ``cfg`` (the tuning
+    table's and the ops' default configs are long-lived objects); a config seen for the
+    first time is keyed by its JSON text, so equal configs share one compiled kernel.
+    """
+    key = (id(fn), id(cfg), ignore_warnings)
+    hit = _BOUND.get(key)
+    if hit is not None and hit[0] is cfg:
+        return hit[1]
+    kernel = _bind(fn, json.dumps(dict(cfg), sort_keys=True), tuple(ignore_warnings))
+    _BOUND[key] = (cfg, kernel)  # holds cfg: its id cannot be reused while the entry lives
+    return kernel

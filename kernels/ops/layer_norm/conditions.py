@@ -44,8 +44,10 @@ def _n(input: torch.Tensor, normalized_shape: Sequence[int]) -> int:
 
 
 def _param_bad(p: torch.Tensor | None, input: torch.Tensor, n: int) -> bool:
+    # get_device() (an int) rather than .device (a new torch.device per read): this runs per call.
     return p is not None and ((p.dtype != input.dtype and p.dtype != torch.float32) or p.numel() != n
-                              or p.device != input.device or not p.is_contiguous())
+                              or p.get_device() != input.get_device() or p.is_cuda != input.is_cuda
+                              or not p.is_contiguous())
 
 
 def make_conds(dsl: str, backends: Sequence[str], limits: Limits) -> tuple[Callable[..., bool], Callable[..., bool]]:

@@ -13,7 +13,7 @@ import torch
 
 from accel.kernels import _tuning
 from accel.kernels._conds import Limits, arch
-from accel.kernels._launch import device_guard, empty, empty_like, row_count, rows_view, sm_count
+from accel.kernels._launch import device_guard, empty, empty_like, row_count, rows_view, sm_count, triton_launch
 from accel.kernels._pair import register_pair
 from accel.kernels.ops.rms_norm.triton_impl import available
 
@@ -34,19 +34,22 @@ def _k():
     return triton_kernel
 
 
-def launch_fwd(x, w, b, y, mean, rstd, eps: float, cfg: Mapping[str, Any]) -> None:
-    """Run the forward on ``x [M, N]`` with launch config ``cfg`` (``w``/``b`` may be ``None``)."""
+def launch_fwd(x, w, b, y, mean, rstd, eps: float, cfg: Mapping[str, Any], m: int | None = None,
+               n: int | None = None) -> None:
+    """Run the forward on ``x`` (``[M, N]``, or contiguous with ``m``, ``n`` given) with launch config ``cfg``
+    (``w``/``b`` may be ``None``)."""
     k = _k()
-    m, n = x.shape
+    if m is None:
+        m, n = x.shape
     ww = w if w is not None else x
     bb = b if b is not None else x
     with device_guard(x.device):
         if cfg["looped"]:
-            k.layer_norm_fwd_looped[(m,)](x, ww, bb, y, mean, rstd, n, eps, BLOCK_N=cfg["block_n"],
+            triton_launch(k.layer_norm_fwd_looped, (m,), x, ww, bb, y, mean, rstd, n, eps, BLOCK_N=cfg["block_n"],
                                           HAS_W=w is not None, HAS_B=b is not None, num_warps=cfg["num_warps"])
         else:
             rows = cfg["rows"]
-            k.layer_norm_fwd_rows[(-(-m // rows),)](x, ww, bb, y, mean, rstd, m, n, eps,
+            triton_launch(k.layer_norm_fwd_rows, (-(-m // rows),), x, ww, bb, y, mean, rstd, m, n, eps,
                                                     BLOCK_N=max(cfg["block_n"], k.triton.next_power_of_2(n)),
                                                     ROWS=rows, HAS_W=w is not None, HAS_B=b is not None,
                                                     num_warps=cfg["num_warps"])
@@ -63,7 +66,7 @@ def launch_bwd(dy, x, w, mean, rstd, dx, want: Sequence[bool], cfg: Mapping[str,
     dw = empty((programs, n), torch.float32, x.device) if want_dw else x
     db = empty((programs, n), torch.float32, x.device) if want_db else x
     with device_guard(x.device):
-        k.layer_norm_bwd_rows[(programs,)](dy, x, w if w is not None else x, mean, rstd, dx if want_dx else x, dw, db,
+        triton_launch(k.layer_norm_bwd_rows, (programs,), dy, x, w if w is not None else x, mean, rstd, dx if want_dx else x, dw, db,
                                            m, n, per_program, BLOCK_N=max(cfg["block_n"], k.triton.next_power_of_2(n)),
                                            HAS_W=w is not None, WANT_DX=want_dx, WANT_DW=want_dw, WANT_DB=want_db,
                                            num_warps=cfg["num_warps"])
@@ -72,17 +75,22 @@ def launch_bwd(dy, x, w, mean, rstd, dx, want: Sequence[bool], cfg: Mapping[str,
 
 def native_layer_norm(input: torch.Tensor, normalized_shape: Sequence[int], weight: torch.Tensor | None,
                       bias: torch.Tensor | None, eps: float):
-    """``aten::native_layer_norm`` in Triton; same results as :func:`.reference.native_layer_norm`."""
-    n = row_count(normalized_shape)
-    x = rows_view(input, n)
-    m = x.shape[0]
-    y = empty_like(x)
-    sdt = reference.stat_dtype(input)
-    mean, rstd = empty(m, sdt, x.device), empty(m, sdt, x.device)
-    cfg = _tuning.config("layer_norm_fwd", DSL, arch(x.device), _tuning.dtype_name(x.dtype), m, n)
-    launch_fwd(x, weight, bias, y, mean, rstd, float(eps), cfg if cfg is not None else _k().default_config(n))
+    """``aten::native_layer_norm`` in Triton; same results as :func:`.reference.native_layer_norm`.
+
+    Contiguous input (the cond checks it), read as ``[M, N]`` rows without a view; the
+    outputs are allocated in their final shapes (few host calls per routed call).
+    """
+    n = normalized_shape[0] if len(normalized_shape) == 1 else row_count(normalized_shape)
+    m = input.numel() // n
+    device = input.device
+    y = empty_like(input)
+    sdt = torch.float32 if input.is_cuda else input.dtype  # as reference.stat_dtype
     shape = reference.stat_shape(input, normalized_shape)
-    return y.view(input.shape), mean.view(shape), rstd.view(shape)
+    mean, rstd = empty(shape, sdt, device), empty(shape, sdt, device)
+    cfg = _tuning.config("layer_norm_fwd", DSL, arch(device), _tuning.dtype_name(input.dtype), m, n)
+    launch_fwd(input, weight, bias, y, mean, rstd, float(eps), cfg if cfg is not None else _k().default_config(n),
+               m, n)
+    return y, mean, rstd
 
 
 def native_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask):

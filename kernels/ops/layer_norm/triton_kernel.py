@@ -17,6 +17,8 @@ go to ``[G, N]`` buffers summed by ``torch.sum`` (small next to ``3*M*N*esize``)
 
 from __future__ import annotations
 
+import functools
+
 import triton
 import triton.language as tl
 
@@ -125,6 +127,7 @@ def layer_norm_bwd_rows(DY, X, W, MEAN, RSTD, DX, DW_PARTIAL, DB_PARTIAL, M, N, 
         tl.store(DB_PARTIAL + pid.to(tl.int64) * N + cols, db, mask=col_ok)
 
 
+@functools.cache
 def default_config(n: int) -> dict:
     """Forward launch config ``{"looped", "block_n", "rows", "num_warps"}`` for rows of ``n``."""
     return row_config(n, MAX_BLOCK_N)

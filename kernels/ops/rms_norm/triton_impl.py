@@ -14,7 +14,7 @@ import torch
 from accel._compat import module_version
 
 from . import reference
-from accel.kernels._launch import device_guard, empty, empty_like, row_count, rows_view, sm_count
+from accel.kernels._launch import device_guard, empty, empty_like, row_count, rows_view, sm_count, triton_launch
 from ._pair import register_pair
 from .conditions import Limits
 
@@ -39,29 +39,35 @@ def _kernels():
     return triton_kernel
 
 
+_FP32_EPS = torch.finfo(torch.float32).eps
+
+
 def fused_rms_norm(input: torch.Tensor, normalized_shape: Sequence[int], weight: torch.Tensor | None = None,
                    eps: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """``aten::_fused_rms_norm`` in Triton; same arguments and results as :func:`.reference.fused_rms_norm`.
 
-    Input must be contiguous (the cond checks it).
+    Input must be contiguous (the cond checks it): the kernel reads it as ``[M, N]`` rows
+    without a view, and the outputs are allocated in their final shapes (few host calls:
+    this runs on every routed call).
     """
     k = _kernels()
-    n = row_count(normalized_shape)
-    x = rows_view(input, n)
-    m = x.shape[0]
-    y = empty_like(x)
-    rstd = empty(m, torch.float32, x.device)
-    eps = torch.finfo(torch.float32).eps if eps is None else float(eps)
+    n = normalized_shape[0] if len(normalized_shape) == 1 else row_count(normalized_shape)
+    m = input.numel() // n
+    device = input.device
+    y = empty_like(input)
+    rstd = empty(reference.stat_shape(input, normalized_shape), torch.float32, device)
+    eps = _FP32_EPS if eps is None else float(eps)
     block_n, rows, warps, looped = k.fwd_config(n)
-    w = weight if weight is not None else x
-    with device_guard(x.device):
+    has_w = weight is not None
+    w = weight if has_w else input
+    with device_guard(device):
         if looped:
-            k.rms_norm_fwd_looped[(m,)](x, w, y, rstd, n, eps, BLOCK_N=block_n, HAS_W=weight is not None,
-                                        num_warps=warps)
+            triton_launch(k.rms_norm_fwd_looped, (m,), input, w, y, rstd, n, eps, BLOCK_N=block_n, HAS_W=has_w,
+                          num_warps=warps)
         else:
-            k.rms_norm_fwd_rows[(-(-m // rows),)](x, w, y, rstd, m, n, eps, BLOCK_N=block_n, ROWS=rows,
-                                                  HAS_W=weight is not None, num_warps=warps)
-    return y.view(input.shape), rstd.view(reference.stat_shape(input, normalized_shape))
+            triton_launch(k.rms_norm_fwd_rows, (-(-m // rows),), input, w, y, rstd, m, n, eps, BLOCK_N=block_n,
+                          ROWS=rows, HAS_W=has_w, num_warps=warps)
+    return y, rstd
 
 
 def fused_rms_norm_backward(grad_out: torch.Tensor, input: torch.Tensor, normalized_shape: Sequence[int],
@@ -85,7 +91,7 @@ def fused_rms_norm_backward(grad_out: torch.Tensor, input: torch.Tensor, normali
     partial = empty((programs, n), torch.float32, x.device) if want_dw else x
     w = weight if weight is not None else x
     with device_guard(x.device):
-        k.rms_norm_bwd_rows[(programs,)](dy, x, w, rstd, dx, partial, m, n, per_program, BLOCK_N=block_n,
+        triton_launch(k.rms_norm_bwd_rows, (programs,), dy, x, w, rstd, dx, partial, m, n, per_program, BLOCK_N=block_n,
                                          HAS_W=weight is not None, WANT_DX=want_dx, WANT_DW=want_dw,
                                          num_warps=warps)
     grad_input = dx.view(input.shape) if want_dx else None

@@ -21,6 +21,8 @@ summed by ``torch.sum`` (``G*N*4`` bytes, small next to ``3*M*N*esize``).
 
 from __future__ import annotations
 
+import functools
+
 import triton
 import triton.language as tl
 
@@ -107,6 +109,7 @@ def rms_norm_bwd_rows(DY, X, W, RSTD, DX, DW_PARTIAL, M, N, rows_per_program,
         tl.store(DW_PARTIAL + pid.to(tl.int64) * N + cols, dw, mask=col_ok)
 
 
+@functools.cache
 def fwd_config(n: int) -> tuple[int, int, int, bool]:
     """``(BLOCK_N, ROWS, num_warps, looped)`` for rows of ``n`` elements."""
     c = row_config(n, MAX_BLOCK_N)

@@ -31,21 +31,25 @@ def make_ops(dsl: str, limits: Any, launch_fwd: Callable[..., None], launch_bwd:
     """
 
     def softmax(input: torch.Tensor, dim: int, half_to_float: bool) -> torch.Tensor:
-        """``aten::_softmax`` over the last dim (contiguous input; the cond checks it)."""
+        """``aten::_softmax`` over the last dim (contiguous input; the cond checks it).
+
+        The launchers get the tensors in their own shapes plus ``M, N`` (no views: this
+        runs on every routed call, and each host call counts on small inputs).
+        """
         n = input.shape[-1]
-        x = input.view(-1, n)
-        y = empty_like(x)
-        launch_fwd(x, y, config("softmax_fwd", x, x.shape[0], n))
-        return y.view(input.shape)
+        m = input.numel() // n
+        y = empty_like(input)
+        launch_fwd(input, y, config("softmax_fwd", input, m, n), m, n)
+        return y
 
     def softmax_backward_data(grad_output: torch.Tensor, output: torch.Tensor, dim: int,
                               input_dtype: torch.dtype) -> torch.Tensor:
         """``aten::_softmax_backward_data`` over the last dim."""
         n = output.shape[-1]
-        y = output.view(-1, n)
-        dx = empty_like(y)
-        launch_bwd(grad_output.view(-1, n), y, dx, config("softmax_bwd", y, y.shape[0], n))
-        return dx.view(output.shape)
+        m = output.numel() // n
+        dx = empty_like(output)
+        launch_bwd(grad_output, output, dx, config("softmax_bwd", output, m, n), m, n)
+        return dx
 
     def register(backends: Sequence[str] = ("cuda",), *, suffix: str = "") -> list[str]:
         """Register the forward and backward as accel overrides for ``backends``

@@ -32,22 +32,28 @@ def _config(op: str, x: torch.Tensor, m: int, n: int) -> Mapping[str, Any]:
     return cfg if cfg is not None else helion_kernel.DEFAULT
 
 
-def launch_fwd(x: torch.Tensor, y: torch.Tensor, cfg: Mapping[str, Any]) -> None:
-    """Run the forward on ``x [M, N]`` into ``y`` with the Helion config ``cfg``."""
+def launch_fwd(x: torch.Tensor, y: torch.Tensor, cfg: Mapping[str, Any], m: int | None = None,
+               n: int | None = None) -> None:
+    """Run the forward on ``x`` (``[M, N]``, or contiguous with ``m``, ``n`` given) into ``y`` with Helion config ``cfg``."""
     from accel.kernels._helion import bind
 
     from . import helion_kernel
 
+    if m is not None:
+        x, y = x.view(m, n), y.view(m, n)
     with device_guard(x.device):
         bind(helion_kernel.softmax_fwd, cfg)(x, y)
 
 
-def launch_bwd(dy: torch.Tensor, y: torch.Tensor, dx: torch.Tensor, cfg: Mapping[str, Any]) -> None:
-    """Run the backward on ``[M, N]`` tensors with the Helion config ``cfg``."""
+def launch_bwd(dy: torch.Tensor, y: torch.Tensor, dx: torch.Tensor, cfg: Mapping[str, Any], m: int | None = None,
+               n: int | None = None) -> None:
+    """Run the backward on ``[M, N]`` tensors (or contiguous ones with ``m``, ``n``) with Helion config ``cfg``."""
     from accel.kernels._helion import bind
 
     from . import helion_kernel
 
+    if m is not None:
+        dy, y, dx = dy.view(m, n), y.view(m, n), dx.view(m, n)
     with device_guard(y.device):
         bind(helion_kernel.softmax_bwd, cfg)(dy, y, dx)
 

@@ -14,7 +14,8 @@ import torch
 
 from accel.kernels import _tuning
 from accel.kernels._conds import Limits, arch
-from accel.kernels._launch import device_guard
+from accel.kernels._launch import device_guard, triton_launch
+from accel.kernels._triton_configs import next_power_of_2
 from accel.kernels.ops.rms_norm.triton_impl import available
 
 from ._ops import make_ops
@@ -37,30 +38,35 @@ def _config(op: str, x: torch.Tensor, m: int, n: int) -> Mapping[str, Any]:
     return cfg if cfg is not None else _kernels().default_config(n)
 
 
-def launch_fwd(x: torch.Tensor, y: torch.Tensor, cfg: Mapping[str, Any]) -> None:
-    """Run the forward on ``x [M, N]`` into ``y`` with launch config ``cfg`` (used by the tuner too)."""
+def launch_fwd(x: torch.Tensor, y: torch.Tensor, cfg: Mapping[str, Any], m: int | None = None,
+               n: int | None = None) -> None:
+    """Run the forward on ``x`` (``[M, N]``, or any contiguous shape with ``m``, ``n`` given) into ``y``
+    with launch config ``cfg`` (used by the tuner too)."""
     k = _kernels()
-    m, n = x.shape
+    if m is None:
+        m, n = x.shape
     with device_guard(x.device):
         if cfg["looped"]:
-            k.softmax_fwd_looped[(m,)](x, y, n, BLOCK_N=cfg["block_n"], num_warps=cfg["num_warps"])
+            triton_launch(k.softmax_fwd_looped, (m,), x, y, n, BLOCK_N=cfg["block_n"], num_warps=cfg["num_warps"])
         else:
             rows = cfg["rows"]
-            k.softmax_fwd_rows[(-(-m // rows),)](x, y, m, n, BLOCK_N=max(cfg["block_n"], k.triton.next_power_of_2(n)),
-                                                  ROWS=rows, num_warps=cfg["num_warps"])
+            triton_launch(k.softmax_fwd_rows, (-(-m // rows),), x, y, m, n,
+                          BLOCK_N=max(cfg["block_n"], next_power_of_2(n)), ROWS=rows, num_warps=cfg["num_warps"])
 
 
-def launch_bwd(dy: torch.Tensor, y: torch.Tensor, dx: torch.Tensor, cfg: Mapping[str, Any]) -> None:
-    """Run the backward on ``[M, N]`` tensors with launch config ``cfg``."""
+def launch_bwd(dy: torch.Tensor, y: torch.Tensor, dx: torch.Tensor, cfg: Mapping[str, Any], m: int | None = None,
+               n: int | None = None) -> None:
+    """Run the backward on ``[M, N]`` tensors (or any contiguous shape with ``m``, ``n``) with config ``cfg``."""
     k = _kernels()
-    m, n = y.shape
+    if m is None:
+        m, n = y.shape
     with device_guard(y.device):
         if cfg["looped"]:
-            k.softmax_bwd_looped[(m,)](dy, y, dx, n, BLOCK_N=cfg["block_n"], num_warps=cfg["num_warps"])
+            triton_launch(k.softmax_bwd_looped, (m,), dy, y, dx, n, BLOCK_N=cfg["block_n"], num_warps=cfg["num_warps"])
         else:
             rows = cfg["rows"]
-            k.softmax_bwd_rows[(-(-m // rows),)](dy, y, dx, m, n, BLOCK_N=max(cfg["block_n"], k.triton.next_power_of_2(n)),
-                                                  ROWS=rows, num_warps=cfg["num_warps"])
+            triton_launch(k.softmax_bwd_rows, (-(-m // rows),), dy, y, dx, m, n,
+                          BLOCK_N=max(cfg["block_n"], next_power_of_2(n)), ROWS=rows, num_warps=cfg["num_warps"])
 
 
 softmax, softmax_backward_data, register = make_ops(DSL, LIMITS, launch_fwd, launch_bwd, _config)

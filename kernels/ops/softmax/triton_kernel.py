@@ -18,6 +18,8 @@ defaults come from :func:`default_config`, tuned ones from the tuning table.
 
 from __future__ import annotations
 
+import functools
+
 import triton
 import triton.language as tl
 
@@ -110,6 +112,7 @@ def softmax_bwd_looped(DY, Y, DX, N, BLOCK_N: tl.constexpr):
         tl.store(DX + base + cols, (y * (dy - dot)).to(DX.dtype.element_ty), mask=ok)
 
 
+@functools.cache
 def default_config(n: int) -> dict:
     """The launch config for rows of ``n`` elements when the table has none: rows in registers up to 32768."""
     return row_config(n, MAX_BLOCK_N, SOFTMAX_WARP_STEPS)

@@ -1,0 +1,145 @@
+"""accel.kernels._launch.triton_launch: direct launches of compiled Triton kernels, keyed like Triton's cache.
+
+The key logic runs here with a fake ``@triton.jit`` function (it records whether a
+call went through Triton or straight to the compiled launcher); the real launches run
+in the ``cuda`` tests (test_kernels_cuda.py) on the GPU machine.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+from accel.kernels import _launch  # noqa: E402
+
+
+class _FakeCuda(torch.Tensor):
+    """A CPU tensor that says it is on CUDA (the launcher only reads is_cuda, dtype and data_ptr)."""
+
+    @property
+    def is_cuda(self) -> bool:  # type: ignore[override]
+        return True
+
+
+def _cuda(t: torch.Tensor) -> torch.Tensor:
+    return torch.Tensor._make_subclass(_FakeCuda, t)
+
+
+class _Compiled:
+    function = "fn-handle"
+    packed_metadata = ("meta",)
+
+    def __init__(self, calls: list) -> None:
+        self.calls = calls
+
+    def run(self, *a):
+        self.calls.append(("direct", a))
+
+
+class _FakeJit:
+    arg_names = ["X", "Y", "M", "N", "eps", "BLOCK_N", "ROWS"]
+
+    def __init__(self) -> None:
+        self.calls: list = []
+        self.compiled = _Compiled(self.calls)
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            self.calls.append(("triton", grid, args, kwargs))
+            return self.compiled
+        return launch
+
+
+@pytest.fixture
+def fast(monkeypatch):
+    monkeypatch.setattr(_launch, "fast_launch_supported", lambda: (True, "test"))
+    monkeypatch.setattr(torch._C, "_cuda_getDevice", lambda: 0, raising=False)
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda device: 1234, raising=False)
+    monkeypatch.setattr(_launch, "_FAST", {})
+    return _FakeJit()
+
+
+def _kinds(fn) -> list[str]:
+    return [c[0] for c in fn.calls]
+
+
+def test_first_call_compiles_through_triton_then_launches_directly(fast):
+    x, y = _cuda(torch.zeros(64, 128, dtype=torch.bfloat16)), _cuda(torch.zeros(64, 128, dtype=torch.bfloat16))
+    for _ in range(3):
+        _launch.triton_launch(fast, (32,), x, y, 64, 128, 1e-5, BLOCK_N=128, ROWS=2, num_warps=4)
+    assert _kinds(fast) == ["triton", "direct", "direct"]
+    assert fast.calls[0] == ("triton", (32,), (x, y, 64, 128, 1e-5), {"BLOCK_N": 128, "ROWS": 2, "num_warps": 4})
+    # Triton's launcher convention: grid x/y/z, raw stream, function, metadata, launch metadata,
+    # enter/exit hooks, then every argument in signature order (constexprs last).
+    assert fast.calls[1][1] == (32, 1, 1, 1234, "fn-handle", ("meta",), None, None, None, x, y, 64, 128, 1e-5, 128, 2)
+
+
+@pytest.mark.parametrize("change", ["m_is_1", "m_not_div16", "m_int64", "misaligned", "dtype", "constexpr", "warps"])
+def test_anything_triton_specializes_on_gives_a_new_compile(fast, change):
+    base = torch.zeros(65, 128, dtype=torch.bfloat16)
+    x, y = _cuda(base[:64]), _cuda(torch.zeros(64, 128, dtype=torch.bfloat16))
+    args, kw = [x, y, 64, 128, 1e-5], {"BLOCK_N": 128, "ROWS": 2, "num_warps": 4}
+    _launch.triton_launch(fast, (32,), *args, **kw)
+    if change == "m_is_1":
+        args[2] = 1
+    elif change == "m_not_div16":
+        args[2] = 65
+    elif change == "m_int64":
+        args[2] = 1 << 32
+    elif change == "misaligned":
+        args[0] = _cuda(base.view(-1)[1:8193].view(64, 128))  # 2-byte offset: not 16-byte aligned
+    elif change == "dtype":
+        args[0] = _cuda(torch.zeros(64, 128, dtype=torch.float16))
+    elif change == "constexpr":
+        kw["ROWS"] = 4
+    elif change == "warps":
+        kw["num_warps"] = 8
+    _launch.triton_launch(fast, (32,), *args, **kw)
+    assert _kinds(fast) == ["triton", "triton"]
+    _launch.triton_launch(fast, (32,), *args, **kw)
+    assert _kinds(fast) == ["triton", "triton", "direct"]
+
+
+def test_a_launch_hook_sends_every_call_through_triton(fast, monkeypatch):
+    from triton import knobs
+
+    x = _cuda(torch.zeros(16, 16))
+    _launch.triton_launch(fast, (1,), x, x, 16, 16, 1e-5, BLOCK_N=16, ROWS=1)
+    hook = knobs.runtime.launch_enter_hook
+    if hook is None:  # triton <= 3.6: a callable or None
+        monkeypatch.setattr(knobs.runtime, "launch_enter_hook", lambda *a: None)
+    else:  # triton 3.7+: a HookChain
+        monkeypatch.setattr(hook, "calls", [lambda *a: None])
+    _launch.triton_launch(fast, (1,), x, x, 16, 16, 1e-5, BLOCK_N=16, ROWS=1)
+    assert _kinds(fast) == ["triton", "triton"]
+
+
+def test_cpu_tensors_and_unsupported_triton_use_triton_every_time(fast, monkeypatch):
+    x = torch.zeros(16, 16)  # not CUDA: interpreter runs
+    for _ in range(2):
+        _launch.triton_launch(fast, (1,), x, x, 16, 16, 1e-5, BLOCK_N=16, ROWS=1)
+    monkeypatch.setattr(_launch, "fast_launch_supported", lambda: (False, "no"))
+    xc = _cuda(torch.zeros(16, 16))
+    for _ in range(2):
+        _launch.triton_launch(fast, (1,), xc, xc, 16, 16, 1e-5, BLOCK_N=16, ROWS=1)
+    assert _kinds(fast) == ["triton"] * 4
+
+
+def test_fast_launch_supported_says_why_not(monkeypatch):
+    _launch.fast_launch_supported.cache_clear()
+    try:
+        monkeypatch.setenv("TRITON_INTERPRET", "1")
+        ok, why = _launch.fast_launch_supported()
+        assert not ok and "TRITON_INTERPRET" in why
+        _launch.fast_launch_supported.cache_clear()
+        monkeypatch.delenv("TRITON_INTERPRET")
+        monkeypatch.setenv("ACCEL_TRITON_FAST_LAUNCH", "0")
+        assert _launch.fast_launch_supported() == (False, "ACCEL_TRITON_FAST_LAUNCH=0")
+        _launch.fast_launch_supported.cache_clear()
+        monkeypatch.delenv("ACCEL_TRITON_FAST_LAUNCH")
+        ok, why = _launch.fast_launch_supported()  # the installed triton's JITFunction.run still matches
+        assert ok, why
+    finally:
+        _launch.fast_launch_supported.cache_clear()
