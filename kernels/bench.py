@@ -54,8 +54,17 @@ class _Timer:
         self.flush = torch.empty(256 * 2**20 if device.type == "cuda" else 1, dtype=torch.uint8, device=device)
 
     def __call__(self, fn: Callable[[], Any]) -> float:
-        """Median µs of ``fn()``."""
+        """Median µs of ``fn()``, after at least 3 calls and 20 ms of warm-up calls.
+
+        The time-based warm-up keeps a first shape from being timed while the GPU's clocks
+        still ramp up after compiles (the first rows of a run measured up to 2x slow).
+        """
         for _ in range(3):
+            fn()
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        until = time.perf_counter() + 0.02
+        while time.perf_counter() < until:
             fn()
         if self.device.type != "cuda":
             times = []
