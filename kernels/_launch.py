@@ -19,12 +19,28 @@ from typing import Any
 
 import torch
 
-__all__ = ["rows_view", "row_count", "device_guard", "sm_count", "empty", "empty_like", "poison_outputs",
+__all__ = ["lazy_module", "rows_view", "row_count", "device_guard", "sm_count", "empty", "empty_like", "poison_outputs",
            "triton_launch", "fast_launch_supported"]
 
 #: Tests set this: every output buffer the impls allocate starts filled with NaN,
 #: so an element a kernel forgets to write cannot pass as a right answer.
 poison_outputs = False
+
+
+def lazy_module(name: str):
+    """A function returning module ``name``, imported at its first call (kernel modules import a DSL:
+    importing them is deferred to the first launch; later calls are one global read, not an import statement)."""
+    import importlib
+
+    module = None
+
+    def get():
+        nonlocal module
+        if module is None:
+            module = importlib.import_module(name)
+        return module
+
+    return get
 
 
 def empty(shape, dtype: torch.dtype, device: torch.device) -> torch.Tensor:

@@ -13,7 +13,8 @@ import torch
 
 from accel.kernels import _tuning
 from accel.kernels._conds import Limits, arch
-from accel.kernels._launch import device_guard, empty, empty_like, row_count, rows_view, sm_count, triton_launch
+from accel.kernels._triton_configs import next_power_of_2
+from accel.kernels._launch import device_guard, empty, empty_like, lazy_module, row_count, rows_view, sm_count, triton_launch
 from accel.kernels._pair import register_pair
 from accel.kernels.ops.rms_norm.triton_impl import available
 
@@ -28,10 +29,7 @@ DSL = "triton"
 LIMITS = Limits(max_n_fwd=65536, max_n_bwd=16384)
 
 
-def _k():
-    from . import triton_kernel
-
-    return triton_kernel
+_k = lazy_module(__package__ + ".triton_kernel")  # imports the DSL at the first launch
 
 
 def launch_fwd(x, w, b, y, mean, rstd, eps: float, cfg: Mapping[str, Any], m: int | None = None,
@@ -50,7 +48,7 @@ def launch_fwd(x, w, b, y, mean, rstd, eps: float, cfg: Mapping[str, Any], m: in
         else:
             rows = cfg["rows"]
             triton_launch(k.layer_norm_fwd_rows, (-(-m // rows),), x, ww, bb, y, mean, rstd, m, n, eps,
-                                                    BLOCK_N=max(cfg["block_n"], k.triton.next_power_of_2(n)),
+                                                    BLOCK_N=max(cfg["block_n"], next_power_of_2(n)),
                                                     ROWS=rows, HAS_W=w is not None, HAS_B=b is not None,
                                                     num_warps=cfg["num_warps"])
 
@@ -67,7 +65,7 @@ def launch_bwd(dy, x, w, mean, rstd, dx, want: Sequence[bool], cfg: Mapping[str,
     db = empty((programs, n), torch.float32, x.device) if want_db else x
     with device_guard(x.device):
         triton_launch(k.layer_norm_bwd_rows, (programs,), dy, x, w if w is not None else x, mean, rstd, dx if want_dx else x, dw, db,
-                                           m, n, per_program, BLOCK_N=max(cfg["block_n"], k.triton.next_power_of_2(n)),
+                                           m, n, per_program, BLOCK_N=max(cfg["block_n"], next_power_of_2(n)),
                                            HAS_W=w is not None, WANT_DX=want_dx, WANT_DW=want_dw, WANT_DB=want_db,
                                            num_warps=cfg["num_warps"])
     return (dw.sum(0) if want_dw else None), (db.sum(0) if want_db else None)

@@ -22,7 +22,7 @@ import functools
 import triton
 import triton.language as tl
 
-from accel.kernels._triton_configs import row_config, warps
+from accel.kernels._triton_configs import next_power_of_2, row_config, warps
 
 __all__ = ["MAX_BLOCK_N", "layer_norm_fwd_rows", "layer_norm_fwd_looped", "layer_norm_bwd_rows", "default_config",
            "bwd_config", "candidate_configs"]
@@ -135,13 +135,13 @@ def default_config(n: int) -> dict:
 
 def bwd_config(n: int) -> dict:
     """Backward launch config ``{"block_n", "num_warps", "programs_per_sm"}`` for rows of ``n <= MAX_BLOCK_N``."""
-    block_n = triton.next_power_of_2(n)
+    block_n = next_power_of_2(n)
     return {"block_n": block_n, "num_warps": warps(block_n), "programs_per_sm": 4 if block_n <= 4096 else 2}
 
 
 def candidate_configs(n: int, direction: str = "fwd") -> list[dict]:
     """Configs ``accel bench --tune`` times (default first)."""
-    block_n = triton.next_power_of_2(n)
+    block_n = next_power_of_2(n)
     if direction == "bwd":
         out = [bwd_config(n)]
         for nw in (4, 8, 16):

@@ -16,7 +16,7 @@ from packaging.version import InvalidVersion, Version
 from accel._compat import module_version
 
 from . import reference
-from accel.kernels._launch import device_guard, empty, empty_like, row_count, rows_view
+from accel.kernels._launch import device_guard, empty, empty_like, lazy_module, row_count, rows_view
 from ._pair import register_pair
 from .conditions import Limits
 
@@ -46,10 +46,7 @@ def available() -> tuple[bool, str]:
     return True, f"helion {ver} installed"
 
 
-def _kernels():
-    from . import helion_kernel
-
-    return helion_kernel
+_kernels = lazy_module(__package__ + ".helion_kernel")  # imports the DSL at the first launch
 
 
 def fused_rms_norm(input: torch.Tensor, normalized_shape: Sequence[int], weight: torch.Tensor | None = None,

@@ -14,7 +14,7 @@ import torch
 from accel._compat import module_version
 
 from . import reference
-from accel.kernels._launch import device_guard, empty, empty_like, row_count, rows_view, sm_count, triton_launch
+from accel.kernels._launch import device_guard, empty, empty_like, lazy_module, row_count, rows_view, sm_count, triton_launch
 from ._pair import register_pair
 from .conditions import Limits
 
@@ -33,10 +33,7 @@ def available() -> tuple[bool, str]:
     return True, f"triton {module_version('triton')} installed"
 
 
-def _kernels():
-    from . import triton_kernel
-
-    return triton_kernel
+_kernels = lazy_module(__package__ + ".triton_kernel")  # imports the DSL at the first launch
 
 
 _FP32_EPS = torch.finfo(torch.float32).eps

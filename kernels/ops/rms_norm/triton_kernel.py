@@ -26,7 +26,7 @@ import functools
 import triton
 import triton.language as tl
 
-from accel.kernels._triton_configs import row_config, warps
+from accel.kernels._triton_configs import next_power_of_2, row_config, warps
 
 __all__ = ["rms_norm_fwd_rows", "rms_norm_fwd_looped", "rms_norm_bwd_rows", "fwd_config", "bwd_config"]
 
@@ -118,5 +118,5 @@ def fwd_config(n: int) -> tuple[int, int, int, bool]:
 
 def bwd_config(n: int) -> tuple[int, int]:
     """``(BLOCK_N, num_warps)`` for the backward with rows of ``n <= MAX_BLOCK_N`` elements."""
-    block_n = triton.next_power_of_2(n)
+    block_n = next_power_of_2(n)
     return block_n, warps(block_n)

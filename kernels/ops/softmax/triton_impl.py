@@ -14,7 +14,7 @@ import torch
 
 from accel.kernels import _tuning
 from accel.kernels._conds import Limits, arch
-from accel.kernels._launch import device_guard, triton_launch
+from accel.kernels._launch import device_guard, lazy_module, triton_launch
 from accel.kernels._triton_configs import next_power_of_2
 from accel.kernels.ops.rms_norm.triton_impl import available
 
@@ -27,10 +27,7 @@ DSL = "triton"
 LIMITS = Limits(max_n_fwd=65536, max_n_bwd=65536)
 
 
-def _kernels():
-    from . import triton_kernel
-
-    return triton_kernel
+_kernels = lazy_module(__package__ + ".triton_kernel")  # imports the DSL at the first launch
 
 
 def _config(op: str, x: torch.Tensor, m: int, n: int) -> Mapping[str, Any]:

@@ -23,7 +23,7 @@ import functools
 import triton
 import triton.language as tl
 
-from accel.kernels._triton_configs import row_config
+from accel.kernels._triton_configs import next_power_of_2, row_config
 
 __all__ = ["MAX_BLOCK_N", "default_config", "softmax_fwd_rows", "softmax_fwd_looped", "softmax_bwd_rows",
            "softmax_bwd_looped", "candidate_configs"]
@@ -120,7 +120,7 @@ def default_config(n: int) -> dict:
 
 def candidate_configs(n: int) -> list[dict]:
     """The configs ``accel bench --tune`` times for rows of ``n`` elements (default first)."""
-    block_n = triton.next_power_of_2(n)
+    block_n = next_power_of_2(n)
     out = [default_config(n)]
     if block_n <= MAX_BLOCK_N:
         for rows in (1, 2, 4, 8, 16):
