@@ -1,14 +1,23 @@
 """Build a shipped tuning table (kernels/tuning/<arch>.json) from ``accel bench`` JSON reports.
 
-    python ci/gpu/table_from_bench.py OLDER.json ... NEWEST.json > kernels/tuning/sm_90.json
+    python ci/gpu/table_from_bench.py [--tuned TUNE.json] OLDER.json ... NEWEST.json > kernels/tuning/sm_90.json
 
 Per (op, direction, dtype, shape) row, each implementation's GB/s is its best over the
-reports (the machine is noisy and noise only slows a row down: a stall, a clock ramp);
-the winner is the fastest of ATen, Triton and Helion, with Triton preferred when within
-3 % of Helion (its host cost per call is about half of Helion's: 24 vs 53 µs on the
-H200's host, ``benchmarks/results/h200/launch_cost.md``). If the routed call in the
-NEWEST report ran the winner and was still slower than ATen there, the winner is ATen:
-the router's host cost is part of what a user pays. Every entry keeps the GB/s as evidence.
+reports (the machine is noisy and noise only slows a row down: a stall, a clock ramp).
+Rules, in order:
+
+1. the winner is the fastest of ATen, Triton and Helion;
+2. a DSL kernel must beat ATen by at least :data:`MARGIN` (10 %), else ATen: a routed
+   call pays the router and a Python launch on the host (``launch_cost.md``), which a
+   few percent of GPU time does not buy back;
+3. on host-sensitive shapes (at most :data:`SMALL` elements, e.g. 4096x4096: ~16-60 µs
+   kernels) Triton beats Helion whenever Triton itself passes rule 2: its host cost per
+   call is about half of Helion's (24 vs 53 µs on the H200's host, ``launch_cost.md``);
+4. if, in ANY report, the routed call ran the winner and was slower than ATen there, the
+   winner is ATen (host-bound there: the router's host cost is part of what a user pays).
+
+Every entry keeps the GB/s as evidence. With ``--tuned``, a table written by
+``accel bench --tune`` supplies the kernel config of each entry whose winner it agrees on.
 """
 
 from __future__ import annotations
@@ -16,40 +25,60 @@ from __future__ import annotations
 import json
 import sys
 
+#: A DSL kernel must be this much faster than ATen to be routed to.
+MARGIN = 1.10
+#: Elements at or below which host cost decides between the DSLs.
+SMALL = 4096 * 4096
+
 _DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 
 
-def build(reports: list[dict]) -> dict:
+def _key(row: dict) -> tuple:
+    return row["op"], row["direction"], row["dtype"], tuple(row["shape"])
+
+
+def build(reports: list[dict], tuned: dict | None = None) -> dict:
     newest = reports[-1]
     best: dict[tuple, dict[str, float]] = {}
+    host_bound: dict[tuple, set[str]] = {}
     for report in reports:
         for row in report["rows"]:
-            key = (row["op"], row["direction"], row["dtype"], tuple(row["shape"]))
-            into = best.setdefault(key, {})
+            into = best.setdefault(_key(row), {})
             for k in ("aten", "triton", "helion"):
                 g = row["impls"].get(k, {}).get("gbs")
                 if g:
                     into[k] = max(into.get(k, 0.0), g)
+            routed = row["impls"].get("routed", {}).get("gbs")
+            aten = row["impls"].get("aten", {}).get("gbs")
+            routed_to = row.get("routed_to", "")
+            if routed and aten and routed < aten and "." in routed_to:
+                host_bound.setdefault(_key(row), set()).add(routed_to.rpartition(".")[2])
     entries = []
     for row in newest["rows"]:
-        key = (row["op"], row["direction"], row["dtype"], tuple(row["shape"]))
+        key = _key(row)
         gbs = best.get(key, {})
         if "aten" not in gbs:
             continue
-        winner = max(gbs, key=gbs.get)
-        if winner == "helion" and gbs.get("triton", 0) >= 0.97 * gbs["helion"]:
-            winner = "triton"
-        note = f"fastest measured directly: {winner} (best of {len(reports)} runs)"
-        routed = row["impls"].get("routed", {}).get("gbs")
-        routed_to = row.get("routed_to", "")
-        routed_dsl = routed_to.rpartition(".")[2] if "." in routed_to else None
-        aten_now = row["impls"]["aten"].get("gbs")
-        if winner == routed_dsl and routed is not None and aten_now and routed < aten_now:
-            note = f"{winner} fastest directly ({gbs[winner]:.0f} GB/s) but routed {routed:.0f} < ATen: host-bound"
-            winner = "aten"
         m, n = row["shape"]
+        winner = max(gbs, key=gbs.get)
+        note = f"fastest measured directly: {winner} (best of {len(reports)} runs)"
+        if winner != "aten" and gbs[winner] < MARGIN * gbs["aten"]:
+            note = f"{winner} only {gbs[winner] / gbs['aten']:.2f}x ATen (< {MARGIN}x): ATen"
+            winner = "aten"
+        if winner == "helion" and m * n <= SMALL and gbs.get("triton", 0) >= MARGIN * gbs["aten"]:
+            note = f"helion fastest ({gbs['helion']:.0f} GB/s) but host-sensitive shape: triton ({gbs['triton']:.0f})"
+            winner = "triton"
+        if winner in host_bound.get(key, ()):
+            note = f"{winner} fastest directly ({gbs[winner]:.0f} GB/s) but its routed call lost to ATen: host-bound"
+            winner = "aten"
+        config = None
+        for t in (tuned or {}).get("entries", []):
+            if (t["op"], t["dtype"], t["m"], t["n"]) == (f"{row['op']}_{row['direction']}", _DTYPES[row["dtype"]], m, n) \
+                    and t["impl"] == winner:
+                config = t.get("config")
+                note += f"; config from accel bench --tune ({t.get('us', {}).get(winner, 0):.1f} us)"
         entries.append({"op": f"{row['op']}_{row['direction']}", "dtype": _DTYPES[row["dtype"]], "m": m, "n": n,
-                        "impl": winner, "config": None, "gbs": {k: round(v) for k, v in gbs.items()},
+                        "impl": winner, "config": config, "gbs": {k: round(v) for k, v in gbs.items()},
                         "evidence": note})
     return {"format": 1, "arch": newest["arch"],
             "source": f"accel bench on {newest['device']}, torch {newest['torch']}, versions {newest['versions']}; "
@@ -59,4 +88,8 @@ def build(reports: list[dict]) -> dict:
 
 
 if __name__ == "__main__":
-    print(json.dumps(build([json.load(open(p)) for p in sys.argv[1:]]), indent=1))
+    args = sys.argv[1:]
+    tuned = None
+    if args[:1] == ["--tuned"]:
+        tuned, args = json.load(open(args[1])), args[2:]
+    print(json.dumps(build([json.load(open(p)) for p in args], tuned), indent=1))
