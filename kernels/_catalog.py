@@ -78,10 +78,11 @@ def availability() -> list[Availability]:
     for kernel, dsl, module, backends in BUILTIN:
         ok, why = importlib.import_module(module).available()
         usable = [b for b in backends if b in found and found[b].available]
-        if ok and not usable:
-            ok = False
-            why += "; no usable backend among " + ", ".join(
+        if not usable:  # the hardware first: installing a DSL would not help here
+            no_hw = "no usable backend among " + ", ".join(
                 f"{b} ({found[b].reason if b in found else 'not registered'})" for b in backends)
+            why = no_hw + ("" if ok else f"; also {why}")
+            ok = False
         installed = f"{kernel}_fwd.{dsl}" in names
         out.append(Availability(kernel, dsl, backends, ok, why, installed))
     return out

@@ -110,9 +110,12 @@ def _arg_key(a: Any) -> Any:
     range (i32/i64), ``== 1`` and divisibility by 16; the type of anything else."""
     if isinstance(a, torch.Tensor):
         return a.dtype, a.data_ptr() & 15 == 0
-    if type(a) is int:
-        return a == 1, a & 15 == 0, -(1 << 31) <= a < (1 << 31)
+    if type(a) is int:  # i32 / i64 / u64 by range, as Triton types them
+        return a == 1, a & 15 == 0, -(1 << 31) <= a < (1 << 31), a < (1 << 63)
     return type(a)
+
+
+_MISSING = object()
 
 
 def _no_hook(hook: Any) -> bool:
@@ -138,9 +141,13 @@ class _FastLaunch:
         if not (_no_hook(rk.launch_enter_hook) and _no_hook(rk.launch_exit_hook)):  # profilers: Triton's own path
             self.fn[grid](*args, **constexprs, **options)
             return
-        tail = tuple(constexprs[name] for name in self.names[len(args):])
+        tail = tuple(constexprs.get(name, _MISSING) for name in self.names[len(args):])
+        if callable(grid) or _MISSING in tail or len(constexprs) != len(tail):
+            # a grid function, a constexpr left to its default, or an extra Triton option: Triton's own path
+            self.fn[grid](*args, **constexprs, **options)
+            return
         device = torch._C._cuda_getDevice()
-        key = (device, tail, opt_key, *map(_arg_key, args))
+        key = (device, tail, tuple(map(type, tail)), opt_key, *map(_arg_key, args))
         kernel = self.cache.get(key)
         if kernel is None:  # compile (or fetch) through Triton, launching this once
             kernel = self.fn[grid](*args, **constexprs, **options)
@@ -167,12 +174,15 @@ def triton_launch(fn: Any, grid: tuple, *args: Any, num_warps: int = 4, num_stag
     stream, as ``JITFunction.run`` does. Falls back to ``fn[grid](...)`` everywhere
     :func:`fast_launch_supported` says no, and while a launch hook (profiler) is set.
     Skips ``JITFunction.run``'s check that globals the kernel reads are unchanged (accel's
-    kernels read none).
+    kernels read none), and does not re-read Triton's compile knobs (``knobs.runtime.debug``,
+    instrumentation) per call: changing them after a kernel's first launch takes effect
+    for specializations compiled later, not for ones already cached here.
     """
     options = {"num_warps": num_warps} if num_stages is None else {"num_warps": num_warps, "num_stages": num_stages}
     fast = _FAST.get(fn)
-    if fast is None or not args[0].is_cuda:
-        if not (fast_launch_supported()[0] and isinstance(args[0], torch.Tensor) and args[0].is_cuda):
+    on_cuda = bool(args) and isinstance(args[0], torch.Tensor) and args[0].is_cuda
+    if fast is None or not on_cuda:
+        if not (on_cuda and fast_launch_supported()[0]):
             fn[grid](*args, **constexprs, **options)
             return
         fast = _FAST[fn] = _FastLaunch(fn)

@@ -186,6 +186,7 @@ def table(arch: str) -> dict[tuple[str, str, int, int], Choice]:
             warnings.warn(f"accel.kernels: user tuning table {user} unreadable ({type(exc).__name__}: {exc}). "
                           f"Ignored: shipped defaults apply. Delete it or re-run accel bench --tune.",
                           KernelFallbackWarning, stacklevel=2)
+    _FLOORS.clear()  # a table loaded after the floors were computed may hold smaller buckets
     return out
 
 

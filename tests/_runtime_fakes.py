@@ -99,7 +99,10 @@ class FakeRuntime:
 
     def _set_stream(self, stream: torch.Stream) -> None:
         # Mirrors torch's ``_accelerator_setStream`` binding: it refuses a bad stream before
-        # changing anything (pybind's TypeError; c10's checks raise RuntimeError).
+        # changing anything (pybind's TypeError; c10's checks raise RuntimeError). Whatever the
+        # order of its checks, the CUDA guard cannot switch to another type's device or an
+        # invisible index, so nothing changes; test_cuda_set_stream_bad_stream_changes_no_state
+        # checks exactly that against the real binding on the GPU machine.
         if not isinstance(stream, torch.Stream):
             raise TypeError(f"_accelerator_setStream(): incompatible function arguments: {stream!r}")
         if stream.device_type != DEVICE_TYPE_ID[self.type]:

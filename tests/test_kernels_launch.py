@@ -143,3 +143,26 @@ def test_fast_launch_supported_says_why_not(monkeypatch):
         assert ok, why
     finally:
         _launch.fast_launch_supported.cache_clear()
+
+
+@pytest.mark.parametrize("call", ["grid_fn", "default_constexpr", "extra_option"])
+def test_what_the_key_cannot_describe_goes_through_triton(fast, call):
+    x = _cuda(torch.zeros(16, 16))
+    for _ in range(2):
+        if call == "grid_fn":
+            _launch.triton_launch(fast, lambda meta: (1,), x, x, 16, 16, 1e-5, BLOCK_N=16, ROWS=1)
+        elif call == "default_constexpr":  # ROWS left to a default the kernel would have
+            _launch.triton_launch(fast, (1,), x, x, 16, 16, 1e-5, BLOCK_N=16)
+        else:
+            _launch.triton_launch(fast, (1,), x, x, 16, 16, 1e-5, BLOCK_N=16, ROWS=1, num_ctas=2)
+    assert _kinds(fast) == ["triton", "triton"]
+
+
+def test_non_tensor_first_argument_and_wide_ints(fast):
+    x = _cuda(torch.zeros(16, 16))
+    _launch.triton_launch(fast, (1,), x, x, 1 << 40, 16, 1e-5, BLOCK_N=16, ROWS=1)
+    _launch.triton_launch(fast, (1,), x, x, 1 << 63, 16, 1e-5, BLOCK_N=16, ROWS=1)  # u64, not i64
+    _launch.triton_launch(fast, (1,), x, x, 16, 16, 1e-5, BLOCK_N=16, ROWS=True)  # True == 1, another type
+    _launch.triton_launch(fast, (1,), x, x, 16, 16, 1e-5, BLOCK_N=16, ROWS=1)
+    _launch.triton_launch(fast, (1,), None, x, 16, 16, 1e-5, BLOCK_N=16, ROWS=1)  # no crash: Triton's path
+    assert _kinds(fast) == ["triton"] * 5

@@ -135,3 +135,18 @@ def test_tuning_arch_key_is_the_backend_arch(vendor, arch):
             assert _conds.arch(torch.device("cuda", 0)) == accel.backend().arch()
         finally:
             _conds.arch.cache_clear()
+
+
+def test_floor_follows_a_table_loaded_after_it(tmp_path, monkeypatch):
+    """A user table that appears after the floors were computed (another process ran --tune) lowers
+    the floor once its arch's table is loaded (explain/route load it), so cond and route agree."""
+    monkeypatch.setenv(_tuning.TUNING_DIR_ENV, str(tmp_path))
+    _tuning.reload()
+    try:
+        assert _tuning.floor("softmax_fwd", "triton") == _tuning.MIN_NUMEL["triton"]
+        (tmp_path / "sm_999.json").write_text(json.dumps({"format": 1, "entries": [
+            {"op": "softmax_fwd", "dtype": "bfloat16", "m": 64, "n": 64, "impl": "triton"}]}))
+        assert _tuning.route("softmax_fwd", "triton", "sm_999", "bfloat16", 64, 64) is None  # loads sm_999
+        assert _tuning.floor("softmax_fwd", "triton") <= 64 * 64
+    finally:
+        _tuning.reload()

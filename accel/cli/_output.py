@@ -14,8 +14,15 @@ __all__ = ["console", "print_json", "table"]
 
 
 def console() -> Console:
-    """A rich console on stdout (no colour codes when stdout is not a terminal)."""
-    return Console(soft_wrap=True)
+    """A rich console on stdout (no colour codes when stdout is not a terminal).
+
+    Not a terminal (a pipe, a CI log): 200 columns unless ``COLUMNS`` says otherwise, so
+    table cells (install commands, reasons) are not cut at rich's default of 80.
+    """
+    import os
+
+    wide = not sys.stdout.isatty() and not os.environ.get("COLUMNS")
+    return Console(soft_wrap=True, width=200 if wide else None)
 
 
 def print_json(data: Any) -> None:

@@ -49,7 +49,8 @@ def run(args: argparse.Namespace) -> int:
     t = table(f"kernel overrides (registry path: {data['registry_path']})",
               ["name", "op", "DSL", "backends", "path", "active", "routed", "fallbacks", "failed"], rows)
     if not data["overrides"]:
-        t.caption = "none registered in this process (accel.kernels.install() or accel kernels --install)"
+        t.caption = ("none registered: no built-in kernel can be installed here (reasons below)" if args.install
+                     else "none registered in this process (accel.kernels.install() or accel kernels --install)")
     out.print(t)
     out.print(table("built-in kernels", ["kernel", "DSL", "backends", "available", "installed", "reason"],
                     [[a["kernel"], a["dsl"], ",".join(a["backends"]), "yes" if a["available"] else "no",

@@ -51,6 +51,10 @@ def build(reports: list[dict], tuned: dict | None = None) -> dict:
             routed = row["impls"].get("routed", {}).get("gbs")
             aten = row["impls"].get("aten", {}).get("gbs")
             routed_to = row.get("routed_to", "")
+            if routed and aten and routed < aten and "." not in routed_to and routed_to != "aten":
+                print(f"note: {report.get('started', '?')} {_key(row)}: routed {routed:.0f} < ATen {aten:.0f} "
+                      f"GB/s but the report does not say what it ran ({routed_to!r}); rule 4 cannot use it",
+                      file=sys.stderr)
             if routed and aten and routed < aten and "." in routed_to:
                 host_bound.setdefault(_key(row), set()).add(routed_to.rpartition(".")[2])
     entries = []
