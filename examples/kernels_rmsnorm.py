@@ -16,7 +16,7 @@ from accel.cli import main as accel_cli
 device = accel.device()
 gpu = device.type == "cuda"
 dtype = torch.bfloat16 if gpu else torch.float32
-hidden, tokens = (4096, 4096) if gpu else (256, 64)  # small on CPU
+hidden, tokens = (4096, 32768) if gpu else (256, 64)  # 8 sequences of 4096 tokens; small on CPU
 torch.manual_seed(0)
 model = torch.nn.Sequential(*[torch.nn.Sequential(torch.nn.Linear(hidden, hidden), torch.nn.RMSNorm(hidden))
                               for _ in range(4)]).to(device, dtype)

@@ -10,8 +10,8 @@ Rules, in order:
 2. a DSL kernel must beat ATen by at least :data:`MARGIN` (10 %), else ATen: a routed
    call pays the router and a Python launch on the host (``launch_cost.md``), which a
    few percent of GPU time does not buy back;
-3. on host-sensitive shapes (at most :data:`SMALL` elements, e.g. 4096x4096: ~16-60 µs
-   kernels) Triton beats Helion whenever Triton itself passes rule 2: its host cost per
+3. on host-sensitive shapes (at most :data:`SMALL` elements, e.g. 4096x4096 and 65536x1024:
+   kernels of ~16-130 µs) Triton beats Helion whenever Triton itself passes rule 2: its host cost per
    call is about half of Helion's (24 vs 53 µs on the H200's host, ``launch_cost.md``);
 4. if, in ANY report, the routed call ran the winner and was slower than ATen there, the
    winner is ATen (host-bound there: the router's host cost is part of what a user pays).
@@ -27,8 +27,10 @@ import sys
 
 #: A DSL kernel must be this much faster than ATen to be routed to.
 MARGIN = 1.10
-#: Elements at or below which host cost decides between the DSLs.
-SMALL = 4096 * 4096
+#: Elements at or below which host cost decides between the DSLs: 65536x1024 bf16 moves 256 MB,
+#: ~67 µs at the copy ceiling, no more than a routed Helion call's host time on the H200's host
+#: (71-126 µs, ``launch_cost.md``); session 2's run 5 measured routed Helion there at 0.65x ATen.
+SMALL = 65536 * 1024
 
 _DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 
