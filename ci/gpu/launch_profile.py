@@ -77,3 +77,16 @@ print("torch.cuda.current_stream().cuda_stream us", round(per_call(lambda: torch
 print("torch._C._cuda_getCurrentRawStream(0) us", round(per_call(lambda: torch._C._cuda_getCurrentRawStream(0)), 2))
 print("helion impl us/call", round(per_call(lambda: helion_impl.fused_rms_norm(x, [n], w, 1e-6)), 2))
 prof(lambda: helion_impl.fused_rms_norm(x, [n], w, 1e-6), top=25)
+
+# -- the routed call, layer by layer (accel's own router; Triton only, tiny input so it routes) --
+import accel.kernels as ak  # noqa: E402
+from accel.kernels import _tuning  # noqa: E402
+from accel.kernels.ops.rms_norm import triton_impl  # noqa: E402
+
+triton_impl.register()
+_tuning.MIN_NUMEL["triton"] = 0
+_tuning.reload()
+op = torch.ops.aten._fused_rms_norm.default
+print("routed op -> triton us/call", round(per_call(lambda: op(x, [n], w, 1e-6)), 2))
+print("triton impl us/call", round(per_call(lambda: triton_impl.fused_rms_norm(x, [n], w, 1e-6)), 2))
+prof(lambda: op(x, [n], w, 1e-6), top=30)
