@@ -128,8 +128,8 @@ def _first(out: Any) -> Any:
 
 
 def run_family(family: str, report: dict, timer: Callable, device: torch.device, dtypes, started: float,
-               budget_s: float, ceiling: float) -> None:
-    """Append ``family``'s rows (forward and backward, every shape of :data:`SHAPES`) to ``report``."""
+               budget_s: float, ceiling: float, shapes=None) -> None:
+    """Append ``family``'s rows (forward and backward, each of ``shapes``, default :data:`SHAPES`) to ``report``."""
     import accel.kernels as ak
     from accel.kernels import _tolerance
 
@@ -138,7 +138,7 @@ def run_family(family: str, report: dict, timer: Callable, device: torch.device,
                             for k, v in found.items()})
     for dname in dtypes:
         dtype = _DTYPES[dname]
-        for m, n in SHAPES[family]:
+        for m, n in shapes or SHAPES[family]:
             if time.perf_counter() - started > budget_s:
                 report["skipped"].append(f"{family} {dname} {m}x{n}: time budget {budget_s} s spent")
                 continue

@@ -42,14 +42,14 @@ def _bench_fn(device: torch.device) -> Callable[[Callable[[], Any]], float]:
     return wall
 
 
-def _jobs(ops, dtypes, device):
+def _jobs(ops, dtypes, device, only_shapes=None):
     """``(op key, dtype name, m, n, aten, {dsl: (launch(cfg), configs)})`` per job; tensors built lazily."""
     from accel.kernels import bench, _bench_ops
 
     shapes = {"rms_norm": bench.SHAPES, **_bench_ops.SHAPES}
     for family in ops:
         for dname in dtypes:
-            for m, n in shapes[family]:
+            for m, n in only_shapes or shapes[family]:
                 for direction in ("fwd", "bwd"):
                     yield family, direction, dname, m, n
 
@@ -140,7 +140,7 @@ def _build(family: str, direction: str, dtype: torch.dtype, m: int, n: int, devi
 
 def tune(ops=("rms_norm", "softmax", "layer_norm"), dtypes=("bf16",), budget_s: float = 600.0,
          device: torch.device | None = None, progress: Callable[[str], None] | None = None,
-         write: bool = True) -> dict[str, Any]:
+         write: bool = True, shapes=None) -> dict[str, Any]:
     """Measure the table; returns ``{"arch", "entries", "errors", "skipped", "path"}``.
 
     Args:
@@ -150,6 +150,7 @@ def tune(ops=("rms_norm", "softmax", "layer_norm"), dtypes=("bf16",), budget_s: 
         device: default the current CUDA device (a CPU device only smoke-tests this code).
         progress: called with one line per finished job.
         write: write the entries to the user cache (:func:`accel.kernels._tuning.write_user_table`).
+        shapes: ``[M, N]`` pairs for every family (``None``: each family's benchmark shapes).
 
     Raises:
         KernelUnavailableError: no device given and no usable CUDA device.
@@ -167,7 +168,7 @@ def tune(ops=("rms_norm", "softmax", "layer_norm"), dtypes=("bf16",), budget_s: 
     bench = _bench_fn(device)
     started = time.perf_counter()
     entries, errors, skipped = [], [], []
-    for family, direction, dname, m, n in _jobs(ops, dtypes, device):
+    for family, direction, dname, m, n in _jobs(ops, dtypes, device, shapes):
         op = f"{family}_{direction}"
         if time.perf_counter() - started > budget_s:
             skipped.append(f"{op} {dname} {m}x{n}: budget {budget_s} s spent")
@@ -203,7 +204,7 @@ def tune(ops=("rms_norm", "softmax", "layer_norm"), dtypes=("bf16",), budget_s: 
             "path": str(path) if path else None, "elapsed_s": time.perf_counter() - started}
 
 
-def run_from_args(args: argparse.Namespace, ops, dtypes) -> int:
+def run_from_args(args: argparse.Namespace, ops, dtypes, shapes=None) -> int:
     """``accel bench --tune``: tune with a rich progress display; print the summary (or JSON)."""
     from rich.console import Console
 
@@ -213,7 +214,7 @@ def run_from_args(args: argparse.Namespace, ops, dtypes) -> int:
             console.log(line)
             status.update(f"tuning ... ({line.split(':')[0]} done)")
 
-        result = tune(ops, dtypes, budget_s=args.budget_s, progress=progress)
+        result = tune(ops, dtypes, budget_s=args.budget_s, progress=progress, shapes=shapes)
     if args.json:
         print(json.dumps(result, indent=2))
     else:

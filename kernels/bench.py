@@ -175,18 +175,18 @@ def _router_overhead(device: torch.device, calls: int = 2000) -> dict[str, float
     return {"aten_us": plain, "with_router_us": routed, "router_cost_us": routed - plain}
 
 
-def run(shapes=SHAPES, dtypes=("bf16",), reps: int = 30, budget_s: float = 150.0,
+def run(shapes=None, dtypes=("bf16",), reps: int = 30, budget_s: float = 150.0,
         device: torch.device | None = None, ops: tuple[str, ...] = ("rms_norm",)) -> dict[str, Any]:
     """Run the benchmark; returns the JSON-ready report.
 
     Args:
-        shapes: ``[M, N]`` pairs.
+        shapes: ``[M, N]`` pairs for every op family (``None``: each family's issue shapes,
+            :data:`SHAPES` for RMSNorm and :data:`accel.kernels._bench_ops.SHAPES` for the others).
         dtypes: names among ``bf16``, ``fp16``, ``fp32``.
         reps: timed repetitions per candidate.
         budget_s: shapes left when this many seconds have passed are skipped (listed in ``skipped``).
         device: default the current CUDA device; a CPU device only smoke-tests this script.
-        ops: op families: ``rms_norm`` (``shapes``), ``softmax``, ``layer_norm`` (their issue shapes,
-            :data:`accel.kernels._bench_ops.SHAPES`), each with forward and backward rows.
+        ops: op families: ``rms_norm``, ``softmax``, ``layer_norm``, each with forward and backward rows.
 
     Raises:
         KernelUnavailableError: no device given and no usable CUDA device.
@@ -222,7 +222,7 @@ def run(shapes=SHAPES, dtypes=("bf16",), reps: int = 30, budget_s: float = 150.0
     }
     for dname in dtypes if "rms_norm" in ops else ():
         dtype = _DTYPES[dname]
-        for m, n in shapes:
+        for m, n in shapes or SHAPES:
             if time.perf_counter() - started > budget_s:
                 report["skipped"].append(f"{dname} {m}x{n}: time budget {budget_s} s spent")
                 continue
@@ -281,7 +281,7 @@ def run(shapes=SHAPES, dtypes=("bf16",), reps: int = 30, budget_s: float = 150.0
 
     for family in ops:
         if family != "rms_norm":
-            _bench_ops.run_family(family, report, timer, device, dtypes, started, budget_s, ceiling)
+            _bench_ops.run_family(family, report, timer, device, dtypes, started, budget_s, ceiling, shapes)
     report["router_overhead"] = _router_overhead(device)
     report["routed_counts"] = {o.name: {"routed": o.routed, "fallbacks": o.fallbacks, "failed": o.failed}
                                for o in ak.overrides()}
@@ -357,7 +357,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the JSON report instead of tables")
     p.add_argument("--out", metavar="DIR", help="write kernels-<time>.json and .md into DIR")
     p.add_argument("--dtypes", default="bf16", help="comma-separated: bf16,fp16,fp32 (default bf16)")
-    p.add_argument("--shapes", default=None, help="comma-separated MxN (default: the five target shapes)")
+    p.add_argument("--shapes", default=None,
+                   help="comma-separated MxN for every op (default: each op's target shapes); also for --tune")
     p.add_argument("--reps", type=int, default=30, help="timed reps per candidate (default 30)")
     p.add_argument("--budget-s", "--budget", type=float, default=150.0, dest="budget_s",
                    help="stop after this many seconds (benchmark: skip remaining shapes; --tune: stop tuning)")
@@ -373,11 +374,11 @@ def run_from_args(args: argparse.Namespace) -> int:
     from accel.errors import KernelRegistrationError
 
     try:
-        shapes = SHAPES if not args.shapes else tuple(
+        shapes = None if not args.shapes else tuple(
             tuple(int(v) for v in s.lower().split("x")) for s in args.shapes.split(","))
         dtypes = tuple(d.strip() for d in args.dtypes.split(","))
         bad = [d for d in dtypes if d not in _DTYPES]
-        if bad or any(len(s) != 2 for s in shapes):
+        if bad or any(len(s) != 2 for s in shapes or ()):
             raise ValueError(f"dtypes {bad} not in {list(_DTYPES)}" if bad else "shapes must be MxN")
     except ValueError as exc:
         raise KernelRegistrationError(f"accel bench: bad --shapes/--dtypes ({exc}). Write e.g. --shapes "
@@ -389,7 +390,7 @@ def run_from_args(args: argparse.Namespace) -> int:
     if getattr(args, "tune", False):
         from . import _tune
 
-        return _tune.run_from_args(args, ops, dtypes)
+        return _tune.run_from_args(args, ops, dtypes, shapes)
     report = run(shapes, dtypes, reps=args.reps, budget_s=args.budget_s, ops=ops)
     md = to_markdown(report)
     print(json.dumps(report, indent=2) if args.json else md)
