@@ -1,6 +1,6 @@
 """Build a shipped tuning table (kernels/tuning/<arch>.json) from ``accel bench`` JSON reports.
 
-    python ci/gpu/table_from_bench.py [--tuned TUNE.json] OLDER.json ... NEWEST.json > kernels/tuning/sm_90.json
+    python ci/gpu/table_from_bench.py [--tuned TUNE.json ...] OLDER.json ... NEWEST.json > kernels/tuning/sm_90.json
 
 Per (op, direction, dtype, shape) row, each implementation's GB/s is its best over the
 reports (the machine is noisy and noise only slows a row down: a stall, a clock ramp).
@@ -95,7 +95,8 @@ def build(reports: list[dict], tuned: dict | None = None) -> dict:
 
 if __name__ == "__main__":
     args = sys.argv[1:]
-    tuned = None
-    if args[:1] == ["--tuned"]:
-        tuned, args = json.load(open(args[1])), args[2:]
+    tuned: dict = {"entries": []}
+    while args[:1] == ["--tuned"]:  # repeatable: one tune file per op family
+        tuned["entries"] += json.load(open(args[1]))["entries"]
+        args = args[2:]
     print(json.dumps(build([json.load(open(p)) for p in args], tuned), indent=1))
