@@ -15,8 +15,8 @@ import torch
 
 from accel.kernels import _tuning
 
-__all__ = ["ALIGN", "DTYPES", "Limits", "arch", "device_reason", "device_types_for", "table_declines",
-           "table_reason"]
+__all__ = ["ALIGN", "DTYPES", "Limits", "arch", "device_reason", "device_types_for", "entry_reason",
+           "table_declines", "table_reason"]
 
 #: dtypes the kernels compute (fp32 accumulation for all).
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -140,3 +140,15 @@ def table_reason(op: str, dsl: str, t: torch.Tensor, n: int) -> str:
     if n <= 0:
         return "empty rows (N=0)"
     return _tuning.route(op, dsl, arch(t.device), _tuning.dtype_name(t.dtype), t.numel() // n, n) or "tuning table"
+
+
+def entry_reason(input: torch.Tensor, numel: int, op: str, dsl: str, devices: dict[str, str | None],
+                 max_numel: int) -> str | None:
+    """The checks every cond starts with, cheapest first: the tuning floor (small inputs: one compare,
+    key ``"table"``), the element bound (``"numel_big"``), then device, vendor and dtype
+    (:func:`device_reason`). ``None`` when all pass."""
+    if numel < _tuning.floor(op, dsl):
+        return "table"
+    if numel > max_numel:
+        return "numel_big"
+    return device_reason(input, devices)

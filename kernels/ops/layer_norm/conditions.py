@@ -12,12 +12,11 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from accel.kernels import _tuning
 from accel.kernels._conds import (
     ALIGN,
     Limits,
-    device_reason,
     device_types_for,
+    entry_reason,
     reason_text,
     rows_reason,
     table_declines,
@@ -56,11 +55,7 @@ def make_conds(dsl: str, backends: Sequence[str], limits: Limits) -> tuple[Calla
 
     def common(input, normalized_shape, weight, bias, max_n, op) -> tuple[str | None, int]:
         numel = input.numel()
-        if numel < _tuning.floor(op, dsl):  # one compare for small inputs: ATen runs
-            return "table", 0
-        if numel > limits.max_numel:
-            return "numel_big", 0
-        key = device_reason(input, devices)
+        key = entry_reason(input, numel, op, dsl, devices, limits.max_numel)
         if key is not None:
             return key, 0
         n = _n(input, normalized_shape)

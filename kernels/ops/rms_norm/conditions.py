@@ -15,15 +15,14 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from accel.kernels import _tuning
 from accel.kernels._conds import (
     ALIGN,
     DEVICE_REASONS,
     DTYPES,
     Limits,
     arch,
-    device_reason,
     device_types_for,
+    entry_reason,
     table_declines,
     table_reason,
 )
@@ -53,11 +52,7 @@ def _check(input: torch.Tensor, normalized_shape: Sequence[int], weight: torch.T
     declines before the per-tensor checks (one of two DSL conds runs them, not both).
     """
     numel = input.numel()
-    if numel < _tuning.floor(op, dsl):  # one compare for small inputs: ATen runs
-        return "table", 0
-    if numel > limits.max_numel:
-        return "numel_big", 0
-    key = device_reason(input, devices)
+    key = entry_reason(input, numel, op, dsl, devices, limits.max_numel)
     if key is not None:
         return key, 0
     dtype = input.dtype

@@ -11,11 +11,10 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from accel.kernels import _tuning
 from accel.kernels._conds import (
     Limits,
-    device_reason,
     device_types_for,
+    entry_reason,
     reason_text,
     rows_reason,
     table_declines,
@@ -42,11 +41,7 @@ def make_conds(dsl: str, backends: Sequence[str], limits: Limits) -> tuple[Calla
 
     def check_fwd(input: torch.Tensor, dim: int, half_to_float: bool) -> str | None:
         numel = input.numel()
-        if numel < _tuning.floor("softmax_fwd", dsl):  # one compare for small inputs: ATen runs
-            return "table"
-        if numel > limits.max_numel:
-            return "numel_big"
-        key = device_reason(input, devices)
+        key = entry_reason(input, numel, "softmax_fwd", dsl, devices, limits.max_numel)
         if key is not None:
             return key
         if not _last(dim, input.dim()):
@@ -60,11 +55,7 @@ def make_conds(dsl: str, backends: Sequence[str], limits: Limits) -> tuple[Calla
 
     def check_bwd(grad_output: torch.Tensor, output: torch.Tensor, dim: int, input_dtype: torch.dtype) -> str | None:
         numel = output.numel()
-        if numel < _tuning.floor("softmax_bwd", dsl):
-            return "table"
-        if numel > limits.max_numel:
-            return "numel_big"
-        key = device_reason(output, devices)
+        key = entry_reason(output, numel, "softmax_bwd", dsl, devices, limits.max_numel)
         if key is not None:
             return key
         if not _last(dim, output.dim()):
