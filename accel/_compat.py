@@ -229,7 +229,6 @@ RUNTIME_SOURCES: dict[str, dict[str, tuple[str, ...]]] = {
         **{name: (f"torch.xpu.{name}",) for name in _TELEMETRY},
     },
     "mps": {  # one device, no lazy initialisation, its own memory counters
-        "device_count": ("torch.mps.device_count",),
         "synchronize": ("torch._C._mps_deviceSynchronize", "torch.mps.synchronize"),
         "current_stream": ("torch._C._accelerator_getStream", "torch.accelerator.current_stream"),
         "set_stream": ("torch._C._accelerator_setStream", "torch.accelerator.set_stream"),

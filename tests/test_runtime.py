@@ -300,6 +300,14 @@ def test_fake_mps():
             accel.set_device_index(1)
 
 
+def test_fake_backend_mps_device_count_is_the_probes():
+    """With only accel.testing.fake_backend (no runtime fakes), the count agrees with the probe (1)."""
+    from accel.testing import fake_backend
+
+    with fake_backend("mps"):
+        assert accel.device_count() == accel.backend().device_count() == 1
+
+
 # -- accel.device() fast path ---------------------------------------------------------------------
 
 def test_device_cache_follows_accel_device_env(monkeypatch):
