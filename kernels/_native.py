@@ -41,10 +41,10 @@ def add(slot: Any, ov: Any) -> None:
     symbol, key = slot.op.symbol, slot.key
 
     def cond(*args: Any, **kwargs: Any) -> bool:
-        return ov.accept(args, kwargs)
+        return not slot.reentered() and ov.accept(args, kwargs)  # an impl calling its own op: not itself again
 
     def impl(*args: Any, **kwargs: Any) -> Any:
-        return ov.run(args, kwargs, slot.call_aten)
+        return slot.run_guarded(ov, args, kwargs)
 
     cond.__qualname__ = f"accel cond of {ov.name}"
     impl.__qualname__ = f"accel impl of {ov.name}"

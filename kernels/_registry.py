@@ -367,6 +367,13 @@ class _Override:
                 return f"backend disabled (accel.kernels.disable(backend={vendor!r}))"
             if all(b in d["backend"] for b in mine):
                 return f"backend disabled (accel.kernels.disable(backend={mine[0]!r}))"
+        # "cuda" and "rocm" share the CUDA key: a registration for the vendor this torch build does
+        # not serve (backends=["rocm"] on an NVIDIA build) must not run there.
+        vendor = _vendor_at(key)
+        if vendor is not None and vendor not in self.backends:
+            mine = [b for b in self.backends if self.keys[b] == key]
+            return (f"registered for {', '.join(mine)}, but this torch build serves the {key} key with "
+                    f"{vendor!r}")
         return None
 
 
@@ -436,6 +443,22 @@ class _Slot:
         self.fallback: Callable | None = None  # where ATen has no kernel at this key
         self.live: tuple[_Override, ...] = ()
         self.state: Any = None  # the path's own bookkeeping
+        #: Re-entrancy guard per thread: while an impl of this slot runs, a call of the same op from
+        #: inside it (an impl handing a case back to ATen) skips accel's overrides: no infinite recursion.
+        self.inside = threading.local()
+
+    def run_guarded(self, ov: _Override, args: tuple, kwargs: dict) -> Any:
+        """``ov.run`` with :attr:`inside` set for its duration."""
+        inside = self.inside
+        inside.on = True
+        try:
+            return ov.run(args, kwargs, self.call_aten)
+        finally:
+            inside.on = False
+
+    def reentered(self) -> bool:
+        """Whether this thread is inside one of this slot's impls."""
+        return getattr(self.inside, "on", False)
 
     def call_aten(self, *args: Any, **kwargs: Any) -> Any:
         """The ATen result, bypassing every override at this key."""

@@ -28,19 +28,21 @@ _OVERRIDE_WARNING = r".*(Overriding a previously registered kernel|Warning only 
 def _make_router(slot: Any, live: tuple) -> Any:
     original = slot.original
     fallback = slot.fallback
-    call_aten = slot.call_aten
+    inside, run = slot.inside, slot.run_guarded  # an impl calling its own op gets ATen (no recursion)
 
     if original is not None:
         def router(keyset: Any, *args: Any, **kwargs: Any) -> Any:
-            for ov in live:
-                if ov.accept(args, kwargs):
-                    return ov.run(args, kwargs, call_aten)
+            if not getattr(inside, "on", False):
+                for ov in live:
+                    if ov.accept(args, kwargs):
+                        return run(ov, args, kwargs)
             return original.call_boxed(keyset, *args, **kwargs)
     else:
         def router(keyset: Any, *args: Any, **kwargs: Any) -> Any:
-            for ov in live:
-                if ov.accept(args, kwargs):
-                    return ov.run(args, kwargs, call_aten)
+            if not getattr(inside, "on", False):
+                for ov in live:
+                    if ov.accept(args, kwargs):
+                        return run(ov, args, kwargs)
             return fallback(*args, **kwargs)
 
     return router

@@ -385,3 +385,41 @@ def test_op_spellings_resolve_to_the_same_op():
               torch.ops.aten._fused_rms_norm.default)]
     assert set(names) == {FWD}
     assert _registry._resolve_op("aten::add.Tensor").symbol == "add.Tensor"
+
+
+def test_impl_calling_its_own_op_gets_aten_not_itself(path):
+    """An impl may call its own op (e.g. to hand a case back to ATen): ATen runs, no recursion."""
+    calls = []
+
+    def impl(x, shape, w=None, eps=None):
+        calls.append(1)
+        return torch.ops.aten._fused_rms_norm(x, shape, w, eps)  # back to the dispatcher: ATen this time
+
+    ak.register(FWD, impl=impl, backends=["cpu"], dsl="eager", name="self-calling")
+    x = torch.randn(2, 16)
+    y = _call(x)[0]
+    assert calls == [1] and _info("self-calling").routed == 1
+    with ak.disabled():
+        torch.testing.assert_close(y, _call(x)[0])
+    _call(x)  # the guard was released: the next call routes again
+    assert calls == [1, 1]
+
+
+@pytest.mark.parametrize("build, registered, active", [
+    (None, ["rocm"], False), (None, ["cuda"], True), (None, ["cuda", "rocm"], True),
+    ("7.0", ["cuda"], False), ("7.0", ["rocm"], True),
+])
+def test_a_vendor_the_build_does_not_serve_is_off_at_the_shared_cuda_key(build, registered, active):
+    """'cuda' and 'rocm' share the CUDA dispatch key: a registration only for the other vendor stays off."""
+    from unittest import mock
+
+    with mock.patch.object(torch.version, "hip", build):
+        ak.register(FWD, impl=reference.fused_rms_norm, backends=registered, dsl="eager", name="v")
+        try:
+            info = _info("v")
+            assert info.active is active
+            if not active:
+                assert f"registered for {registered[0]}, but this torch build serves the CUDA key" \
+                    in info.inactive_reason
+        finally:
+            ak.unregister("v")
