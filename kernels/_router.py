@@ -32,14 +32,14 @@ def _make_router(slot: Any, live: tuple) -> Any:
 
     if original is not None:
         def router(keyset: Any, *args: Any, **kwargs: Any) -> Any:
-            if not getattr(inside, "on", False):
+            if not inside.on:
                 for ov in live:
                     if ov.accept(args, kwargs):
                         return run(ov, args, kwargs)
             return original.call_boxed(keyset, *args, **kwargs)
     else:
         def router(keyset: Any, *args: Any, **kwargs: Any) -> Any:
-            if not getattr(inside, "on", False):
+            if not inside.on:
                 for ov in live:
                     if ov.accept(args, kwargs):
                         return run(ov, args, kwargs)
