@@ -116,7 +116,6 @@ def _candidates(direction: str, x, w, dy, rstd, peers: dict[str, Any]) -> dict[s
     from accel.kernels.ops.rms_norm import helion_impl, triton_impl
 
     n = x.shape[-1]
-    aten_fwd = torch.ops.aten._fused_rms_norm.default
     aten_bwd = torch.ops.aten._fused_rms_norm_backward.default
     c: dict[str, Callable[[], Any]] = {}
     if direction == "fwd":

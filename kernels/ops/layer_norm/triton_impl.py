@@ -78,7 +78,7 @@ def native_layer_norm(input: torch.Tensor, normalized_shape: Sequence[int], weig
     Contiguous input (the cond checks it), read as ``[M, N]`` rows without a view; the
     outputs are allocated in their final shapes (few host calls per routed call).
     """
-    n = normalized_shape[0] if len(normalized_shape) == 1 else row_count(normalized_shape)
+    n = row_count(normalized_shape)
     m = input.numel() // n
     device = input.device
     y = empty_like(input)

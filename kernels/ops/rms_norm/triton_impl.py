@@ -48,7 +48,7 @@ def fused_rms_norm(input: torch.Tensor, normalized_shape: Sequence[int], weight:
     this runs on every routed call).
     """
     k = _kernels()
-    n = normalized_shape[0] if len(normalized_shape) == 1 else row_count(normalized_shape)
+    n = row_count(normalized_shape)
     m = input.numel() // n
     device = input.device
     y = empty_like(input)
