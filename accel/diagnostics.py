@@ -44,6 +44,16 @@ class Check:
     fix: str = ""
 
 
+#: accel's own environment variables, shown by ``accel info`` (besides ``ACCEL_DEVICE``).
+ACCEL_ENV = (
+    "ACCEL_KERNELS_REGISTRY",  # kernel registration path: auto / native / accel
+    "ACCEL_KERNELS_VERIFY",  # 1: run ATen beside every routed call and compare
+    "ACCEL_TUNING_DIR",  # where accel bench --tune writes the user tuning tables
+    "ACCEL_TRITON_FAST_LAUNCH",  # 0: launch Triton kernels through Triton's own per-call path
+    "ACCEL_REQUIRE_BACKEND",  # pytest plugin: a skipped test of this backend fails instead
+)
+
+
 def _base_version(v: str) -> Version | None:
     try:
         return Version(Version(v).base_version)
@@ -173,6 +183,7 @@ def collect(spec: object = None) -> dict[str, Any]:
     names = sorted({k for b in accel.backends.registered().values() for k in b.visible_devices_env})
     info["visible_devices"] = {k: os.environ.get(k) for k in names}
     info["accel_device_env"] = os.environ.get("ACCEL_DEVICE")
+    info["accel_env"] = {k: os.environ.get(k) for k in ACCEL_ENV}
     info["ipex"] = ipex_status(build["torch"])
     return info
 

@@ -35,6 +35,17 @@ def test_info_human_output(capsys):
     assert "probes" in out and "DSL runtimes" in out and f"selected: {accel.device()}" in out
 
 
+def test_info_shows_accel_environment_variables(capsys, monkeypatch):
+    monkeypatch.setenv("ACCEL_TRITON_FAST_LAUNCH", "0")
+    monkeypatch.delenv("ACCEL_KERNELS_VERIFY", raising=False)
+    rc, info = _json(capsys, ["info", "--json"])
+    assert rc == 0 and info["accel_env"]["ACCEL_TRITON_FAST_LAUNCH"] == "0"
+    assert info["accel_env"]["ACCEL_KERNELS_VERIFY"] is None
+    assert main(["info"]) == 0
+    out = capsys.readouterr().out
+    assert "ACCEL_TRITON_FAST_LAUNCH" in out and "ACCEL_KERNELS_REGISTRY" in out
+
+
 def test_info_under_faked_rocm(capsys):
     with fake_backend("rocm", arch="gfx950", device_count=4):
         rc, info = _json(capsys, ["info", "--json"])

@@ -48,6 +48,7 @@ def run(args: argparse.Namespace) -> int:
                     [[d, v["version"] or "not installed", v["compatible"], v["detail"]] for d, v in info["dsl"].items()]))
     env_rows = [[k, v if v is not None else "(unset)"] for k, v in info["visible_devices"].items()]
     env_rows.append(["ACCEL_DEVICE", info["accel_device_env"] if info["accel_device_env"] is not None else "(unset)"])
+    env_rows += [[k, v if v is not None else "(unset)"] for k, v in info["accel_env"].items()]
     out.print(table("environment", ["variable", "value"], env_rows))
     ipex = info["ipex"]
     out.print(f"intel-extension-for-pytorch: {ipex['installed'] or 'not installed'}"
