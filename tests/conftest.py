@@ -8,6 +8,22 @@ import accel
 pytest_plugins = ["accel.testing.pytest_plugin"]
 
 
+@pytest.fixture
+def cpu(monkeypatch):
+    """The real CPU backend, also on a machine with a GPU."""
+    monkeypatch.setenv("ACCEL_DEVICE", "cpu")
+    accel.clear_cache()
+
+
+@pytest.fixture
+def fake_cuda():
+    """Faked CUDA with two devices and a fake device runtime (tests/_runtime_fakes.py)."""
+    from _runtime_fakes import fake_runtime
+
+    with fake_runtime("cuda", 2) as fake:
+        yield fake
+
+
 @pytest.fixture(autouse=True)
 def _fresh_detection(monkeypatch):
     """Every test starts with ACCEL_DEVICE unset and accel's caches empty."""

@@ -14,16 +14,6 @@ GETTERS = ["allocated", "reserved", "max_allocated", "max_reserved"]
 TAKES_DEVICE = GETTERS + ["reset_peak", "reset_accumulated", "get_memory_info", "stats", "telemetry"]
 
 
-@pytest.fixture
-def cpu(monkeypatch):
-    monkeypatch.setenv("ACCEL_DEVICE", "cpu")
-    accel.clear_cache()
-
-
-@pytest.fixture
-def fake_cuda():
-    with fake_runtime("cuda", 2) as fake:
-        yield fake
 
 
 # -- CPU: not tracked, nothing raises -----------------------------------------------------------------------

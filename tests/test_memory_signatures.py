@@ -12,11 +12,6 @@ import accel
 import accel.memory
 
 
-@pytest.fixture
-def cpu(monkeypatch):
-    monkeypatch.setenv("ACCEL_DEVICE", "cpu")
-    accel.clear_cache()
-
 
 @pytest.mark.parametrize("name", ["empty_cache", "empty_host_cache"])
 def test_torch_cache_functions_take_no_arguments(name):

@@ -48,11 +48,6 @@ def path(request, monkeypatch):
     return request.param
 
 
-@pytest.fixture
-def cpu_backend(monkeypatch):
-    monkeypatch.setenv("ACCEL_DEVICE", "cpu")
-    accel.clear_cache()
-
 
 @contextlib.contextmanager
 def faked(vendor, count=2):
@@ -66,7 +61,7 @@ def all_states():
 
 
 # -- CPU ---------------------------------------------------------------------------------------------------
-def test_get_set_rng_state_cpu_reproduces_draws(cpu_backend):
+def test_get_set_rng_state_cpu_reproduces_draws(cpu):
     for device in (None, "cpu", torch.device("cpu"), 0):
         state = ar.get_rng_state(device)
         assert state.dtype == torch.uint8 and state.shape == (5056,)
@@ -75,7 +70,7 @@ def test_get_set_rng_state_cpu_reproduces_draws(cpu_backend):
         assert torch.equal(a, torch.rand(5))
 
 
-def test_manual_seed_and_initial_seed_cpu(cpu_backend):
+def test_manual_seed_and_initial_seed_cpu(cpu):
     ar.manual_seed(123)
     assert ar.initial_seed() == 123 == ar.initial_seed("cpu")
     a = torch.rand(3)
@@ -87,13 +82,13 @@ def test_manual_seed_and_initial_seed_cpu(cpu_backend):
     assert ar.initial_seed("cpu") == 5
 
 
-def test_seed_is_nondeterministic_and_returned(cpu_backend):
+def test_seed_is_nondeterministic_and_returned(cpu):
     s1, s2 = ar.seed(), ar.seed()
     assert s1 != s2 and ar.initial_seed() == s2
 
 
 @pytest.mark.parametrize("bad", [1.5, "7", True, None, 2**64, -(2**63) - 1])
-def test_bad_seed_changes_nothing(cpu_backend, bad):
+def test_bad_seed_changes_nothing(cpu, bad):
     before = torch.get_rng_state()
     for fn in (ar.manual_seed, ar.manual_seed_all):
         with pytest.raises(SeedError, match="seed"):
@@ -114,14 +109,14 @@ def test_bad_seed_changes_nothing(cpu_backend, bad):
         (lambda s: torch.zeros_like(s), "rejects this state"),
     ],
 )
-def test_bad_state_to_cpu_changes_nothing(cpu_backend, make, match):
+def test_bad_state_to_cpu_changes_nothing(cpu, make, match):
     before = torch.get_rng_state()
     with pytest.raises(RngStateError, match=match):
         ar.set_rng_state(make(before), "cpu")
     assert torch.equal(before, torch.get_rng_state())
 
 
-def test_rng_state_all_cpu_backend(cpu_backend):
+def test_rng_state_all_cpu_backend(cpu):
     states = ar.get_rng_state_all()
     assert len(states) == 1 and torch.equal(states[0], torch.get_rng_state())
     a = torch.rand(4)
@@ -133,7 +128,7 @@ def test_rng_state_all_cpu_backend(cpu_backend):
         ar.set_rng_state_all(states[0])
 
 
-def test_default_generator_and_philox_on_cpu(cpu_backend):
+def test_default_generator_and_philox_on_cpu(cpu):
     assert ar.default_generator() is torch.default_generator
     assert ar.default_generator("cpu") is torch.default_generator
     with pytest.raises(RngUnsupportedError, match="mt19937"):
@@ -142,7 +137,7 @@ def test_default_generator_and_philox_on_cpu(cpu_backend):
         ar.set_philox_state((1, 0), "cpu")
 
 
-def test_bad_device_specs(cpu_backend):
+def test_bad_device_specs(cpu):
     with pytest.raises(UnknownBackendError):
         ar.get_rng_state("cdua")
     with pytest.raises(DeviceIndexError, match="device index 3 is out of range"):
@@ -153,7 +148,7 @@ def test_bad_device_specs(cpu_backend):
         ar.set_rng_state(torch.get_rng_state(), 1.5)
 
 
-def test_fork_rng_cpu(cpu_backend):
+def test_fork_rng_cpu(cpu):
     before = torch.get_rng_state()
     with ar.fork_rng():
         torch.rand(10)
@@ -376,7 +371,7 @@ def _plain(obj):
     return obj is None or type(obj) in (int, float, str, bool)
 
 
-def test_snapshot_is_plain_and_survives_weights_only_load(cpu_backend):
+def test_snapshot_is_plain_and_survives_weights_only_load(cpu):
     random.gauss(0, 1)  # leaves a cached gauss_next in Python's state
     np.random.standard_normal()  # and a cached gaussian in NumPy's
     snap = ar.snapshot()
@@ -452,7 +447,7 @@ def test_restore_on_cpu_only_machine(monkeypatch):
     assert _draws() == expected
 
 
-def test_numpy_missing(cpu_backend, monkeypatch):
+def test_numpy_missing(cpu, monkeypatch):
     snap = ar.snapshot()
     monkeypatch.setattr(ar, "_numpy", lambda: None)
     assert ar.snapshot()["numpy"] is None
@@ -541,7 +536,7 @@ def test_corrupted_or_newer_snapshot_changes_nothing(path, mutate, error, match)
         assert (all_states(), [g.get_state().tolist() for g in rng.generators]) == before
 
 
-def test_numpy_state_round_trips_every_field(cpu_backend):
+def test_numpy_state_round_trips_every_field(cpu):
     np.random.seed(3)
     np.random.standard_normal()
     snap = ar.snapshot()["numpy"]
@@ -560,7 +555,7 @@ def test_docstring_examples(module):
     assert result.attempted > 0 and result.failed == 0
 
 
-def test_numpy_refusing_the_state_is_reported_as_corruption(cpu_backend, monkeypatch):
+def test_numpy_refusing_the_state_is_reported_as_corruption(cpu, monkeypatch):
     from types import SimpleNamespace
 
     snap = ar.snapshot()

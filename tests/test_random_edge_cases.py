@@ -11,17 +11,11 @@ import textwrap
 import pytest
 import torch
 
-import accel
 import accel.random as ar
 from accel.errors import RngSnapshotError, RngStateError, SeedError
 
 np = pytest.importorskip("numpy", reason="these tests check NumPy's stream too; install numpy (the 'test' extra)")
 
-
-@pytest.fixture
-def cpu_backend(monkeypatch):
-    monkeypatch.setenv("ACCEL_DEVICE", "cpu")
-    accel.clear_cache()
 
 
 def _all_states():
@@ -62,7 +56,7 @@ def test_state_with_a_storage_offset_does_not_crash():
     assert proc.stdout.strip().endswith("survived")
 
 
-def test_set_state_passes_a_fresh_contiguous_clone(cpu_backend, monkeypatch):
+def test_set_state_passes_a_fresh_contiguous_clone(cpu, monkeypatch):
     seen = []
     real = torch.set_rng_state
 
@@ -85,7 +79,7 @@ def test_set_state_passes_a_fresh_contiguous_clone(cpu_backend, monkeypatch):
         assert torch.equal(got, state)
 
 
-def test_non_contiguous_state_is_accepted(cpu_backend):
+def test_non_contiguous_state_is_accepted(cpu):
     state = torch.get_rng_state()
     a = torch.rand(3)
     strided = torch.stack([state, torch.zeros_like(state)], dim=1)[:, 0]  # stride 2
@@ -97,7 +91,7 @@ def test_non_contiguous_state_is_accepted(cpu_backend):
 # -- 2. typed errors ---------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("bad", [torch.tensor([1, 2]), torch.tensor(1.5), torch.tensor(True), torch.tensor([]),
                                  np.array([1, 2])])
-def test_tensor_seeds_that_are_not_one_integer_raise_seed_error(cpu_backend, bad):
+def test_tensor_seeds_that_are_not_one_integer_raise_seed_error(cpu, bad):
     before = torch.get_rng_state()
     for fn in (ar.manual_seed, ar.manual_seed_all):
         with pytest.raises(SeedError, match="A seed is an integer"):
@@ -108,7 +102,7 @@ def test_tensor_seeds_that_are_not_one_integer_raise_seed_error(cpu_backend, bad
 
 
 @pytest.mark.parametrize("seed", [torch.tensor(7), torch.tensor(7, dtype=torch.int32), np.int64(7)])
-def test_zero_dim_integer_tensor_seeds_like_torch(cpu_backend, seed):
+def test_zero_dim_integer_tensor_seeds_like_torch(cpu, seed):
     ar.manual_seed(seed)
     a = torch.rand(3)
     torch.manual_seed(7)
@@ -142,7 +136,7 @@ ARRAY = np.array(["a", "b"])
         (["numpy", "cached_gaussian"], "cached_gaussian"),
     ],
 )
-def test_array_valued_snapshot_fields_are_corruption(cpu_backend, path, match):
+def test_array_valued_snapshot_fields_are_corruption(cpu, path, match):
     snap = _snap()
     part = snap
     for key in path[:-1]:
@@ -155,7 +149,7 @@ def test_array_valued_snapshot_fields_are_corruption(cpu_backend, path, match):
     assert _all_states() == before
 
 
-def test_restore_of_a_bare_array_format_names_it(cpu_backend):
+def test_restore_of_a_bare_array_format_names_it(cpu):
     before = _all_states()
     with pytest.raises(RngSnapshotError, match=r"not an accel RNG snapshot \(format: array"):
         ar.restore({"format": ARRAY})
@@ -163,14 +157,14 @@ def test_restore_of_a_bare_array_format_names_it(cpu_backend):
 
 
 @pytest.mark.parametrize("bad", ["ab", b"ab", {"0": torch.get_rng_state()}])
-def test_set_rng_state_all_rejects_strings_and_mappings(cpu_backend, bad):
+def test_set_rng_state_all_rejects_strings_and_mappings(cpu, bad):
     before = torch.get_rng_state()
     with pytest.raises(RngStateError, match=r"is not a list/tuple of states"):
         ar.set_rng_state_all(bad)
     assert torch.equal(before, torch.get_rng_state())
 
 
-def test_set_rng_state_all_still_takes_a_tuple(cpu_backend):
+def test_set_rng_state_all_still_takes_a_tuple(cpu):
     state = torch.get_rng_state()
     a = torch.rand(2)
     ar.set_rng_state_all((state,))
@@ -197,7 +191,7 @@ def _zero_numpy(snap):
 
 @pytest.mark.parametrize(("mutate", "part"), [(_zero_python, "python"), (_zero_python_but_low_bits, "python"),
                                               (_zero_numpy, "numpy")])
-def test_all_zero_mt19937_key_is_corruption(cpu_backend, mutate, part):
+def test_all_zero_mt19937_key_is_corruption(cpu, mutate, part):
     snap = _snap()
     mutate(snap)
     before = _all_states()
@@ -208,7 +202,7 @@ def test_all_zero_mt19937_key_is_corruption(cpu_backend, mutate, part):
     assert random.random() != random.random()
 
 
-def test_a_key_with_only_the_top_bit_of_word_0_set_is_valid(cpu_backend):
+def test_a_key_with_only_the_top_bit_of_word_0_set_is_valid(cpu):
     # What seeding with init_by_array leaves in word 0; the state is not degenerate.
     snap = _snap()
     internal = snap["python"]["internal"].clone()

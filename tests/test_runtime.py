@@ -24,17 +24,6 @@ from accel.errors import (
 from accel.testing import fake_backend
 
 
-@pytest.fixture
-def cpu(monkeypatch):
-    """The real CPU backend, also on a machine with a GPU."""
-    monkeypatch.setenv("ACCEL_DEVICE", "cpu")
-    accel.clear_cache()
-
-
-@pytest.fixture
-def fake_cuda():
-    with fake_runtime("cuda", 2) as fake:
-        yield fake
 
 
 # -- CPU: documented no-ops and constants ------------------------------------------------------
@@ -302,8 +291,6 @@ def test_fake_mps():
 
 def test_fake_backend_mps_device_count_is_the_probes():
     """With only accel.testing.fake_backend (no runtime fakes), the count agrees with the probe (1)."""
-    from accel.testing import fake_backend
-
     with fake_backend("mps"):
         assert accel.device_count() == accel.backend().device_count() == 1
 
