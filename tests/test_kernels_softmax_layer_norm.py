@@ -243,3 +243,46 @@ def test_interpreter_round_trip_register_route_unregister(interpreted, key, path
     assert routing["routed"] == [1, 1] and routing["failed"] == [0, 0]
     assert routing["after_unregister"] == []
     assert routing["matches_aten"] is None
+
+
+# ------------------------------------------------ every tunable softmax config, interpreted
+CONFIG_SCRIPT = textwrap.dedent("""
+    import json, sys, torch
+    from accel.kernels import _launch, _tolerance
+    from accel.kernels.ops.softmax import triton_impl as st, triton_kernel as tk, reference as sref
+    _launch.poison_outputs = True
+    out = []
+    for n in (8192, 9000):
+        cfgs = tk.candidate_configs(n)
+        for dtype in (torch.float32, torch.bfloat16):
+            x = torch.randn(3, n, dtype=dtype) * 4
+            x[1, 5] = 30.0   # one dominant logit: exercises the max shift
+            dy = torch.randn(3, n, dtype=dtype)
+            ref = sref.softmax(x, -1, False)
+            gref = torch.ops.aten._softmax_backward_data(dy, ref, -1, dtype)
+            for cfg in cfgs:
+                y = _launch.empty((3, n), dtype, x.device)
+                st.launch_fwd(x, y, cfg)
+                dx = _launch.empty((3, n), dtype, x.device)
+                st.launch_bwd(dy, ref, dx, cfg)
+                out.append(dict(n=n, dtype=str(dtype), cfg=cfg, fwd=_tolerance.compare(y, ref)[1],
+                                bwd=_tolerance.compare(dx, gref)[1]))
+    print("REPORT" + json.dumps(out))
+""")
+
+
+def test_every_softmax_triton_candidate_config_is_correct_interpreted():
+    """``accel bench --tune`` may ship any candidate config: each one (rows, recompute, cluster, looped)
+    gives the reference result for long rows (power of two and not), fp32 and bf16, outputs NaN-poisoned."""
+    ok, why = sm_triton.available()
+    if not ok:
+        pytest.skip(f"triton unavailable: {why}")
+    env = {k: v for k, v in os.environ.items() if k != "HELION_INTERPRET"}
+    env["TRITON_INTERPRET"] = "1"
+    proc = subprocess.run([sys.executable, "-c", CONFIG_SCRIPT], env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = json.loads(next(l for l in proc.stdout.splitlines() if l.startswith("REPORT")).removeprefix("REPORT"))
+    kinds = {(bool(r["cfg"].get("recompute")), r["cfg"].get("num_ctas", 1) > 1, r["cfg"]["looped"]) for r in report}
+    assert {(True, False, False), (False, True, False), (False, False, True), (False, False, False)} <= kinds
+    bad = [r for r in report if r["fwd"] is not None or r["bwd"] is not None]
+    assert not bad, bad[:5]

@@ -38,7 +38,8 @@ def _config(op: str, x: torch.Tensor, m: int, n: int) -> Mapping[str, Any]:
 def launch_fwd(x: torch.Tensor, y: torch.Tensor, cfg: Mapping[str, Any], m: int | None = None,
                n: int | None = None) -> None:
     """Run the forward on ``x`` (``[M, N]``, or any contiguous shape with ``m``, ``n`` given) into ``y``
-    with launch config ``cfg`` (used by the tuner too)."""
+    with launch config ``cfg`` (used by the tuner too): ``looped``, ``block_n``, ``rows``, ``num_warps``,
+    and optionally ``recompute`` (low-register formulation) and ``num_ctas`` (thread-block cluster)."""
     k = _kernels()
     if m is None:
         m, n = x.shape
@@ -48,7 +49,9 @@ def launch_fwd(x: torch.Tensor, y: torch.Tensor, cfg: Mapping[str, Any], m: int 
         else:
             rows = cfg["rows"]
             triton_launch(k.softmax_fwd_rows, (-(-m // rows),), x, y, m, n,
-                          BLOCK_N=max(cfg["block_n"], next_power_of_2(n)), ROWS=rows, num_warps=cfg["num_warps"])
+                          BLOCK_N=max(cfg["block_n"], next_power_of_2(n)), ROWS=rows,
+                          RECOMPUTE=cfg.get("recompute", False), num_warps=cfg["num_warps"],
+                          num_ctas=cfg.get("num_ctas", 1))
 
 
 def launch_bwd(dy: torch.Tensor, y: torch.Tensor, dx: torch.Tensor, cfg: Mapping[str, Any], m: int | None = None,
@@ -63,7 +66,9 @@ def launch_bwd(dy: torch.Tensor, y: torch.Tensor, dx: torch.Tensor, cfg: Mapping
         else:
             rows = cfg["rows"]
             triton_launch(k.softmax_bwd_rows, (-(-m // rows),), dy, y, dx, m, n,
-                          BLOCK_N=max(cfg["block_n"], next_power_of_2(n)), ROWS=rows, num_warps=cfg["num_warps"])
+                          BLOCK_N=max(cfg["block_n"], next_power_of_2(n)), ROWS=rows,
+                          RECOMPUTE=cfg.get("recompute", False), num_warps=cfg["num_warps"],
+                          num_ctas=cfg.get("num_ctas", 1))
 
 
 softmax, softmax_backward_data, register = make_ops(DSL, LIMITS, launch_fwd, launch_bwd, _config)

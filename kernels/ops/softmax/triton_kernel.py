@@ -36,17 +36,30 @@ _LOG2E = 1.4426950408889634
 
 
 @triton.jit
-def softmax_fwd_rows(X, Y, M, N, BLOCK_N: tl.constexpr, ROWS: tl.constexpr):
-    """``ROWS`` rows of ``[M, N]`` per program, each whole in registers."""
+def softmax_fwd_rows(X, Y, M, N, BLOCK_N: tl.constexpr, ROWS: tl.constexpr, RECOMPUTE: tl.constexpr):
+    """``ROWS`` rows of ``[M, N]`` per program, each whole in registers.
+
+    ``RECOMPUTE``: keep the row in its storage dtype (half the registers for 16-bit
+    inputs), take the max there (exact), and evaluate ``exp`` twice - once for the sum,
+    once as ``exp2(x*log2e - (max*log2e + log2(sum)))`` for the output - instead of
+    keeping ``exp(x - max)`` live across the reduction (long rows spill otherwise).
+    """
     pid = tl.program_id(0)
     rows = pid * ROWS + tl.arange(0, ROWS)
     cols = tl.arange(0, BLOCK_N)
     mask = (rows < M)[:, None] & (cols < N)[None, :]
     offs = rows[:, None].to(tl.int64) * N + cols[None, :]
-    x = tl.load(X + offs, mask=mask, other=-float("inf"), eviction_policy="evict_first").to(tl.float32)
-    mx = tl.max(x, axis=1)
-    e = tl.exp2((x - mx[:, None]) * 1.4426950408889634)
-    y = e / tl.sum(e, axis=1)[:, None]
+    if RECOMPUTE:
+        x = tl.load(X + offs, mask=mask, other=-float("inf"), eviction_policy="evict_first")
+        mx = tl.max(x, axis=1).to(tl.float32) * 1.4426950408889634
+        s = tl.sum(tl.exp2(x.to(tl.float32) * 1.4426950408889634 - mx[:, None]), axis=1)
+        shift = mx + tl.log2(s)
+        y = tl.exp2(tl.fma(x.to(tl.float32), 1.4426950408889634, -shift[:, None]))
+    else:
+        x = tl.load(X + offs, mask=mask, other=-float("inf"), eviction_policy="evict_first").to(tl.float32)
+        mx = tl.max(x, axis=1)
+        e = tl.exp2((x - mx[:, None]) * 1.4426950408889634)
+        y = e / tl.sum(e, axis=1)[:, None]
     tl.store(Y + offs, y.to(Y.dtype.element_ty), mask=mask)
 
 
@@ -78,17 +91,28 @@ def softmax_fwd_looped(X, Y, N, BLOCK_N: tl.constexpr):
 
 
 @triton.jit
-def softmax_bwd_rows(DY, Y, DX, M, N, BLOCK_N: tl.constexpr, ROWS: tl.constexpr):
-    """``dx = y * (dy - sum(dy*y))`` for ``ROWS`` rows per program, rows whole in registers."""
+def softmax_bwd_rows(DY, Y, DX, M, N, BLOCK_N: tl.constexpr, ROWS: tl.constexpr, RECOMPUTE: tl.constexpr):
+    """``dx = y * (dy - sum(dy*y))`` for ``ROWS`` rows per program, rows whole in registers.
+
+    ``RECOMPUTE``: keep ``y`` in its storage dtype and only ``p = y*dy`` in fp32 across the
+    reduction; ``dx = p - y*sum(p)`` (fewer live registers for long rows).
+    """
     pid = tl.program_id(0)
     rows = pid * ROWS + tl.arange(0, ROWS)
     cols = tl.arange(0, BLOCK_N)
     mask = (rows < M)[:, None] & (cols < N)[None, :]
     offs = rows[:, None].to(tl.int64) * N + cols[None, :]
-    y = tl.load(Y + offs, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
-    dy = tl.load(DY + offs, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
-    dot = tl.sum(y * dy, axis=1)
-    tl.store(DX + offs, (y * (dy - dot[:, None])).to(DX.dtype.element_ty), mask=mask)
+    if RECOMPUTE:
+        y = tl.load(Y + offs, mask=mask, other=0.0, eviction_policy="evict_first")
+        p = y.to(tl.float32) * tl.load(DY + offs, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
+        dot = tl.sum(p, axis=1)
+        dx = tl.fma(-y.to(tl.float32), dot[:, None], p)
+    else:
+        y = tl.load(Y + offs, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
+        dy = tl.load(DY + offs, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
+        dot = tl.sum(y * dy, axis=1)
+        dx = y * (dy - dot[:, None])
+    tl.store(DX + offs, dx.to(DX.dtype.element_ty), mask=mask)
 
 
 @triton.jit
@@ -119,7 +143,14 @@ def default_config(n: int) -> dict:
 
 
 def candidate_configs(n: int) -> list[dict]:
-    """The configs ``accel bench --tune`` times for rows of ``n`` elements (default first)."""
+    """The configs ``accel bench --tune`` times for rows of ``n`` elements (default first).
+
+    Rows in registers (1-16 rows per program, 4-32 warps, 4-128 elements per thread);
+    for rows of 8192+ also the low-register ``recompute`` formulation, Hopper+ thread-block
+    clusters (``num_ctas`` 2/4: one row spread over the cluster's CTAs, as quack's long-row
+    softmax does with CuTe; a config this Triton cannot compile is reported and skipped by
+    the tuner), and the looped kernels.
+    """
     block_n = next_power_of_2(n)
     out = [default_config(n)]
     if block_n <= MAX_BLOCK_N:
@@ -130,10 +161,19 @@ def candidate_configs(n: int) -> list[dict]:
                 per_thread = rows * block_n // (32 * warps)
                 if 4 <= per_thread <= 128:
                     out.append({"looped": False, "block_n": block_n, "rows": rows, "num_warps": warps})
+        if block_n >= 8192:
+            for warps in (8, 16, 32):
+                out.append({"looped": False, "block_n": block_n, "rows": 1, "num_warps": warps, "recompute": True})
+            for ctas in (2, 4):
+                for warps in (4, 8, 16):
+                    if 4 <= block_n // (32 * warps * ctas) <= 64:
+                        out.append({"looped": False, "block_n": block_n, "rows": 1, "num_warps": warps,
+                                    "num_ctas": ctas})
     if block_n >= 8192:
-        for chunk in (2048, 4096, 8192):
-            for warps in (4, 8, 16):
-                out.append({"looped": True, "block_n": chunk, "rows": 1, "num_warps": warps})
+        for chunk in (2048, 4096, 8192, 16384):
+            for warps in (4, 8, 16, 32):
+                if 4 <= chunk // (32 * warps) <= 64:
+                    out.append({"looped": True, "block_n": chunk, "rows": 1, "num_warps": warps})
     seen, unique = set(), []
     for c in out:
         key = tuple(sorted(c.items()))
