@@ -190,6 +190,68 @@ def _step_ms_without_kernels(dev: torch.device, data: Data, batch: int, lr: floa
     return statistics.median(times[len(times) // 4:] or times)
 
 
+#: The model of the overrides-on/off step-time comparison on accelerators: the demo's architecture at a
+#: width and batch where each norm moves a ``[65536, 1024]`` bf16 tensor (8192 digits x 8 tokens, dim 1024:
+#: a shape of the kernel benchmark, so the shipped tuning table routes it to accel's kernels). The
+#: digits-sized training model is far below every kernel's size floor: its calls all go to ATen.
+WIDE = {"dim": 1024, "heads": 8, "depth": 2, "batch": 8192, "dtype": "bfloat16"}
+
+
+def wide_step_times(dev: torch.device, data: Data, *, config: dict[str, Any] | None = None, rounds: int = 4,
+                    steps: int = 5, lr: float = 1e-3) -> dict[str, Any]:
+    """Training-step time of the :data:`WIDE` model with accel's overrides on and off, interleaved.
+
+    ``rounds`` times: ``steps`` steps with the overrides on, then ``steps`` under
+    :func:`accel.kernels.disabled` (after one warm-up step each, which compiles the kernels);
+    a block's time is wall time to :func:`accel.synchronize`, divided by ``steps``. Interleaving
+    cancels clock and thermal drift between the two. Uses its own CPU generator for the batch
+    and forks the RNG for the model's initialisation: the caller's random streams are untouched.
+
+    Args:
+        dev: the device (the overrides installed for it decide what routes).
+        data: the digits (the batch is drawn from ``data.x_train`` with replacement).
+        config: ``dim``, ``heads``, ``depth``, ``batch``, ``dtype`` (default :data:`WIDE`).
+
+    Returns:
+        ``{"config", "step_ms_on", "step_ms_off", "speedup" (off / on), "counts": {name: {routed,
+        declined, failed}} during the "on" blocks}``; times are medians over the rounds, in ms.
+    """
+    import accel.kernels as ak
+
+    cfg = {**WIDE, **(config or {})}
+    dtype = getattr(torch, cfg["dtype"])
+    g = torch.Generator().manual_seed(0)
+    idx = torch.randint(0, data.x_train.shape[0], (cfg["batch"],), generator=g).to(dev)
+    x, y = data.x_train[idx].to(dtype), data.y_train[idx]
+    with accel.random.fork_rng():
+        torch.manual_seed(0)
+        model = DigitsTransformer(cfg["dim"], cfg["heads"], cfg["depth"], dropout=0.0).to(dev, dtype)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr)
+
+    def block(n: int) -> float:
+        t0 = time.perf_counter()
+        for _ in range(n):
+            opt.zero_grad(set_to_none=True)
+            nn.functional.cross_entropy(model(x).float(), y).backward()
+            opt.step()
+        accel.synchronize(dev)
+        return (time.perf_counter() - t0) * 1e3 / n
+
+    on: list[float] = []
+    off: list[float] = []
+    block(1)
+    with ak.disabled():
+        block(1)
+    ak.reset_counters()
+    for _ in range(rounds):
+        on.append(block(steps))
+        with ak.disabled():
+            off.append(block(steps))
+    counts = {o.name: {"routed": o.routed, "declined": o.declined, "failed": o.failed} for o in ak.overrides()}
+    t_on, t_off = statistics.median(on), statistics.median(off)
+    return {"config": cfg, "step_ms_on": t_on, "step_ms_off": t_off, "speedup": t_off / t_on, "counts": counts}
+
+
 def _graph_step_times(dev: torch.device, data: Data, batch: int, lr: float) -> dict[str, Any] | None:
     """Whole training step (forward, backward, AdamW) eager vs captured with :func:`accel.graphs.graphed`.
 
@@ -228,14 +290,18 @@ def run(device: object = None, *, epochs: int = 12, batch: int = 64, lr: float =
         progress: ``progress(label, total_steps)`` returns a callable advanced once per step.
         kernels: on an accelerator, install accel's kernel overrides (:func:`accel.kernels.install`;
             each op's tuning table decides per shape whether a kernel or ATen runs), report which
-            ran, and time one more epoch with the overrides off. No effect on CPU.
+            ran, time one more epoch with the overrides off, and compare on/off on the :data:`WIDE`
+            model. No effect on CPU.
 
     Returns:
         JSON-ready dict: ``device``, ``backend``, ``vendor``, ``arch``, ``accuracy``
         (held-out, 0..1), ``step_ms`` (median ms per training step), ``steps``,
         ``final_loss``, ``resume`` (``equal``, ``compared``, ``max_abs_diff``), ``seconds``, and
         ``kernels``: ``{"installed": [...], "counts": {name: {routed, declined, failed}},
-        "step_ms_on", "step_ms_off"}`` (``installed`` empty and times ``None`` where none installed).
+        "step_ms_on", "step_ms_off", "wide"}`` - counts and step times of the digits model (its
+        inputs are below the kernels' size floor: every call goes to ATen, so "on" pays only the
+        router), and ``wide``: :func:`wide_step_times` of the :data:`WIDE` model, where the
+        kernels route (``installed`` empty and times/``wide`` ``None`` where none installed).
 
     .. note:: With ``kernels`` on an accelerator, the overrides stay registered after the call.
 
@@ -285,6 +351,7 @@ def run(device: object = None, *, epochs: int = 12, batch: int = 64, lr: float =
     counts = _kernel_report(installed) if installed else {}
     step_on = statistics.median(step_ms[steps_per_epoch:] or step_ms)
     step_off = _step_ms_without_kernels(dev, data, batch, lr, steps_per_epoch) if installed else None
+    wide = wide_step_times(dev, data) if installed else None
     graphs = _graph_step_times(dev, data, batch, lr)
     reference = losses[half * steps_per_epoch:]
     diffs = [abs(a - b) for a, b in zip(reference, resumed)]
@@ -299,7 +366,7 @@ def run(device: object = None, *, epochs: int = 12, batch: int = 64, lr: float =
         "steps": len(losses),
         "step_ms": step_on,
         "kernels": {"installed": installed, "counts": counts, "step_ms_on": step_on if installed else None,
-                    "step_ms_off": step_off},
+                    "step_ms_off": step_off, "wide": wide},
         "graphs": graphs,
         "final_loss": losses[-1],
         "resume": {

@@ -135,3 +135,39 @@ def test_demo_graph_step_comparison_with_faked_capture():
     assert not g["captured"] and "aborted" in g["reason"] and g["eager_ms"] > 0 and g["graphed_ms"] > 0
     assert log.replays == 0 and ("end-failed",) in log.events
     assert "not captured" in __import__("accel.cli.demo", fromlist=["x"])._graphs_line(g)
+
+
+def test_demo_wide_step_routes_only_while_on_and_leaves_rng_alone():
+    """The on/off comparison: overrides route during the "on" blocks, none during "off"; the
+    caller's RNG stream is unchanged; the CLI line reports both times and what routed."""
+    import torch
+
+    import accel.kernels as ak
+    from accel import demo
+    from accel.cli.demo import _kernels_line
+
+    calls = {"n": 0}
+
+    def impl(input, dim, half_to_float):
+        calls["n"] += 1
+        with ak.disabled():
+            return torch.ops.aten._softmax.default(input, dim, half_to_float)
+
+    data = demo.load_data(torch.device("cpu"))
+    name = ak.register("aten::_softmax", impl=impl, backends=["cpu"], dsl="triton", name="test_wide.softmax")
+    try:
+        torch.manual_seed(123)
+        expect = torch.rand(3)
+        torch.manual_seed(123)
+        w = demo.wide_step_times(torch.device("cpu"), data, rounds=2, steps=2,
+                                 config={"dim": 32, "heads": 4, "depth": 1, "batch": 16, "dtype": "float32"})
+        after = torch.rand(3)
+    finally:
+        ak.unregister(name)
+    # depth 1 = one attention softmax per forward; on blocks: 2 rounds x 2 steps (the warm-up's are reset away)
+    assert w["counts"][name]["routed"] == 2 * 2
+    assert calls["n"] == 2 * 2 + 1  # + the warm-up step with the overrides on; none while off
+    assert w["step_ms_on"] > 0 and w["step_ms_off"] > 0 and w["speedup"] == pytest.approx(w["step_ms_off"] / w["step_ms_on"])
+    assert torch.equal(after, expect)
+    line = _kernels_line({"installed": [name], "counts": {}, "step_ms_on": 1.0, "step_ms_off": 1.0, "wide": w})
+    assert "wide model (dim 32" in line and f"{name} 4" in line

@@ -54,7 +54,14 @@ def _kernels_line(k: dict) -> str:
     if not k["installed"]:
         return "none installed (off, or no accelerator)"
     ran = ", ".join(f"{n} {c['routed']} routed/{c['declined']} to ATen" for n, c in k["counts"].items())
-    return f"step {k['step_ms_on']:.2f} ms on vs {k['step_ms_off']:.2f} ms off; {ran}"
+    line = f"digits model: step {k['step_ms_on']:.2f} ms on vs {k['step_ms_off']:.2f} ms off; {ran}"
+    w = k.get("wide")
+    if w:
+        c = w["config"]
+        routed = ", ".join(f"{n} {v['routed']}" for n, v in w["counts"].items() if v["routed"]) or "none"
+        line += (f"\nwide model (dim {c['dim']}, batch {c['batch']} x 8 tokens, {c['dtype']}): step "
+                 f"{w['step_ms_on']:.2f} ms on vs {w['step_ms_off']:.2f} ms off ({w['speedup']:.2f}x); routed: {routed}")
+    return line
 
 
 def _graphs_line(g: dict | None) -> str:
