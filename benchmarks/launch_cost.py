@@ -43,6 +43,9 @@ def per_call(fn, calls: int = 2000, reps: int = 5) -> float:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, help="directory for launch_cost.md / .json")
+    parser.add_argument("--profile", action="store_true",
+                        help="also cProfile the routed RMSNorm call to Triton (top functions by own time; "
+                             "written to launch_profile.txt under --out)")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("launch_cost: needs a CUDA device", file=sys.stderr)
@@ -71,6 +74,7 @@ def main(argv: list[str] | None = None) -> int:
                        ln_h.native_layer_norm),
     }
     rows: list[dict] = []
+    profile_text = "(not profiled)"
 
     def add(op: str, what: str, fn) -> None:
         try:
@@ -92,6 +96,8 @@ def main(argv: list[str] | None = None) -> int:
             for dsl, other in (("triton", "helion"), ("helion", "triton")):
                 with ak.disabled(dsl=other):
                     add(op, f"routed op -> {dsl}", lambda: aten(*a))
+                    if args.profile and op == "rms_norm" and dsl == "triton":
+                        profile_text = _profile(lambda: aten(*a))
             add(op, "triton impl", lambda: t_impl(*a))
             add(op, "helion impl", lambda: h_impl(*a))
             for info in ak.overrides():
@@ -117,11 +123,32 @@ def main(argv: list[str] | None = None) -> int:
              "| op | layer | µs/call |", "|---|---|---:|"]
     lines += [f"| {r['op']} | {r['row']} | {r['us'] if r['us'] is not None else r['error']} |" for r in rows]
     print("\n".join(lines))
+    if args.profile:
+        print(profile_text)
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "launch_cost.json").write_text(json.dumps(report, indent=1))
         (args.out / "launch_cost.md").write_text("\n".join(lines) + "\n")
+        if args.profile:
+            (args.out / "launch_profile.txt").write_text(profile_text)
     return 0
+
+
+def _profile(fn, calls: int = 3000, top: int = 30) -> str:
+    """cProfile of ``calls`` calls of ``fn``: the ``top`` functions by own time (text)."""
+    import cProfile
+    import io
+    import pstats
+
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(calls):
+        fn()
+    prof.disable()
+    torch.cuda.synchronize()
+    out = io.StringIO()
+    pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(top)
+    return f"cProfile, routed rms_norm -> triton, {calls} calls\n" + out.getvalue()[:9000]
 
 
 if __name__ == "__main__":
