@@ -16,7 +16,7 @@ import torch
 from accel.kernels import _tuning
 
 __all__ = ["ALIGN", "DTYPES", "Limits", "arch", "device_reason", "device_types_for", "entry_reason",
-           "table_declines", "table_reason"]
+           "table_declines", "table_reason", "floors"]
 
 #: dtypes the kernels compute (fp32 accumulation for all).
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -152,3 +152,16 @@ def entry_reason(input: torch.Tensor, numel: int, op: str, dsl: str, devices: di
     if numel > max_numel:
         return "numel_big"
     return device_reason(input, devices)
+
+
+def floors(fwd, bwd, family: str, dsl: str):
+    """Give the ``(fwd, bwd)`` conds of ``family`` their ``floor`` attribute and return them.
+
+    ``cond.floor()`` is :func:`accel.kernels._tuning.floor` for the op and DSL: the size below
+    which the cond declines (:func:`entry_reason`'s first check, on the same element count as
+    the op's first tensor argument). accel's router uses it to send small calls to ATen with one
+    compare for all overrides of the op (:func:`accel.kernels._router._floor_gate`).
+    """
+    fwd.floor = functools.partial(_tuning.floor, f"{family}_fwd", dsl)
+    bwd.floor = functools.partial(_tuning.floor, f"{family}_bwd", dsl)
+    return fwd, bwd

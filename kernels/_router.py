@@ -25,12 +25,53 @@ NAME = "accel"
 _OVERRIDE_WARNING = r".*(Overriding a previously registered kernel|Warning only once for all operators).*"
 
 
+def _floor_gate(live: tuple) -> Any:
+    """``below(args)``: whether every override in ``live`` declines ``args`` by size alone, or ``None``.
+
+    Only when each override's cond carries ``floor`` (a callable giving the fewest elements its
+    kernel takes: the built-in conds, :func:`accel.kernels._tuning.floor`). Then a call whose first
+    argument has fewer elements
+    than the smallest floor goes straight to ATen with one ``numel()``: the 8-element router cost
+    is one compare, not a cond per override. The floors are cached until the tuning tables
+    change (:data:`accel.kernels._tuning.GENERATION`).
+    """
+    floors = [getattr(ov.cond, "floor", None) for ov in live]
+    if not live or not all(callable(f) for f in floors):
+        return None
+    from . import _tuning
+
+    cache = [-1, 0]  # generation, min floor
+
+    def below(args: tuple) -> bool:
+        if cache[0] != _tuning.GENERATION:
+            least = min(f() for f in floors)
+            cache[0], cache[1] = _tuning.GENERATION, least  # after the calls: they may load tables
+        try:
+            small = args[0].numel() < cache[1]
+        except (AttributeError, IndexError, TypeError):
+            return False
+        if small:
+            for ov in live:
+                ov.declined += 1
+        return small
+
+    return below
+
+
 def _make_router(slot: Any, live: tuple) -> Any:
     original = slot.original
     fallback = slot.fallback
     inside, run = slot.inside, slot.run_guarded  # an impl calling its own op gets ATen (no recursion)
+    below = _floor_gate(live)
 
-    if original is not None:
+    if original is not None and below is not None:
+        def router(keyset: Any, *args: Any, **kwargs: Any) -> Any:
+            if not inside.on and not below(args):
+                for ov in live:
+                    if ov.accept(args, kwargs):
+                        return run(ov, args, kwargs)
+            return original.call_boxed(keyset, *args, **kwargs)
+    elif original is not None:
         def router(keyset: Any, *args: Any, **kwargs: Any) -> Any:
             if not inside.on:
                 for ov in live:
@@ -39,7 +80,7 @@ def _make_router(slot: Any, live: tuple) -> Any:
             return original.call_boxed(keyset, *args, **kwargs)
     else:
         def router(keyset: Any, *args: Any, **kwargs: Any) -> Any:
-            if not inside.on:
+            if not inside.on and (below is None or not below(args)):
                 for ov in live:
                     if ov.accept(args, kwargs):
                         return run(ov, args, kwargs)

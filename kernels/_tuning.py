@@ -186,14 +186,14 @@ def table(arch: str) -> dict[tuple[str, str, int, int], Choice]:
             warnings.warn(f"accel.kernels: user tuning table {user} unreadable ({type(exc).__name__}: {exc}). "
                           f"Ignored: shipped defaults apply. Delete it or re-run accel bench --tune.",
                           KernelFallbackWarning, stacklevel=2)
-    _FLOORS.clear()  # a table loaded after the floors were computed may hold smaller buckets
+    _forget_floors()  # a table loaded after the floors were computed may hold smaller buckets
     return out
 
 
 def reload() -> None:
     """Forget the folded tables and floors (the next :func:`lookup` re-reads the files)."""
     table.cache_clear()
-    _FLOORS.clear()
+    _forget_floors()
 
 
 def lookup(op: str, arch: str, dtype: str, m: int, n: int) -> Choice | None:
@@ -244,6 +244,15 @@ def _table_archs() -> set[str]:
 
 
 _FLOORS: dict[tuple[str, str], int] = {}
+#: Bumped whenever the floors are forgotten: a router that caches ``min(floor(...))`` over its
+#: overrides (:mod:`accel.kernels._router`) recomputes it when this changes.
+GENERATION = 0
+
+
+def _forget_floors() -> None:
+    global GENERATION
+    _FLOORS.clear()
+    GENERATION += 1
 
 
 def route(op: str, dsl: str, arch: str, dtype: str, m: int, n: int) -> str | None:

@@ -423,3 +423,60 @@ def test_a_vendor_the_build_does_not_serve_is_off_at_the_shared_cuda_key(build, 
                     in info.inactive_reason
         finally:
             ak.unregister("v")
+
+
+def test_router_floor_gate_sends_small_calls_to_aten_without_a_cond():
+    """accel's router: when every override's cond carries ``floor``, a call smaller than the least
+    floor goes to ATen without any cond (one compare), counted as declined for each; at or above
+    it the conds decide; the floors are re-read when the tuning tables change; one override without
+    ``floor`` turns the gate off."""
+    from accel.kernels import _tuning
+
+    ak.use_registry("accel")  # the gate is the router's (torch's native registry calls each cond itself)
+    seen = []
+    floor = {"a": 64, "b": 32}
+
+    def make(tag):
+        def cond(x, normalized_shape, weight=None, eps=None):
+            seen.append((tag, x.numel()))
+            return tag == "b"
+        cond.floor = lambda: floor[tag]
+        return cond
+
+    fa, fb = Counting(reference.fused_rms_norm), Counting(reference.fused_rms_norm)
+    ak.register(FWD, impl=fa, backends=["cpu"], dsl="triton", cond=make("a"), name="ga")
+    ak.register(FWD, impl=fb, backends=["cpu"], dsl="helion", cond=make("b"), name="gb")
+    x_small, x_big = torch.randn(2, 8), torch.randn(4, 8)  # 16 < min(64, 32) <= 32
+    torch.testing.assert_close(_call(x_small)[0], reference.fused_rms_norm(x_small, [8], None, 1e-6)[0])
+    assert seen == [] and fa.calls == fb.calls == 0
+    assert _info("ga").declined == 1 and _info("gb").declined == 1
+    _call(x_big)
+    assert seen == [("a", 32), ("b", 32)] and fb.calls == 1
+    floor["b"] = 8  # a new table: the gate must re-read the floors
+    seen.clear()
+    _call(x_small)
+    assert seen == []  # generation unchanged: still the cached floor 32
+    _tuning.reload()
+    _call(x_small)
+    assert seen == [("a", 16), ("b", 16)] and fb.calls == 2
+    ak.register(FWD, impl=Counting(reference.fused_rms_norm), backends=["cpu"], dsl="eager",
+                cond=lambda *a, **k: False, name="gc")  # no floor: every cond runs again
+    floor["b"] = 1 << 30
+    _tuning.reload()
+    seen.clear()
+    _call(torch.randn(1, 8))
+    assert [t for t, _ in seen] == ["a", "b"]
+
+
+def test_builtin_conds_carry_their_tuning_floor():
+    from accel.kernels import _tuning
+    from accel.kernels.ops.layer_norm import conditions as lc
+    from accel.kernels.ops.rms_norm import conditions as rc
+    from accel.kernels.ops.softmax import conditions as sc
+    from accel.kernels._conds import Limits
+
+    lim = Limits(max_n_fwd=1024, max_n_bwd=1024)
+    for family, mod in (("rms_norm", rc), ("softmax", sc), ("layer_norm", lc)):
+        fwd, bwd = mod.make_conds("triton", ["cuda"], lim)
+        assert fwd.floor() == _tuning.floor(f"{family}_fwd", "triton")
+        assert bwd.floor() == _tuning.floor(f"{family}_bwd", "triton")

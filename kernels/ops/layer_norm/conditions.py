@@ -17,6 +17,7 @@ from accel.kernels._conds import (
     Limits,
     device_types_for,
     entry_reason,
+    floors,
     reason_text,
     rows_reason,
     table_declines,
@@ -108,4 +109,4 @@ def make_conds(dsl: str, backends: Sequence[str], limits: Limits) -> tuple[Calla
     bwd.why_not = lambda grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask: text(  # type: ignore[attr-defined]
         check_bwd(grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask), input, normalized_shape,
         limits.max_n_bwd, "layer_norm_bwd")
-    return fwd, bwd
+    return floors(fwd, bwd, "layer_norm", dsl)

@@ -23,6 +23,7 @@ from accel.kernels._conds import (
     arch,
     device_types_for,
     entry_reason,
+    floors,
     table_declines,
     table_reason,
 )
@@ -155,4 +156,4 @@ def make_conds(dsl: str, backends: Sequence[str], limits: Limits) -> tuple[Calla
 
     fwd.why_not = why_not_fwd  # type: ignore[attr-defined]
     bwd.why_not = why_not_bwd  # type: ignore[attr-defined]
-    return fwd, bwd
+    return floors(fwd, bwd, "rms_norm", dsl)

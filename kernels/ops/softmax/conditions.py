@@ -15,6 +15,7 @@ from accel.kernels._conds import (
     Limits,
     device_types_for,
     entry_reason,
+    floors,
     reason_text,
     rows_reason,
     table_declines,
@@ -86,4 +87,4 @@ def make_conds(dsl: str, backends: Sequence[str], limits: Limits) -> tuple[Calla
         check_fwd(input, dim, half_to_float), input, limits.max_n_fwd, "softmax_fwd")
     bwd.why_not = lambda grad_output, output, dim, input_dtype: text(  # type: ignore[attr-defined]
         check_bwd(grad_output, output, dim, input_dtype), output, limits.max_n_bwd, "softmax_bwd")
-    return fwd, bwd
+    return floors(fwd, bwd, "softmax", dsl)
