@@ -40,26 +40,42 @@ for stage in "$@"; do
       accel demo --device cuda --json > "$OUT/demo.json"; echo "demo --json exit: $?"
       ;;
     tests)
-      timeout ${ACCEL_GPU_TEST_TIMEOUT:-480} python3 -m pytest "$REPO/tests" -q -p no:cacheprovider --timeout 120 -m "not slow" -rfE --tb=short \
-        > "$OUT/pytest.txt" 2>&1
+      # ACCEL_GPU_PYTEST_ARGS: e.g. "-m cuda" (default: every test not marked slow)
+      timeout ${ACCEL_GPU_TEST_TIMEOUT:-480} python3 -m pytest "$REPO/tests" -q -p no:cacheprovider --timeout 120 \
+        ${ACCEL_GPU_PYTEST_ARGS:--m "not slow"} -rfE --tb=short > "$OUT/pytest.txt" 2>&1
       grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/pytest.txt" | tail -40
       ;;
     rng) python3 "$REPO/ci/gpu/rng_check.py" 2>&1 | tee "$OUT/rng_check.txt" ;;
     host) python3 "$REPO/benchmarks/host_overhead.py" --out "$OUT" 2>&1 | tail -40 ;;
-    launch) timeout 200 python3 "$REPO/benchmarks/launch_cost.py" --out "$OUT" 2>&1 | tail -40 ;;
+    launch) timeout 200 python3 "$REPO/benchmarks/launch_cost.py" --profile --out "$OUT" 2>&1 | tail -75 ;;
     graphs) timeout 240 python3 "$REPO/benchmarks/graphs.py" --out "$OUT" 2>&1 | tail -30 ;;
     example) timeout 200 python3 "$REPO/examples/kernels_rmsnorm.py" 2>&1 | tail -30 | tee "$OUT/example.txt" ;;
     plan) python3 -c "import accel; p=accel.compile_plan('max-autotune'); print(list(p)); [print(s) for s in p.skipped]" ;;
-    kernels) timeout 300 python3 "$REPO/benchmarks/kernels.py" --budget "${ACCEL_GPU_BENCH_BUDGET:-200}" --out "$OUT" 2>&1 | tail -80 ;;
+    kernels) timeout 300 python3 "$REPO/benchmarks/kernels.py" --budget "${ACCEL_GPU_BENCH_BUDGET:-200}" --out "$OUT" \
+               ${ACCEL_GPU_BENCH_ARGS:-} 2>&1 | tail -80 ;;
     tune)
-      export ACCEL_TUNING_DIR="$OUT/tuning"
-      timeout 420 python3 -m accel.cli bench --tune --budget "${ACCEL_GPU_TUNE_BUDGET:-330}" 2>&1 | tail -40
-      ls -la "$OUT/tuning"
+      # ACCEL_GPU_TUNE_ARGS: '|'-separated argument sets, one `accel bench --tune` each, e.g.
+      # "--ops softmax --shapes 8192x32768|--ops layer_norm --shapes 8192x16384"; the table (user cache,
+      # ACCEL_TUNING_DIR, default $OUT/tuning) merges them and is copied to $OUT/tuning.
+      export ACCEL_TUNING_DIR="${ACCEL_TUNING_DIR:-$OUT/tuning}"
+      IFS='|' read -ra sets <<< "${ACCEL_GPU_TUNE_ARGS:-}"
+      [ ${#sets[@]} -eq 0 ] && sets=("")
+      for a in "${sets[@]}"; do
+        timeout 420 python3 -m accel.cli bench --tune --budget "${ACCEL_GPU_TUNE_BUDGET:-330}" $a 2>&1 | tail -60
+      done
+      mkdir -p "$OUT/tuning"; cp "$ACCEL_TUNING_DIR"/*.json "$OUT/tuning/" 2>/dev/null; ls -la "$OUT/tuning"
       ;;
     demo-kernels)
+      # the "on" run times both: the digits model on vs off, and the wide model (accel.demo.WIDE) on vs off
       accel demo --device cuda --kernels on --json > "$OUT/demo-kernels-on.json"; echo "exit $?"
-      accel demo --device cuda --kernels off --json > "$OUT/demo-kernels-off.json"; echo "exit $?"
-      python3 -c "import json,sys; [print(f, json.load(open(f))['step_ms'], json.load(open(f))['kernels']) for f in sys.argv[1:]]" "$OUT"/demo-kernels-*.json
+      python3 -c "
+import json, sys
+r = json.load(open(sys.argv[1])); k = r['kernels']; w = k['wide']
+print('digits model step ms on/off', round(k['step_ms_on'], 3), round(k['step_ms_off'], 3))
+print('wide', w['config'], 'step ms on', round(w['step_ms_on'], 3), 'off', round(w['step_ms_off'], 3),
+      'speedup', round(w['speedup'], 4))
+print('wide routed', {n: c for n, c in w['counts'].items() if c['routed'] or c['failed']})
+" "$OUT/demo-kernels-on.json"
       ;;
     helion-probe) timeout 400 python3 "$REPO/ci/gpu/helion_autotune_probe.py" --timeout 120 2>&1 | tail -100 ;;
     compile) timeout 240 python3 "$REPO/ci/gpu/compile_demo.py" --mode "${ACCEL_GPU_COMPILE_MODE:-max-autotune-no-cudagraphs}" --out "$OUT" 2>&1 | tail -12 ;;
