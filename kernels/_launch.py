@@ -185,7 +185,7 @@ _FAST: dict[int, _FastLaunch] = {}
 
 
 def triton_launch(fn: Any, grid: tuple, *args: Any, num_warps: int = 4, num_stages: int | None = None,
-                  num_ctas: int = 1, **constexprs: Any) -> None:
+                  **constexprs: Any) -> None:
     """``fn[grid](*args, num_warps=..., **constexprs)``, launched directly once compiled.
 
     ``args`` are the kernel's runtime arguments in signature order (tensors, ints, floats);
@@ -200,11 +200,7 @@ def triton_launch(fn: Any, grid: tuple, *args: Any, num_warps: int = 4, num_stag
     instrumentation) per call: changing them after a kernel's first launch takes effect
     for specializations compiled later, not for ones already cached here.
     """
-    options = {"num_warps": num_warps}
-    if num_stages is not None:
-        options["num_stages"] = num_stages
-    if num_ctas != 1:  # a thread-block cluster per program (Hopper+); Triton's launcher sets the cluster dims
-        options["num_ctas"] = num_ctas
+    options = {"num_warps": num_warps} if num_stages is None else {"num_warps": num_warps, "num_stages": num_stages}
     fast = _FAST.get(id(fn))
     on_cuda = bool(args) and isinstance(args[0], torch.Tensor) and args[0].is_cuda
     if fast is None or not on_cuda:
@@ -212,7 +208,7 @@ def triton_launch(fn: Any, grid: tuple, *args: Any, num_warps: int = 4, num_stag
             fn[grid](*args, **constexprs, **options)
             return
         fast = _FAST[id(fn)] = _FastLaunch(fn)
-    fast(grid, args, constexprs, options, (num_warps, num_stages, num_ctas))
+    fast(grid, args, constexprs, options, (num_warps, num_stages))
 
 
 @functools.cache

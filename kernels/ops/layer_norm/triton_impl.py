@@ -67,7 +67,7 @@ def launch_bwd(dy, x, w, mean, rstd, dx, want: Sequence[bool], cfg: Mapping[str,
         triton_launch(k.layer_norm_bwd_rows, (programs,), dy, x, w if w is not None else x, mean, rstd, dx if want_dx else x, dw, db,
                                            m, n, per_program, BLOCK_N=max(cfg["block_n"], next_power_of_2(n)),
                                            HAS_W=w is not None, WANT_DX=want_dx, WANT_DW=want_dw, WANT_DB=want_db,
-                                           num_warps=cfg["num_warps"], num_ctas=cfg.get("num_ctas", 1))
+                                           num_warps=cfg["num_warps"])
     return (dw.sum(0) if want_dw else None), (db.sum(0) if want_db else None)
 
 

@@ -140,24 +140,13 @@ def bwd_config(n: int) -> dict:
 
 
 def candidate_configs(n: int, direction: str = "fwd") -> list[dict]:
-    """Configs ``accel bench --tune`` times (default first).
-
-    For rows of 8192+ the backward also tries thread-block clusters (``num_ctas`` 2/4, Hopper+):
-    the row and its ``dw``/``db`` accumulators spread over the cluster's CTAs, so each holds a
-    half or a quarter (one CTA's registers cannot hold all three fp32 rows at N = 16384).
-    """
+    """Configs ``accel bench --tune`` times (default first)."""
     block_n = next_power_of_2(n)
     if direction == "bwd":
         out = [bwd_config(n)]
         for nw in (4, 8, 16):
             for per_sm in (1, 2, 4, 8):
                 out.append({"block_n": block_n, "num_warps": nw, "programs_per_sm": per_sm})
-        if block_n >= 8192:
-            for ctas in (2, 4):
-                for nw in (4, 8, 16):
-                    for per_sm in (1, 2):
-                        out.append({"block_n": block_n, "num_warps": nw, "programs_per_sm": per_sm,
-                                    "num_ctas": ctas})
     else:
         out = [default_config(n)]
         if block_n <= MAX_BLOCK_N:

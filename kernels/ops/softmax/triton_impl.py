@@ -39,7 +39,7 @@ def launch_fwd(x: torch.Tensor, y: torch.Tensor, cfg: Mapping[str, Any], m: int 
                n: int | None = None) -> None:
     """Run the forward on ``x`` (``[M, N]``, or any contiguous shape with ``m``, ``n`` given) into ``y``
     with launch config ``cfg`` (used by the tuner too): ``looped``, ``block_n``, ``rows``, ``num_warps``,
-    and optionally ``recompute`` (low-register formulation) and ``num_ctas`` (thread-block cluster)."""
+    and optionally ``recompute`` (the low-register formulation)."""
     k = _kernels()
     if m is None:
         m, n = x.shape
@@ -50,8 +50,7 @@ def launch_fwd(x: torch.Tensor, y: torch.Tensor, cfg: Mapping[str, Any], m: int 
             rows = cfg["rows"]
             triton_launch(k.softmax_fwd_rows, (-(-m // rows),), x, y, m, n,
                           BLOCK_N=max(cfg["block_n"], next_power_of_2(n)), ROWS=rows,
-                          RECOMPUTE=cfg.get("recompute", False), num_warps=cfg["num_warps"],
-                          num_ctas=cfg.get("num_ctas", 1))
+                          RECOMPUTE=cfg.get("recompute", False), num_warps=cfg["num_warps"])
 
 
 def launch_bwd(dy: torch.Tensor, y: torch.Tensor, dx: torch.Tensor, cfg: Mapping[str, Any], m: int | None = None,
@@ -67,8 +66,7 @@ def launch_bwd(dy: torch.Tensor, y: torch.Tensor, dx: torch.Tensor, cfg: Mapping
             rows = cfg["rows"]
             triton_launch(k.softmax_bwd_rows, (-(-m // rows),), dy, y, dx, m, n,
                           BLOCK_N=max(cfg["block_n"], next_power_of_2(n)), ROWS=rows,
-                          RECOMPUTE=cfg.get("recompute", False), num_warps=cfg["num_warps"],
-                          num_ctas=cfg.get("num_ctas", 1))
+                          RECOMPUTE=cfg.get("recompute", False), num_warps=cfg["num_warps"])
 
 
 softmax, softmax_backward_data, register = make_ops(DSL, LIMITS, launch_fwd, launch_bwd, _config)

@@ -146,10 +146,10 @@ def candidate_configs(n: int) -> list[dict]:
     """The configs ``accel bench --tune`` times for rows of ``n`` elements (default first).
 
     Rows in registers (1-16 rows per program, 4-32 warps, 4-128 elements per thread);
-    for rows of 8192+ also the low-register ``recompute`` formulation, Hopper+ thread-block
-    clusters (``num_ctas`` 2/4: one row spread over the cluster's CTAs, as quack's long-row
-    softmax does with CuTe; a config this Triton cannot compile is reported and skipped by
-    the tuner), and the looped kernels.
+    for rows of 8192+ also the low-register ``recompute`` formulation and the looped kernels.
+    (Thread-block clusters, ``num_ctas`` 2/4 - one row over a cluster's CTAs, as quack's long-row
+    softmax does in CuTe - do not compile with Triton 3.6: ``TritonGPUPlanCTAPass`` fails on the
+    row reduction, H200, ``benchmarks/results/h200/session3-runB.log``.)
     """
     block_n = next_power_of_2(n)
     out = [default_config(n)]
@@ -164,11 +164,6 @@ def candidate_configs(n: int) -> list[dict]:
         if block_n >= 8192:
             for warps in (8, 16, 32):
                 out.append({"looped": False, "block_n": block_n, "rows": 1, "num_warps": warps, "recompute": True})
-            for ctas in (2, 4):
-                for warps in (4, 8, 16):
-                    if 4 <= block_n // (32 * warps * ctas) <= 64:
-                        out.append({"looped": False, "block_n": block_n, "rows": 1, "num_warps": warps,
-                                    "num_ctas": ctas})
     if block_n >= 8192:
         for chunk in (2048, 4096, 8192, 16384):
             for warps in (4, 8, 16, 32):
