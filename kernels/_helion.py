@@ -1,21 +1,34 @@
-"""Helion kernels with explicit configs: never autotune at run time.
+"""Helion kernels with explicit configs: never autotune at run time; launched with little host time.
 
 :func:`bind` wraps a kernel function with ``helion.kernel(config=helion.Config(**cfg))``
 once per distinct config (cached), so each tuning-table config, or the op's
 fixed default, compiles once and is reused; Helion's autotuner is never
-entered in the user's process. Imports Helion (call it only from kernel modules).
+entered in the user's process. :func:`call` runs a bound kernel: after the first
+call per argument signature it calls Helion's generated host function directly,
+with accel's direct Triton launcher (:func:`accel.kernels._launch.triton_launch`)
+as its ``_launcher``. Measured on the H200's host (``launch_cost.md``, session 3):
+a routed Helion call cost 68-88 µs against 39-83 µs for Triton; Helion's default
+launcher goes through ``JITFunction.run`` (~15 µs), its dispatch through
+``Kernel.__call__``. Imports Helion (call it only from kernel modules).
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
 import json
+import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import helion
 
-__all__ = ["bind"]
+from accel.kernels._launch import fast_launch_supported, triton_launch
+
+__all__ = ["bind", "call", "IGNORE_WRAPPER_TENSOR_OPS"]
+
+#: ``ignore_warnings`` for kernels that allocate their partial-sum buffers in the host code.
+IGNORE_WRAPPER_TENSOR_OPS = (helion.exc.TensorOperationInWrapper,)
 
 
 @functools.cache
@@ -41,3 +54,52 @@ def bind(fn: Callable, cfg: Mapping[str, Any], ignore_warnings: tuple = ()) -> A
     kernel = _bind(fn, json.dumps(dict(cfg), sort_keys=True), tuple(ignore_warnings))
     _BOUND[key] = (cfg, kernel)  # holds cfg: its id cannot be reused while the entry lives
     return kernel
+
+
+def _launcher(triton_kernel: Any, grid: tuple, *args: Any, num_warps: int, num_stages: int, **options: Any) -> None:
+    """Helion's ``_launcher`` contract, through :func:`triton_launch`; any extra launch option
+    (cooperative grid, PTX options) goes to Helion's own launcher."""
+    if options:
+        from helion.runtime import default_launcher
+
+        return default_launcher(triton_kernel, grid, *args, num_warps=num_warps, num_stages=num_stages, **options)
+    triton_launch(triton_kernel, grid, *args, num_warps=num_warps, num_stages=num_stages)
+    return None
+
+
+#: ``(id(kernel), Helion's dispatch key)`` -> the bound kernel's generated host function.
+_HOST: dict[tuple, Callable[..., Any]] = {}
+
+
+@functools.cache
+def _direct_ok() -> bool:
+    """Whether :func:`call` may call generated host functions directly (checked once): accel's
+    Triton fast launch is on, Helion is not interpreting, and this Helion has the dispatch key
+    (``Kernel._fast_dispatch_key``, Helion 1.4+) and the ``_launcher`` parameter relied on."""
+    return (fast_launch_supported()[0] and os.environ.get("HELION_INTERPRET", "").strip() != "1"
+            and callable(getattr(helion.Kernel, "_fast_dispatch_key", None)))
+
+
+def call(kernel: Any, *args: Any) -> Any:
+    """``kernel(*args)`` for a kernel from :func:`bind`: same result, less host time.
+
+    The first call per Helion dispatch key (dtype, shape, stride and device of each tensor, type
+    and value of each scalar: finer than Helion's specialization key) goes through
+    ``kernel(*args)``, which compiles or fetches the bound kernel; later ones call its generated
+    host function with ``_launcher=`` :func:`_launcher`. Falls back to ``kernel(*args)`` where
+    :func:`_direct_ok` says no, for arguments Helion cannot key, and when the bound kernel has
+    no generated host function with a ``_launcher`` parameter.
+    """
+    if not _direct_ok():
+        return kernel(*args)
+    key = kernel._fast_dispatch_key(args)
+    if key is None:
+        return kernel(*args)
+    host = _HOST.get((id(kernel), key))
+    if host is not None:
+        return host(*args, _launcher=_launcher)
+    out = kernel(*args)
+    run = getattr(kernel.bind(args), "_run", None)
+    if run is not None and "_launcher" in inspect.signature(run).parameters:
+        _HOST[(id(kernel), key)] = run  # the kernel is cached by _bind for the process: its id stays its own
+    return out

@@ -136,16 +136,19 @@ def _no_hook(hook: Any) -> bool:
 class _FastLaunch:
     """One ``@triton.jit`` function's compiled kernels by specialization key, launched directly."""
 
-    __slots__ = ("fn", "names", "tails", "cache", "runtime_knobs")
+    __slots__ = ("fn", "names", "tails", "cache", "runtime_knobs", "constexpr_pos")
 
     def __init__(self, fn: Any) -> None:
         from triton import knobs
 
         self.fn = fn
         self.names = tuple(fn.arg_names)
-        self.tails: dict[int, tuple[str, ...]] = {}  # positional count -> the constexpr names after them
+        #: positional count -> (the constexpr names after them, positions of constexprs passed positionally)
+        self.tails: dict[int, tuple[tuple[str, ...], tuple[int, ...]]] = {}
         self.cache: dict[tuple, Any] = {}
         self.runtime_knobs = knobs.runtime
+        params = getattr(fn, "params", None)  # triton's KernelParam list (is_constexpr per parameter)
+        self.constexpr_pos = None if params is None else tuple(i for i, p in enumerate(params) if p.is_constexpr)
 
     def __call__(self, grid: tuple, args: tuple, constexprs: dict, options: dict, opt_key: tuple) -> None:
         rk = self.runtime_knobs
@@ -153,16 +156,23 @@ class _FastLaunch:
         if (enter is not None or leave is not None) and not (_no_hook(enter) and _no_hook(leave)):
             self.fn[grid](*args, **constexprs, **options)  # profilers: Triton's own path
             return
-        names = self.tails.get(len(args))
-        if names is None:
-            names = self.tails[len(args)] = self.names[len(args):]
+        split = self.tails.get(len(args))
+        if split is None:
+            cpos = self.constexpr_pos
+            split = self.tails[len(args)] = (self.names[len(args):],
+                                            None if cpos is None else tuple(i for i in cpos if i < len(args)))
+        names, positional = split
         tail = tuple([constexprs.get(name, _MISSING) for name in names])
-        if callable(grid) or _MISSING in tail or len(constexprs) != len(tail):
-            # a grid function, a constexpr left to its default, or an extra Triton option: Triton's own path
+        if callable(grid) or _MISSING in tail or len(constexprs) != len(tail) or positional is None:
+            # a grid function, a constexpr left to its default, an extra Triton option, or a function
+            # whose constexpr parameters are unknown: Triton's own path
             self.fn[grid](*args, **constexprs, **options)
             return
+        if positional:  # constexprs passed positionally (Helion's generated launches): their values count
+            tail = (*tail, *[args[i] for i in positional])
         device = torch._C._cuda_getDevice()
-        # _arg_key per argument, inlined (a function call per argument cost ~0.2 us each)
+        # _arg_key per argument, inlined (a function call per argument cost ~0.2 us each); a positional
+        # constexpr's value is in ``tail`` as well
         key = (device, tail, tuple(map(type, tail)), opt_key, *[
             (a.dtype, not a.data_ptr() & 15) if isinstance(a, _Tensor) else
             ((a == 1, not a & 15, -2147483648 <= a <= 2147483647, a < 9223372036854775808) if type(a) is int
@@ -176,7 +186,7 @@ class _FastLaunch:
         n = len(grid)
         kernel.run(grid[0], grid[1] if n > 1 else 1, grid[2] if n > 2 else 1,
                    torch._C._cuda_getCurrentRawStream(device), kernel.function, kernel.packed_metadata,
-                   None, None, None, *args, *tail)
+                   None, None, None, *args, *tail[:len(names)])
 
 
 #: By ``id`` of the ``@triton.jit`` function (hashing a JITFunction computes its source cache key:
@@ -188,8 +198,9 @@ def triton_launch(fn: Any, grid: tuple, *args: Any, num_warps: int = 4, num_stag
                   **constexprs: Any) -> None:
     """``fn[grid](*args, num_warps=..., **constexprs)``, launched directly once compiled.
 
-    ``args`` are the kernel's runtime arguments in signature order (tensors, ints, floats);
-    ``constexprs`` its ``tl.constexpr`` parameters (all after the runtime ones), by name.
+    ``args`` are the kernel's arguments in signature order (tensors, ints, floats; constexpr
+    parameters may come positionally too, as Helion's generated code passes them: their values
+    are part of the key); ``constexprs`` the ``tl.constexpr`` parameters after them, by name.
     The first call per specialization (device, constexprs, options, and per argument
     what Triton specializes on: see :func:`_arg_key`) goes through Triton, which compiles
     and launches; later ones call the compiled kernel's launcher with the current raw

@@ -38,8 +38,14 @@ class _Compiled:
         self.calls.append(("direct", a))
 
 
+class _Param:
+    def __init__(self, name: str) -> None:
+        self.name, self.is_constexpr = name, name.isupper() and len(name) > 1
+
+
 class _FakeJit:
     arg_names = ["X", "Y", "M", "N", "eps", "BLOCK_N", "ROWS"]
+    params = [_Param(n) for n in arg_names]  # BLOCK_N and ROWS are constexprs
 
     def __init__(self) -> None:
         self.calls: list = []
@@ -166,3 +172,24 @@ def test_non_tensor_first_argument_and_wide_ints(fast):
     _launch.triton_launch(fast, (1,), x, x, 16, 16, 1e-5, BLOCK_N=16, ROWS=1)
     _launch.triton_launch(fast, (1,), None, x, 16, 16, 1e-5, BLOCK_N=16, ROWS=1)  # no crash: Triton's path
     assert _kinds(fast) == ["triton"] * 5
+
+
+def test_positional_constexprs_are_keyed_by_value(fast):
+    """Helion's generated code passes constexprs positionally: a new value is a new compile, the
+    launcher gets every argument once, in order."""
+    x = _cuda(torch.zeros(16, 16))
+    for rows in (1, 1, 2, 2):
+        _launch.triton_launch(fast, (1,), x, x, 16, 16, 1e-5, 16, rows)
+    assert _kinds(fast) == ["triton", "direct", "triton", "direct"]
+    assert fast.calls[3][1][9:] == (x, x, 16, 16, 1e-5, 16, 2)
+
+
+def test_a_function_without_parameter_facts_goes_through_triton(fast):
+    class Bare(_FakeJit):
+        params = None
+
+    fn = Bare()
+    x = _cuda(torch.zeros(16, 16))
+    for _ in range(2):
+        _launch.triton_launch(fn, (1,), x, x, 16, 16, 1e-5, BLOCK_N=16, ROWS=1)
+    assert _kinds(fn) == ["triton", "triton"]

@@ -14,12 +14,15 @@ import torch
 
 from accel.kernels import _tuning
 from accel.kernels._conds import Limits, arch
-from accel.kernels._launch import device_guard, empty, empty_like, row_count, rows_view
+from accel.kernels._launch import device_guard, empty, empty_like, lazy_module, row_count, rows_view
 from accel.kernels._pair import register_pair
 from accel.kernels.ops.rms_norm.helion_impl import available
 
 from . import BWD_OP, FWD_OP, reference
 from .conditions import make_conds
+
+_kernels = lazy_module(__package__ + ".helion_kernel")  # imports Helion at the first launch
+_helion = lazy_module("accel.kernels._helion")
 
 __all__ = ["DSL", "LIMITS", "available", "native_layer_norm", "native_layer_norm_backward", "register",
            "launch_fwd", "launch_bwd"]
@@ -36,30 +39,20 @@ def _cfg(op: str, x: torch.Tensor, m: int, n: int, default: Mapping[str, Any]) -
 
 def launch_fwd(x, w, b, y, mean, rstd, eps: float, cfg: Mapping[str, Any]) -> None:
     """Run the forward on ``x [M, N]`` with the Helion config ``cfg``."""
-    from accel.kernels._helion import bind
-
-    from . import helion_kernel
-
+    h = _helion()
     with device_guard(x.device):
-        bind(helion_kernel.layer_norm_fwd, cfg)(x, w, b, eps, y, mean, rstd)
+        h.call(h.bind(_kernels().layer_norm_fwd, cfg), x, w, b, eps, y, mean, rstd)
 
 
 def launch_bwd(dy, x, w, mean, rstd, dx, cfg: Mapping[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
     """Run the backward; returns fp32 ``(dw [N], db [N])``."""
-    from accel.kernels._helion import bind
-
-    from . import helion_kernel
-
-    import helion
-
+    h = _helion()
     with device_guard(x.device):
-        return bind(helion_kernel.layer_norm_bwd, cfg, (helion.exc.TensorOperationInWrapper,))(dy, x, w, mean, rstd, dx)
+        return h.call(h.bind(_kernels().layer_norm_bwd, cfg, h.IGNORE_WRAPPER_TENSOR_OPS), dy, x, w, mean, rstd, dx)
 
 
 def native_layer_norm(input, normalized_shape, weight, bias, eps):
     """``aten::native_layer_norm`` in Helion (weight and bias required); results as the reference."""
-    from . import helion_kernel
-
     n = row_count(normalized_shape)
     x = rows_view(input, n)
     m = x.shape[0]
@@ -67,15 +60,13 @@ def native_layer_norm(input, normalized_shape, weight, bias, eps):
     sdt = reference.stat_dtype(input)
     mean, rstd = empty(m, sdt, x.device), empty(m, sdt, x.device)
     launch_fwd(x, weight.view(n), bias.view(n), y, mean, rstd, float(eps),
-               _cfg("layer_norm_fwd", x, m, n, helion_kernel.DEFAULT_FWD))
+               _cfg("layer_norm_fwd", x, m, n, _kernels().DEFAULT_FWD))
     shape = reference.stat_shape(input, normalized_shape)
     return y.view(input.shape), mean.view(shape), rstd.view(shape)
 
 
 def native_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask):
     """``aten::native_layer_norm_backward`` in Helion (weight and bias required)."""
-    from . import helion_kernel
-
     if not any(output_mask):
         return None, None, None
     n = row_count(normalized_shape)
@@ -83,7 +74,7 @@ def native_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd, we
     m = x.shape[0]
     dx = empty_like(x)
     dw, db = launch_bwd(rows_view(grad_out, n), x, weight.view(n), mean.view(-1), rstd.view(-1), dx,
-                        _cfg("layer_norm_bwd", x, m, n, helion_kernel.DEFAULT_BWD))
+                        _cfg("layer_norm_bwd", x, m, n, _kernels().DEFAULT_BWD))
     return (dx.view(input.shape) if output_mask[0] else None,
             dw.to(weight.dtype).view(weight.shape) if output_mask[1] else None,
             db.to(bias.dtype).view(bias.shape) if output_mask[2] else None)

@@ -47,6 +47,7 @@ def available() -> tuple[bool, str]:
 
 
 _kernels = lazy_module(__package__ + ".helion_kernel")  # imports the DSL at the first launch
+_helion = lazy_module("accel.kernels._helion")
 
 
 def fused_rms_norm(input: torch.Tensor, normalized_shape: Sequence[int], weight: torch.Tensor | None = None,
@@ -59,7 +60,7 @@ def fused_rms_norm(input: torch.Tensor, normalized_shape: Sequence[int], weight:
     y = empty_like(x)
     rstd = empty(x.shape[0], torch.float32, x.device)
     with device_guard(x.device):
-        k.rms_norm_fwd(x, weight.view(n), eps, y, rstd)
+        _helion().call(k.rms_norm_fwd, x, weight.view(n), eps, y, rstd)
     return y.view(input.shape), rstd.view(reference.stat_shape(input, normalized_shape))
 
 
@@ -74,7 +75,7 @@ def fused_rms_norm_backward(grad_out: torch.Tensor, input: torch.Tensor, normali
     x = rows_view(input, n)
     dx = empty_like(x)
     with device_guard(x.device):
-        dw = k.rms_norm_bwd(rows_view(grad_out, n), x, weight.view(n), rstd.view(-1, 1), dx)
+        dw = _helion().call(k.rms_norm_bwd, rows_view(grad_out, n), x, weight.view(n), rstd.view(-1, 1), dx)
     return (dx.view(input.shape) if output_mask[0] else None,
             dw.view(weight.shape) if output_mask[1] else None)
 

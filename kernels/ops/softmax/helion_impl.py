@@ -13,10 +13,13 @@ import torch
 
 from accel.kernels import _tuning
 from accel.kernels._conds import Limits, arch
-from accel.kernels._launch import device_guard
+from accel.kernels._launch import device_guard, lazy_module
 from accel.kernels.ops.rms_norm.helion_impl import available
 
 from ._ops import make_ops
+
+_kernels = lazy_module(__package__ + ".helion_kernel")  # imports Helion at the first launch
+_helion = lazy_module("accel.kernels._helion")
 
 __all__ = ["DSL", "LIMITS", "available", "softmax", "softmax_backward_data", "register", "launch_fwd", "launch_bwd"]
 
@@ -26,36 +29,28 @@ LIMITS = Limits(max_n_fwd=16384, max_n_bwd=16384, max_numel=(1 << 31) - 1)
 
 
 def _config(op: str, x: torch.Tensor, m: int, n: int) -> Mapping[str, Any]:
-    from . import helion_kernel
-
     cfg = _tuning.config(op, DSL, arch(x.device), _tuning.dtype_name(x.dtype), m, n)
-    return cfg if cfg is not None else helion_kernel.DEFAULT
+    return cfg if cfg is not None else _kernels().DEFAULT
 
 
 def launch_fwd(x: torch.Tensor, y: torch.Tensor, cfg: Mapping[str, Any], m: int | None = None,
                n: int | None = None) -> None:
     """Run the forward on ``x`` (``[M, N]``, or contiguous with ``m``, ``n`` given) into ``y`` with Helion config ``cfg``."""
-    from accel.kernels._helion import bind
-
-    from . import helion_kernel
-
+    h = _helion()
     if m is not None:
         x, y = x.view(m, n), y.view(m, n)
     with device_guard(x.device):
-        bind(helion_kernel.softmax_fwd, cfg)(x, y)
+        h.call(h.bind(_kernels().softmax_fwd, cfg), x, y)
 
 
 def launch_bwd(dy: torch.Tensor, y: torch.Tensor, dx: torch.Tensor, cfg: Mapping[str, Any], m: int | None = None,
                n: int | None = None) -> None:
     """Run the backward on ``[M, N]`` tensors (or contiguous ones with ``m``, ``n``) with Helion config ``cfg``."""
-    from accel.kernels._helion import bind
-
-    from . import helion_kernel
-
+    h = _helion()
     if m is not None:
         dy, y, dx = dy.view(m, n), y.view(m, n), dx.view(m, n)
     with device_guard(y.device):
-        bind(helion_kernel.softmax_bwd, cfg)(dy, y, dx)
+        h.call(h.bind(_kernels().softmax_bwd, cfg), dy, y, dx)
 
 
 softmax, softmax_backward_data, register = make_ops(DSL, LIMITS, launch_fwd, launch_bwd, _config)
