@@ -9,7 +9,8 @@ with accel's direct Triton launcher (:func:`accel.kernels._launch.triton_launch`
 as its ``_launcher``. Measured on the H200's host (``launch_cost.md``, session 3):
 a routed Helion call cost 68-88 µs against 39-83 µs for Triton; Helion's default
 launcher goes through ``JITFunction.run`` (~15 µs), its dispatch through
-``Kernel.__call__``. Imports Helion (call it only from kernel modules).
+``Kernel.__call__``, whose per-call key costs 12-26 µs on the CPU host (:func:`_dispatch_key`).
+Imports Helion (call it only from kernel modules).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import helion
+import torch
 
 from accel.kernels._launch import fast_launch_supported, triton_launch
 
@@ -67,32 +69,60 @@ def _launcher(triton_kernel: Any, grid: tuple, *args: Any, num_warps: int, num_s
     return None
 
 
-#: ``(id(kernel), Helion's dispatch key)`` -> the bound kernel's generated host function.
+#: ``(id(kernel), dispatch key)`` -> the bound kernel's generated host function.
 _HOST: dict[tuple, Callable[..., Any]] = {}
+_Tensor, _Parameter = torch.Tensor, torch.nn.Parameter
 
 
 @functools.cache
 def _direct_ok() -> bool:
     """Whether :func:`call` may call generated host functions directly (checked once): accel's
-    Triton fast launch is on, Helion is not interpreting, and this Helion has the dispatch key
-    (``Kernel._fast_dispatch_key``, Helion 1.4+) and the ``_launcher`` parameter relied on."""
-    return (fast_launch_supported()[0] and os.environ.get("HELION_INTERPRET", "").strip() != "1"
-            and callable(getattr(helion.Kernel, "_fast_dispatch_key", None)))
+    Triton fast launch is on and Helion is not interpreting."""
+    return fast_launch_supported()[0] and os.environ.get("HELION_INTERPRET", "").strip() != "1"
+
+
+def _dispatch_key(args: tuple) -> tuple | None:
+    """Exact metadata of ``args``: dtype, shape and strides of each plain tensor, type and value of
+    each scalar, the first tensor's device index; ``None`` for anything else (subclasses, containers).
+
+    As fine as Helion's specialization key for accel's kernels (no ``key=`` function, no
+    distributed tensors), at ~2 µs for 7 arguments against ~26 µs for Helion 1.4's own
+    ``Kernel._fast_dispatch_key`` (CPU host, torch 2.13): that key builds a device object per
+    tensor and checks for distributed tensors on every call.
+    """
+    key: list = []
+    device = None
+    for a in args:
+        t = type(a)
+        if t is _Tensor or t is _Parameter:
+            key.append((a.dtype, a.shape, a.stride()))
+            if device is None:
+                device = a.get_device()
+        elif t is int or t is float or t is bool:
+            key.append((t, a))
+        elif a is None:
+            key.append(None)
+        else:
+            return None
+    if device is None:
+        return None
+    key.append(device)
+    return tuple(key)
 
 
 def call(kernel: Any, *args: Any) -> Any:
-    """``kernel(*args)`` for a kernel from :func:`bind`: same result, less host time.
+    """``kernel(*args)`` for a Helion kernel (from :func:`bind` or ``@helion.kernel``): same result,
+    less host time.
 
-    The first call per Helion dispatch key (dtype, shape, stride and device of each tensor, type
-    and value of each scalar: finer than Helion's specialization key) goes through
-    ``kernel(*args)``, which compiles or fetches the bound kernel; later ones call its generated
-    host function with ``_launcher=`` :func:`_launcher`. Falls back to ``kernel(*args)`` where
-    :func:`_direct_ok` says no, for arguments Helion cannot key, and when the bound kernel has
-    no generated host function with a ``_launcher`` parameter.
+    The first call per :func:`_dispatch_key` goes through ``kernel(*args)``, which compiles or
+    fetches the bound kernel; later ones call its generated host function with ``_launcher=``
+    :func:`_launcher`. Falls back to ``kernel(*args)`` where :func:`_direct_ok` says no, for
+    arguments :func:`_dispatch_key` cannot describe, and when the bound kernel has no generated
+    host function with a ``_launcher`` parameter.
     """
     if not _direct_ok():
         return kernel(*args)
-    key = kernel._fast_dispatch_key(args)
+    key = _dispatch_key(args)
     if key is None:
         return kernel(*args)
     host = _HOST.get((id(kernel), key))
@@ -101,5 +131,5 @@ def call(kernel: Any, *args: Any) -> Any:
     out = kernel(*args)
     run = getattr(kernel.bind(args), "_run", None)
     if run is not None and "_launcher" in inspect.signature(run).parameters:
-        _HOST[(id(kernel), key)] = run  # the kernel is cached by _bind for the process: its id stays its own
+        _HOST[(id(kernel), key)] = run  # the kernel lives for the process (cached by _bind or a module): id stays
     return out

@@ -33,10 +33,6 @@ class _Kernel:
         self.calls: list = []
         self.bound = _Bound(self.calls, with_launcher)
 
-    def _fast_dispatch_key(self, args):
-        t = [a for a in args if isinstance(a, torch.Tensor)]
-        return None if not t else tuple((a.dtype, a.shape) for a in t)
-
     def __call__(self, *args):
         self.calls.append(("kernel", args))
         return "kernel-result"
@@ -64,7 +60,7 @@ def test_first_call_through_helion_then_host_function_with_accels_launcher(direc
 def test_unkeyable_arguments_and_host_functions_without_launcher_use_helion(direct):
     k = _Kernel()
     for _ in range(2):
-        _helion.call(k, 3, 4)  # no tensor: Helion's key is None
+        _helion.call(k, 3, 4)  # no tensor: no key
     assert [c[0] for c in k.calls] == ["kernel", "kernel"]
     k2, x = _Kernel(with_launcher=False), torch.zeros(2)
     for _ in range(2):
@@ -99,3 +95,19 @@ def test_direct_ok_is_off_while_helion_interprets(monkeypatch):
         assert _helion._direct_ok() is False
     finally:
         _helion._direct_ok.cache_clear()
+
+
+def test_dispatch_key_is_exact_and_refuses_what_it_cannot_describe():
+    x = torch.zeros(4, 8)
+    k = _helion._dispatch_key((x, 1e-5, 3, None))
+    assert k == ((torch.float32, torch.Size([4, 8]), (8, 1)), (float, 1e-5), (int, 3), None, -1)
+    assert _helion._dispatch_key((x.t(), 1e-5, 3, None)) != k  # strides differ
+    assert _helion._dispatch_key((x, 2e-5, 3, None)) != k      # scalar values count
+    assert _helion._dispatch_key((x.to(torch.bfloat16), 1e-5, 3, None)) != k
+    assert _helion._dispatch_key((x, [1, 2])) is None          # a container
+    assert _helion._dispatch_key((3, 4)) is None               # no tensor: no device
+
+    class Sub(torch.Tensor):
+        pass
+
+    assert _helion._dispatch_key((x.as_subclass(Sub),)) is None

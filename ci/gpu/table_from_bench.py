@@ -13,8 +13,11 @@ Rules, in order:
 3. on host-sensitive shapes (at most :data:`SMALL` elements, e.g. 4096x4096 and 65536x1024:
    kernels of ~16-130 µs) Triton beats Helion whenever Triton itself passes rule 2: its host cost per
    call is about half of Helion's (24 vs 53 µs on the H200's host, ``launch_cost.md``);
-4. if, in ANY report, the routed call ran the winner and was slower than ATen there, the
-   winner is ATen (host-bound there: the router's host cost is part of what a user pays).
+4. if, in ANY report, the routed call ran the winner and was slower than ATen there while the
+   winner called directly beat ATen in that same report, the winner is ATen (host-bound there:
+   the router's host cost is part of what a user pays). A report where the direct call lost
+   too saw the GPU slowed (every implementation and peer of that row dropped together: session
+   3 run C2, RMSNorm 32768x4096), which says nothing about the routed path.
 
 Every entry keeps the GB/s as evidence. With ``--tuned``, a table written by
 ``accel bench --tune`` supplies the kernel config of each entry whose winner it agrees on.
@@ -58,7 +61,10 @@ def build(reports: list[dict], tuned: dict | None = None) -> dict:
                       f"GB/s but the report does not say what it ran ({routed_to!r}); rule 4 cannot use it",
                       file=sys.stderr)
             if routed and aten and routed < aten and "." in routed_to:
-                host_bound.setdefault(_key(row), set()).add(routed_to.rpartition(".")[2])
+                dsl = routed_to.rpartition(".")[2]
+                direct = row["impls"].get(dsl, {}).get("gbs")
+                if direct and direct > aten:
+                    host_bound.setdefault(_key(row), set()).add(dsl)
     entries = []
     for row in newest["rows"]:
         key = _key(row)
