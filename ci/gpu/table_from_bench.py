@@ -1,6 +1,7 @@
 """Build a shipped tuning table (kernels/tuning/<arch>.json) from ``accel bench`` JSON reports.
 
-    python ci/gpu/table_from_bench.py [--tuned TUNE.json ...] OLDER.json ... NEWEST.json > kernels/tuning/sm_90.json
+    python ci/gpu/table_from_bench.py [--tuned TUNE.json ...] [--evidence DSL:N ...] OLDER.json ... NEWEST.json \
+        > kernels/tuning/sm_90.json
 
 Per (op, direction, dtype, shape) row, each implementation's GB/s is its best over the
 reports (the machine is noisy and noise only slows a row down: a stall, a clock ramp).
@@ -13,14 +14,18 @@ Rules, in order:
 3. on host-sensitive shapes (at most :data:`SMALL` elements, e.g. 4096x4096 and 65536x1024:
    kernels of ~16-130 µs) Triton beats Helion whenever Triton itself passes rule 2: its host cost per
    call is about half of Helion's (24 vs 53 µs on the H200's host, ``launch_cost.md``);
-4. if, in ANY report, the routed call ran the winner and was slower than ATen there while the
-   winner called directly beat ATen in that same report, the winner is ATen (host-bound there:
-   the router's host cost is part of what a user pays). A report where the direct call lost
-   too saw the GPU slowed (every implementation and peer of that row dropped together: session
-   3 run C2, RMSNorm 32768x4096), which says nothing about the routed path.
+4. if, in ANY report, the routed call ran the winner and was slower than ATen there, the winner
+   is ATen (host-bound there: the router's host cost is part of what a user pays) - on shapes
+   above :data:`SMALL` only where the winner called directly beat ATen in that same report: a big
+   row whose direct call lost too saw the GPU slowed (every implementation and peer of the row
+   dropped together: session 3 run C2, RMSNorm 32768x4096), which says nothing about the routed
+   path; on host-sensitive shapes the direct call is host-bound as well, so any loss counts.
 
 Every entry keeps the GB/s as evidence. With ``--tuned``, a table written by
-``accel bench --tune`` supplies the kernel config of each entry whose winner it agrees on.
+``accel bench --tune`` supplies the kernel config of each entry whose winner it agrees on (the
+last file naming a bucket wins). ``--evidence DSL:N``: only the newest ``N`` reports supply rule
+4's evidence for ``DSL`` (when its host path changed between runs, older routed numbers measured
+other code).
 """
 
 from __future__ import annotations
@@ -42,11 +47,12 @@ def _key(row: dict) -> tuple:
     return row["op"], row["direction"], row["dtype"], tuple(row["shape"])
 
 
-def build(reports: list[dict], tuned: dict | None = None) -> dict:
+def build(reports: list[dict], tuned: dict | None = None, evidence: dict[str, int] | None = None) -> dict:
     newest = reports[-1]
+    evidence = evidence or {}
     best: dict[tuple, dict[str, float]] = {}
     host_bound: dict[tuple, set[str]] = {}
-    for report in reports:
+    for age, report in enumerate(reversed(reports)):  # age 0: the newest
         for row in report["rows"]:
             into = best.setdefault(_key(row), {})
             for k in ("aten", "triton", "helion"):
@@ -63,7 +69,10 @@ def build(reports: list[dict], tuned: dict | None = None) -> dict:
             if routed and aten and routed < aten and "." in routed_to:
                 dsl = routed_to.rpartition(".")[2]
                 direct = row["impls"].get(dsl, {}).get("gbs")
-                if direct and direct > aten:
+                m, n = row["shape"]
+                if age >= evidence.get(dsl, len(reports)):
+                    continue
+                if m * n <= SMALL or (direct and direct > aten):
                     host_bound.setdefault(_key(row), set()).add(dsl)
     entries = []
     for row in newest["rows"]:
@@ -84,11 +93,12 @@ def build(reports: list[dict], tuned: dict | None = None) -> dict:
             note = f"{winner} fastest directly ({gbs[winner]:.0f} GB/s) but its routed call lost to ATen: host-bound"
             winner = "aten"
         config = None
-        for t in (tuned or {}).get("entries", []):
+        for t in reversed((tuned or {}).get("entries", [])):  # the last tune file naming the bucket wins
             if (t["op"], t["dtype"], t["m"], t["n"]) == (f"{row['op']}_{row['direction']}", _DTYPES[row["dtype"]], m, n) \
                     and t["impl"] == winner:
                 config = t.get("config")
                 note += f"; config from accel bench --tune ({t.get('us', {}).get(winner, 0):.1f} us)"
+                break
         entries.append({"op": f"{row['op']}_{row['direction']}", "dtype": _DTYPES[row["dtype"]], "m": m, "n": n,
                         "impl": winner, "config": config, "gbs": {k: round(v) for k, v in gbs.items()},
                         "evidence": note})
@@ -102,7 +112,12 @@ def build(reports: list[dict], tuned: dict | None = None) -> dict:
 if __name__ == "__main__":
     args = sys.argv[1:]
     tuned: dict = {"entries": []}
-    while args[:1] == ["--tuned"]:  # repeatable: one tune file per op family
-        tuned["entries"] += json.load(open(args[1]))["entries"]
+    evidence: dict[str, int] = {}
+    while args[:1] in (["--tuned"], ["--evidence"]):  # repeatable
+        if args[0] == "--tuned":  # one tune file per op family / tuning run, oldest first
+            tuned["entries"] += json.load(open(args[1]))["entries"]
+        else:
+            dsl, _, count = args[1].partition(":")
+            evidence[dsl] = int(count)
         args = args[2:]
-    print(json.dumps(build([json.load(open(p)) for p in args], tuned), indent=1))
+    print(json.dumps(build([json.load(open(p)) for p in args], tuned, evidence), indent=1))
