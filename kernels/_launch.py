@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["lazy_module", "rows_view", "row_count", "device_guard", "sm_count", "empty", "empty_like", "poison_outputs",
+__all__ = ["lazy_module", "rows_view", "vector", "shaped_like", "row_count", "device_guard", "sm_count", "empty", "empty_like", "poison_outputs",
            "triton_launch", "fast_launch_supported"]
 
 #: Tests set this: every output buffer the impls allocate starts filled with NaN,
@@ -63,8 +63,23 @@ def empty_like(t: torch.Tensor) -> torch.Tensor:
 
 
 def rows_view(t: torch.Tensor, n: int) -> torch.Tensor:
-    """``t`` as ``[M, n]`` without copying (raises for non-viewable layouts; the cond rejects those)."""
-    return t.view(-1, n)
+    """``t`` as ``[M, n]`` without copying (raises for non-viewable layouts; the cond rejects those).
+
+    ``t`` itself when it already is ``[M, n]``: a view costs 1-3 µs on the H200's host, the
+    check 0.2 (``ci/gpu/helion_profile.py``, session 3).
+    """
+    return t if t.dim() == 2 and t.shape[1] == n else t.view(-1, n)
+
+
+def vector(t: torch.Tensor, n: int) -> torch.Tensor:
+    """A weight or bias as ``[n]`` (``t`` itself when it already is one-dimensional)."""
+    return t if t.dim() == 1 else t.view(n)
+
+
+def shaped_like(t: torch.Tensor, input: torch.Tensor) -> torch.Tensor:
+    """``t`` (same number of elements as ``input``) in ``input``'s shape; ``t`` itself when it has it."""
+    shape = input.shape
+    return t if t.shape == shape else t.view(shape)
 
 
 def row_count(normalized_shape) -> int:

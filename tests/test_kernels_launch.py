@@ -193,3 +193,17 @@ def test_a_function_without_parameter_facts_goes_through_triton(fast):
     for _ in range(2):
         _launch.triton_launch(fn, (1,), x, x, 16, 16, 1e-5, BLOCK_N=16, ROWS=1)
     assert _kinds(fn) == ["triton", "triton"]
+
+
+def test_row_and_shape_helpers_view_only_when_needed():
+    x = torch.zeros(4, 8)
+    assert _launch.rows_view(x, 8) is x
+    assert _launch.rows_view(x, 32).shape == (1, 32)  # normalized over both dims: one row
+    x3 = torch.zeros(2, 3, 8)
+    rows = _launch.rows_view(x3, 8)
+    assert rows.shape == (6, 8) and rows.data_ptr() == x3.data_ptr()
+    assert _launch.shaped_like(rows, x3).shape == (2, 3, 8)
+    assert _launch.shaped_like(x, x) is x
+    assert _launch.shaped_like(_launch.rows_view(x, 32), x).shape == (4, 8)  # same rank, other shape
+    w = torch.zeros(8)
+    assert _launch.vector(w, 8) is w and _launch.vector(torch.zeros(2, 4), 8).shape == (8,)

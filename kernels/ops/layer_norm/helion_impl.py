@@ -14,7 +14,10 @@ import torch
 
 from accel.kernels import _tuning
 from accel.kernels._conds import Limits, arch
-from accel.kernels._launch import device_guard, empty, empty_like, lazy_module, row_count, rows_view
+from accel.kernels._launch import (
+    device_guard, empty, empty_like, lazy_module, row_count,
+    rows_view, shaped_like, vector,
+)
 from accel.kernels._pair import register_pair
 from accel.kernels.ops.rms_norm.helion_impl import available
 
@@ -59,10 +62,10 @@ def native_layer_norm(input, normalized_shape, weight, bias, eps):
     y = empty_like(x)
     sdt = reference.stat_dtype(input)
     mean, rstd = empty(m, sdt, x.device), empty(m, sdt, x.device)
-    launch_fwd(x, weight.view(n), bias.view(n), y, mean, rstd, float(eps),
+    launch_fwd(x, vector(weight, n), vector(bias, n), y, mean, rstd, float(eps),
                _cfg("layer_norm_fwd", x, m, n, _kernels().DEFAULT_FWD))
     shape = reference.stat_shape(input, normalized_shape)
-    return y.view(input.shape), mean.view(shape), rstd.view(shape)
+    return shaped_like(y, input), mean.view(shape), rstd.view(shape)
 
 
 def native_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask):
@@ -73,9 +76,9 @@ def native_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd, we
     x = rows_view(input, n)
     m = x.shape[0]
     dx = empty_like(x)
-    dw, db = launch_bwd(rows_view(grad_out, n), x, weight.view(n), mean.view(-1), rstd.view(-1), dx,
+    dw, db = launch_bwd(rows_view(grad_out, n), x, vector(weight, n), mean.view(-1), rstd.view(-1), dx,
                         _cfg("layer_norm_bwd", x, m, n, _kernels().DEFAULT_BWD))
-    return (dx.view(input.shape) if output_mask[0] else None,
+    return (shaped_like(dx, input) if output_mask[0] else None,
             dw.to(weight.dtype).view(weight.shape) if output_mask[1] else None,
             db.to(bias.dtype).view(bias.shape) if output_mask[2] else None)
 

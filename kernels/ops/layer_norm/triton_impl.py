@@ -14,7 +14,10 @@ import torch
 from accel.kernels import _tuning
 from accel.kernels._conds import Limits, arch
 from accel.kernels._triton_configs import next_power_of_2
-from accel.kernels._launch import device_guard, empty, empty_like, lazy_module, row_count, rows_view, sm_count, triton_launch
+from accel.kernels._launch import (
+    device_guard, empty, empty_like, lazy_module, row_count,
+    rows_view, shaped_like, sm_count, triton_launch,
+)
 from accel.kernels._pair import register_pair
 from accel.kernels.ops.rms_norm.triton_impl import available
 
@@ -102,7 +105,7 @@ def native_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd, we
     cfg = _tuning.config("layer_norm_bwd", DSL, arch(x.device), _tuning.dtype_name(x.dtype), m, n)
     dw, db = launch_bwd(rows_view(grad_out, n), x, weight, mean, rstd, dx, output_mask,
                         cfg if cfg is not None else _k().bwd_config(n), bias is not None)
-    return (dx.view(input.shape) if dx is not None else None,
+    return (shaped_like(dx, input) if dx is not None else None,
             dw.to(weight.dtype).view(weight.shape) if dw is not None else None,
             db.to(bias.dtype).view(bias.shape) if db is not None else None)
 

@@ -16,7 +16,10 @@ from packaging.version import InvalidVersion, Version
 from accel._compat import module_version
 
 from . import reference
-from accel.kernels._launch import device_guard, empty, empty_like, lazy_module, row_count, rows_view
+from accel.kernels._launch import (
+    device_guard, empty, empty_like, lazy_module, row_count,
+    rows_view, shaped_like, vector,
+)
 from ._pair import register_pair
 from .conditions import Limits
 
@@ -60,8 +63,8 @@ def fused_rms_norm(input: torch.Tensor, normalized_shape: Sequence[int], weight:
     y = empty_like(x)
     rstd = empty(x.shape[0], torch.float32, x.device)
     with device_guard(x.device):
-        _helion().call(k.rms_norm_fwd, x, weight.view(n), eps, y, rstd)
-    return y.view(input.shape), rstd.view(reference.stat_shape(input, normalized_shape))
+        _helion().call(k.rms_norm_fwd, x, vector(weight, n), eps, y, rstd)
+    return shaped_like(y, input), rstd.view(reference.stat_shape(input, normalized_shape))
 
 
 def fused_rms_norm_backward(grad_out: torch.Tensor, input: torch.Tensor, normalized_shape: Sequence[int],
@@ -75,8 +78,8 @@ def fused_rms_norm_backward(grad_out: torch.Tensor, input: torch.Tensor, normali
     x = rows_view(input, n)
     dx = empty_like(x)
     with device_guard(x.device):
-        dw = _helion().call(k.rms_norm_bwd, rows_view(grad_out, n), x, weight.view(n), rstd.view(-1, 1), dx)
-    return (dx.view(input.shape) if output_mask[0] else None,
+        dw = _helion().call(k.rms_norm_bwd, rows_view(grad_out, n), x, vector(weight, n), rstd.view(-1, 1), dx)
+    return (shaped_like(dx, input) if output_mask[0] else None,
             dw.view(weight.shape) if output_mask[1] else None)
 
 

@@ -14,7 +14,10 @@ import torch
 from accel._compat import module_version
 
 from . import reference
-from accel.kernels._launch import device_guard, empty, empty_like, lazy_module, row_count, rows_view, sm_count, triton_launch
+from accel.kernels._launch import (
+    device_guard, empty, empty_like, lazy_module, row_count,
+    rows_view, shaped_like, sm_count, triton_launch,
+)
 from ._pair import register_pair
 from .conditions import Limits
 
@@ -91,7 +94,7 @@ def fused_rms_norm_backward(grad_out: torch.Tensor, input: torch.Tensor, normali
         triton_launch(k.rms_norm_bwd_rows, (programs,), dy, x, w, rstd, dx, partial, m, n, per_program, BLOCK_N=block_n,
                                          HAS_W=weight is not None, WANT_DX=want_dx, WANT_DW=want_dw,
                                          num_warps=warps)
-    grad_input = dx.view(input.shape) if want_dx else None
+    grad_input = shaped_like(dx, input) if want_dx else None
     grad_weight = partial.sum(0).to(weight.dtype).view(weight.shape) if want_dw else None
     return grad_input, grad_weight
 
