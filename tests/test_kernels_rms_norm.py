@@ -138,7 +138,7 @@ SCRIPT = textwrap.dedent("""
     _launch.poison_outputs = True          # unwritten outputs stay NaN and fail the comparison
     tuning.MIN_NUMEL[dsl] = 0              # tiny interpreter shapes must route
     report = {"numerics": [], "routing": {}}
-    shapes = [((1, 64), [64]), ((7, 1000), [1000]), ((5, 37), [37]), ((2, 3, 64), [64]), ((3, 4, 16), [4, 16])]
+    shapes = [((1, 64), [64]), ((7, 1000), [1000]), ((5, 37), [37]), ((2, 3, 64), [64]), ((3, 4, 16), [4, 16]), ((4, 16), [4, 16])]
     if dsl == "triton":
         shapes.append(((2, 20000), [20000]))   # looped forward (N > 16384)
     aten_fwd = torch.ops.aten._fused_rms_norm.default
