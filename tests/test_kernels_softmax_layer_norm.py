@@ -272,7 +272,7 @@ CONFIG_SCRIPT = textwrap.dedent("""
 
 
 def test_every_softmax_triton_candidate_config_is_correct_interpreted():
-    """``accel bench --tune`` may ship any candidate config: each one (rows, recompute, looped)
+    """``accel bench --tune`` may ship any candidate config: each one (rows, recompute, looped, hints, stages)
     gives the reference result for long rows (power of two and not), fp32 and bf16, outputs NaN-poisoned."""
     ok, why = sm_triton.available()
     if not ok:
@@ -282,7 +282,9 @@ def test_every_softmax_triton_candidate_config_is_correct_interpreted():
     proc = subprocess.run([sys.executable, "-c", CONFIG_SCRIPT], env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     report = json.loads(next(l for l in proc.stdout.splitlines() if l.startswith("REPORT")).removeprefix("REPORT"))
-    kinds = {(bool(r["cfg"].get("recompute")), r["cfg"]["looped"]) for r in report}
-    assert {(True, False), (False, True), (False, False)} <= kinds
+    kinds = {(bool(r["cfg"].get("recompute")), r["cfg"]["looped"], bool(r["cfg"].get("hints")),
+              "num_stages" in r["cfg"]) for r in report}
+    assert {(True, False, False, False), (False, True, False, False), (False, True, True, False),
+            (False, True, True, True), (False, False, False, False)} <= kinds
     bad = [r for r in report if r["fwd"] is not None or r["bwd"] is not None]
     assert not bad, bad[:5]

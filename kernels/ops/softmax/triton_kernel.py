@@ -64,15 +64,23 @@ def softmax_fwd_rows(X, Y, M, N, BLOCK_N: tl.constexpr, ROWS: tl.constexpr, RECO
 
 
 @triton.jit
-def softmax_fwd_looped(X, Y, N, BLOCK_N: tl.constexpr):
-    """One row per program in ``BLOCK_N`` chunks: online max/sum per lane, then a second pass writes ``y``."""
+def softmax_fwd_looped(X, Y, N, BLOCK_N: tl.constexpr, HINTS: tl.constexpr):
+    """One row per program in ``BLOCK_N`` chunks: online max/sum per lane, then a second pass writes ``y``.
+
+    ``HINTS``: cache hints for the second read to hit L2 - the first pass loads with
+    ``evict_last``, ``y`` is stored streaming (``.cs``: it is not read again here).
+    """
     row = tl.program_id(0).to(tl.int64)
     base = row * N
     m = tl.full([BLOCK_N], -float("inf"), tl.float32)
     s = tl.zeros([BLOCK_N], dtype=tl.float32)
     for start in range(0, N, BLOCK_N):
         cols = start + tl.arange(0, BLOCK_N)
-        x = tl.load(X + base + cols, mask=cols < N, other=-float("inf")).to(tl.float32)
+        if HINTS:
+            x = tl.load(X + base + cols, mask=cols < N, other=-float("inf"), eviction_policy="evict_last")
+        else:
+            x = tl.load(X + base + cols, mask=cols < N, other=-float("inf"))
+        x = x.to(tl.float32)
         m_new = tl.maximum(m, x)
         keep = m_new == -float("inf")
         scale = tl.where(keep, 0.0, tl.exp2((m - m_new) * 1.4426950408889634))
@@ -86,8 +94,11 @@ def softmax_fwd_looped(X, Y, N, BLOCK_N: tl.constexpr):
         cols = start + tl.arange(0, BLOCK_N)
         ok = cols < N
         x = tl.load(X + base + cols, mask=ok, other=-float("inf"), eviction_policy="evict_first").to(tl.float32)
-        y = tl.exp2((x - mx) * 1.4426950408889634) * inv
-        tl.store(Y + base + cols, y.to(Y.dtype.element_ty), mask=ok)
+        y = (tl.exp2((x - mx) * 1.4426950408889634) * inv).to(Y.dtype.element_ty)
+        if HINTS:
+            tl.store(Y + base + cols, y, mask=ok, cache_modifier=".cs")
+        else:
+            tl.store(Y + base + cols, y, mask=ok)
 
 
 @triton.jit
@@ -116,24 +127,35 @@ def softmax_bwd_rows(DY, Y, DX, M, N, BLOCK_N: tl.constexpr, ROWS: tl.constexpr,
 
 
 @triton.jit
-def softmax_bwd_looped(DY, Y, DX, N, BLOCK_N: tl.constexpr):
-    """The backward for very long rows: ``sum(dy*y)`` in one pass, ``dx`` in a second."""
+def softmax_bwd_looped(DY, Y, DX, N, BLOCK_N: tl.constexpr, HINTS: tl.constexpr):
+    """The backward for very long rows: ``sum(dy*y)`` in one pass, ``dx`` in a second.
+
+    ``HINTS``: first-pass loads ``evict_last`` (the second pass rereads them), ``dx`` stored streaming.
+    """
     row = tl.program_id(0).to(tl.int64)
     base = row * N
     acc = tl.zeros([BLOCK_N], dtype=tl.float32)
     for start in range(0, N, BLOCK_N):
         cols = start + tl.arange(0, BLOCK_N)
         ok = cols < N
-        y = tl.load(Y + base + cols, mask=ok, other=0.0).to(tl.float32)
-        dy = tl.load(DY + base + cols, mask=ok, other=0.0).to(tl.float32)
-        acc += y * dy
+        if HINTS:
+            y = tl.load(Y + base + cols, mask=ok, other=0.0, eviction_policy="evict_last")
+            dy = tl.load(DY + base + cols, mask=ok, other=0.0, eviction_policy="evict_last")
+        else:
+            y = tl.load(Y + base + cols, mask=ok, other=0.0)
+            dy = tl.load(DY + base + cols, mask=ok, other=0.0)
+        acc += y.to(tl.float32) * dy.to(tl.float32)
     dot = tl.sum(acc, axis=0)
     for start in range(0, N, BLOCK_N):
         cols = start + tl.arange(0, BLOCK_N)
         ok = cols < N
         y = tl.load(Y + base + cols, mask=ok, other=0.0, eviction_policy="evict_first").to(tl.float32)
         dy = tl.load(DY + base + cols, mask=ok, other=0.0, eviction_policy="evict_first").to(tl.float32)
-        tl.store(DX + base + cols, (y * (dy - dot)).to(DX.dtype.element_ty), mask=ok)
+        dx = (y * (dy - dot)).to(DX.dtype.element_ty)
+        if HINTS:
+            tl.store(DX + base + cols, dx, mask=ok, cache_modifier=".cs")
+        else:
+            tl.store(DX + base + cols, dx, mask=ok)
 
 
 @functools.cache
@@ -146,7 +168,9 @@ def candidate_configs(n: int) -> list[dict]:
     """The configs ``accel bench --tune`` times for rows of ``n`` elements (default first).
 
     Rows in registers (1-16 rows per program, 4-32 warps, 4-128 elements per thread);
-    for rows of 8192+ also the low-register ``recompute`` formulation and the looped kernels.
+    for rows of 8192+ also the low-register ``recompute`` formulation and the looped kernels,
+    with and without L2 cache hints (``hints``), and a few with software-pipelined chunk loads
+    (``num_stages`` 2/3).
     (Thread-block clusters, ``num_ctas`` 2/4 - one row over a cluster's CTAs, as quack's long-row
     softmax does in CuTe - do not compile with Triton 3.6: ``TritonGPUPlanCTAPass`` fails on the
     row reduction, H200, ``benchmarks/results/h200/session3-runB.log``.)
@@ -168,7 +192,12 @@ def candidate_configs(n: int) -> list[dict]:
         for chunk in (2048, 4096, 8192, 16384):
             for warps in (4, 8, 16, 32):
                 if 4 <= chunk // (32 * warps) <= 64:
-                    out.append({"looped": True, "block_n": chunk, "rows": 1, "num_warps": warps})
+                    for hints in (False, True):
+                        out.append({"looped": True, "block_n": chunk, "rows": 1, "num_warps": warps, "hints": hints})
+        for chunk, warps in ((4096, 8), (4096, 16), (8192, 16), (16384, 32)):  # software-pipelined chunk loads
+            for stages in (2, 3):
+                out.append({"looped": True, "block_n": chunk, "rows": 1, "num_warps": warps, "hints": True,
+                            "num_stages": stages})
     seen, unique = set(), []
     for c in out:
         key = tuple(sorted(c.items()))
