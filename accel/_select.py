@@ -134,7 +134,9 @@ def _name_for_device_type(name: str, shown: str, source: str = "argument ") -> s
         return name
     raise UnknownBackendError(
         f"{source}{shown}: unknown backend {name!r}. Valid names: {', '.join(names)} "
-        f"(optionally with ':<index>'). Fix the spelling, or unset {ENV_VAR} to pick the best available."
+        f"(optionally with ':<index>'). "
+        + (f"Fix the spelling, or unset {ENV_VAR} to pick the best available." if source.startswith(ENV_VAR)
+           else "Fix the spelling, or pass no device to pick the best available.")
     )
 
 
@@ -162,8 +164,8 @@ def _resolve(spec: object, env: str | None) -> Selection:
     if not p.available:
         raise BackendUnavailableError(
             f"{label}{shown!r}: backend {name!r} is not available: {p.reason}.\nEvery probe:\n{_probe_table()}\n"
-            f"Pick an available backend (e.g. {ENV_VAR}=cpu), or install the torch build for this hardware "
-            f"(https://pytorch.org/get-started/locally/)."
+            f"Pick an available backend (e.g. {'ACCEL_DEVICE=cpu' if source == ENV_VAR else repr('cpu')}), or install "
+            f"the torch build for this hardware (https://pytorch.org/get-started/locally/)."
         )
     if index is not None and not 0 <= index < p.device_count:
         raise DeviceIndexError(

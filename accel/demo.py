@@ -111,7 +111,7 @@ def load_data(device: torch.device) -> Data:
     except ImportError as exc:
         raise DemoError(
             f"accel demo needs scikit-learn for its data set (load_digits): {exc}. "
-            "Install it with: pip install 'accel-portability[demo]'"
+            "Install it with: pip install scikit-learn (or, in your accel clone: pip install '.[demo]')"
         ) from None
     digits = load_digits()
     x = torch.tensor(digits.images, dtype=torch.float32) / 16.0

@@ -103,8 +103,8 @@ def _bare_overload(ns: str, name: str, packet: Any, error: type[Exception]) -> s
     if tensor == ["default"] or (len(overloads) == 1 and overloads[0] == "default"):
         return "default"
     example = f"'{ns}::{name}.{tensor[0] if tensor else overloads[0]}'"
-    raise error(f"accel.kernels: op '{ns}::{name}' is ambiguous: its overloads taking tensors are "
-                f"{', '.join(tensor) or 'none'}. All overloads: {', '.join(overloads)}. Pass one explicitly, e.g. "
+    raise error(f"accel.kernels: op '{ns}::{name}' names no single overload: it has {', '.join(overloads)} "
+                f"(taking tensors, not out=: {', '.join(tensor) or 'none'}) and none is 'default'. Name one, e.g. "
                 f"{example} or torch.ops.{ns}.{name}.{tensor[0] if tensor else overloads[0]}.")
 
 
@@ -568,6 +568,26 @@ def use_registry(mode: str, /) -> str:
         return previous
 
 
+def _refuse_without_autograd(op: _Op) -> None:
+    """Raise for an op that is CompositeImplicitAutograd with no Autograd kernel of its own.
+
+    Such an op (``aten::softmax.int``, ``aten::rms_norm``, ``aten::layer_norm``) is differentiated
+    through what it decomposes to; a kernel at its backend key would run with no autograd formula
+    above it (torch warns "an autograd kernel was not registered", and gradients may be wrong).
+    The op it decomposes to is the one to override.
+    """
+    full = f"{op.namespace}::{op.symbol}"
+    has = torch._C._dispatch_has_kernel_for_dispatch_key
+    if has(full, "CompositeImplicitAutograd") and not has(full, "Autograd"):
+        raise KernelRegistrationError(
+            f"accel.kernels.register({op.qualname}): {op.qualname} is CompositeImplicitAutograd: it has no "
+            f"autograd formula of its own (autograd differentiates the ops it decomposes to), so a kernel at the "
+            f"backend key would run without autograd. Override the op it decomposes to instead, e.g. "
+            f"aten::_softmax for softmax, aten::_fused_rms_norm for rms_norm, aten::native_layer_norm for "
+            f"layer_norm (torch.ops.{op.namespace}.{op.name}.{op.overload}._schema and a profiler trace show "
+            f"which ops run).")
+
+
 def _choose_path(op: _Op, key: str, has_aten_kernel: bool) -> Any:
     from . import _native, _router
 
@@ -676,6 +696,7 @@ def register(
         >>> ak.unregister("doc")
     """
     opr = _resolve_op(op, error=KernelRegistrationError)
+    _refuse_without_autograd(opr)
     if not callable(impl):
         raise KernelRegistrationError(f"accel.kernels.register({opr.qualname}): impl {impl!r} is not callable. "
                                       f"Pass the kernel function.")

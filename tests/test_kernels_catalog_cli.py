@@ -31,7 +31,7 @@ def test_availability_without_gpu_names_the_probe():
 
 def test_helion_absent_or_too_old_is_reported(monkeypatch):
     monkeypatch.setattr(helion_impl.importlib.util, "find_spec", lambda name: None)
-    assert helion_impl.available() == (False, "helion is not installed (pip install 'accel-portability[helion]')")
+    assert helion_impl.available() == (False, "helion is not installed (pip install helion, or in your accel clone: pip install '.[helion]')")
     monkeypatch.undo()
     monkeypatch.setattr(helion_impl.importlib.util, "find_spec", lambda name: object())
     monkeypatch.setattr(helion_impl, "module_version", lambda name: "1.3.9")

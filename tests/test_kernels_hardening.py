@@ -228,20 +228,36 @@ def test_disabled_context_does_not_restore_a_filter_for_an_unregistered_name(pat
 # ------------------------------------------------------------- 6: ambiguous op names
 @pytest.mark.parametrize("op", ["aten::add", "add", torch.ops.aten.add])
 def test_ambiguous_op_name_needs_an_overload(op):
-    with pytest.raises(KernelRegistrationError, match=r"op 'aten::add' is ambiguous: its overloads taking tensors "
-                                                      r"are Tensor, Scalar.*All overloads: Tensor, Scalar, out.*"
-                                                      r"Pass one explicitly, e.g. 'aten::add.Tensor'"):
+    with pytest.raises(KernelRegistrationError, match=r"op 'aten::add' names no single overload: it has Tensor, "
+                                                      r"Scalar, out.*\(taking tensors, not out=: Tensor, Scalar\) and "
+                                                      r"none is 'default'. Name one, e.g. 'aten::add.Tensor'"):
         ak.register(op, impl=torch.add, backends=["cpu"], dsl="t")
     assert ak.overrides() == [] and _registry._SLOTS == {}
-    with pytest.raises(UnknownKernelError, match="is ambiguous"):
+    with pytest.raises(UnknownKernelError, match="names no single overload"):
         ak.explain("aten::add", torch.ones(2), torch.ones(2))
+
+
+@pytest.mark.parametrize("op", ["aten::softmax.int", "aten::rms_norm", "aten::layer_norm"])
+def test_composite_implicit_ops_without_autograd_are_refused(op):
+    """Their backward comes from what they decompose to: an override at the backend key would run without
+    autograd. The error names the op to override instead; nothing is registered."""
+    with pytest.raises(KernelRegistrationError, match=r"is CompositeImplicitAutograd.*Override the op it "
+                                                      r"decomposes to instead, e.g. aten::_softmax"):
+        ak.register(op, impl=lambda *a, **k: None, backends=["cpu"], dsl="t")
+    assert ak.overrides() == [] and _registry._SLOTS == {}
+
+
+def test_ops_with_their_own_autograd_kernel_are_accepted_even_when_also_composite():
+    # aten::_fused_rms_norm has a CompositeImplicitAutograd kernel and its own autograd formula
+    ak.register("aten::_fused_rms_norm", impl=lambda *a, **k: None, backends=["cpu"], dsl="t", name="f")
+    assert _info("f").op == "aten::_fused_rms_norm"
 
 
 def test_bare_name_with_one_tensor_overload_is_the_default():
     assert _registry._resolve_op("aten::sin").symbol == "sin"  # sin.out and TorchScript sin.int do not count
     assert _registry._resolve_op("aten::sum.dim_IntList").symbol == "sum.dim_IntList"
-    with pytest.raises(UnknownKernelError, match="'aten::sum' is ambiguous: its overloads taking tensors are "
-                                                 "dim_IntList, default"):
+    with pytest.raises(UnknownKernelError, match=r"'aten::sum' names no single overload: .*\(taking tensors, not "
+                                                 r"out=: dim_IntList, default\)"):
         _registry._resolve_op("aten::sum")
 
 

@@ -88,7 +88,23 @@ def test_unavailable_lists_every_probe_and_what_to_do():
     msg = str(info.value)
     for name in ("cuda", "rocm", "xpu", "mps", "cpu"):
         assert f"\n  {name}: " in msg
-    assert "ACCEL_DEVICE=cpu" in msg
+    assert "(e.g. 'cpu')" in msg and "ACCEL_DEVICE" not in msg  # the argument was wrong: fix the argument
+
+
+def test_unavailable_from_the_environment_says_which_variable(monkeypatch):
+    monkeypatch.setenv("ACCEL_DEVICE", "cuda")
+    with fake_backend("cpu"):
+        with pytest.raises(BackendUnavailableError, match=r"(?s)ACCEL_DEVICE='cuda'.*e.g. ACCEL_DEVICE=cpu"):
+            accel.device()
+
+
+def test_unknown_backend_advice_follows_where_the_spec_came_from(monkeypatch):
+    with pytest.raises(accel.errors.UnknownBackendError, match="pass no device to pick the best available"):
+        accel.device("foo")
+    monkeypatch.setenv("ACCEL_DEVICE", "foo")
+    accel.clear_cache()
+    with pytest.raises(accel.errors.UnknownBackendError, match="unset ACCEL_DEVICE to pick the best available"):
+        accel.device()
 
 
 @pytest.mark.parametrize("bad", [3.5, object(), [0], True])

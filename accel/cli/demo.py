@@ -96,7 +96,8 @@ def run(args: argparse.Namespace) -> int:
         out.print(table("accel demo", ["", ""], show_header=False, rows=[
             ["device", f"{result['device']} ({result['vendor']}, {result['arch']})"],
             ["held-out accuracy", f"{result['accuracy']:.4f} (target > {ACCURACY_TARGET})"],
-            ["time per step", f"{result['step_ms']:.2f} ms (median of {result['steps']} steps)"],
+            ["time per step", f"{result['step_ms']:.2f} ms (median of the {result['steps'] - result['steps'] // result['epochs']} "
+                              f"steps after the first epoch)"],
             ["final loss", f"{result['final_loss']:.4f}"],
             ["resume check", f"{'equal' if r['equal'] else 'DIFFERENT'}: {r['compared']} losses after the epoch-"
                              f"{r['checkpoint_epoch']} checkpoint, max |diff| {r['max_abs_diff']:.3g}"],

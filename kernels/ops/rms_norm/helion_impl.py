@@ -36,7 +36,7 @@ MIN_VERSION = Version("1.4.0")
 def available() -> tuple[bool, str]:
     """Whether Helion (and Triton, its backend) are installed in a usable version, and why (no import)."""
     if importlib.util.find_spec("helion") is None:
-        return False, "helion is not installed (pip install 'accel-portability[helion]')"
+        return False, "helion is not installed (pip install helion, or in your accel clone: pip install '.[helion]')"
     if importlib.util.find_spec("triton") is None:
         return False, "helion is installed but triton (its code generator) is not"
     raw = module_version("helion") or "0"

@@ -32,7 +32,7 @@ LIMITS = Limits(max_n_fwd=65536, max_n_bwd=16384)
 def available() -> tuple[bool, str]:
     """Whether Triton is installed (package metadata only; nothing imported), and why."""
     if importlib.util.find_spec("triton") is None:
-        return False, "triton is not installed (pip install 'accel-portability[triton]')"
+        return False, "triton is not installed (pip install triton, or in your accel clone: pip install '.[triton]')"
     return True, f"triton {module_version('triton')} installed"
 
 
