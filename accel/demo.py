@@ -252,6 +252,18 @@ def wide_step_times(dev: torch.device, data: Data, *, config: dict[str, Any] | N
     return {"config": cfg, "step_ms_on": t_on, "step_ms_off": t_off, "speedup": t_off / t_on, "counts": counts}
 
 
+def _wide_or_why(dev: torch.device, data: Data) -> dict[str, Any]:
+    """:func:`wide_step_times`, or ``{"skipped": reason}`` where the device lacks the memory for it."""
+    try:
+        return wide_step_times(dev, data)
+    except torch.OutOfMemoryError as exc:
+        import accel.memory
+
+        accel.memory.empty_cache()
+        return {"skipped": f"out of device memory for the wide model ({str(exc).splitlines()[0][:160]}); "
+                           f"the on/off comparison needs a few GB"}
+
+
 def _graph_step_times(dev: torch.device, data: Data, batch: int, lr: float) -> dict[str, Any] | None:
     """Whole training step (forward, backward, AdamW) eager vs captured with :func:`accel.graphs.graphed`.
 
@@ -351,7 +363,7 @@ def run(device: object = None, *, epochs: int = 12, batch: int = 64, lr: float =
     counts = _kernel_report(installed) if installed else {}
     step_on = statistics.median(step_ms[steps_per_epoch:] or step_ms)
     step_off = _step_ms_without_kernels(dev, data, batch, lr, steps_per_epoch) if installed else None
-    wide = wide_step_times(dev, data) if installed else None
+    wide = _wide_or_why(dev, data) if installed else None
     graphs = _graph_step_times(dev, data, batch, lr)
     reference = losses[half * steps_per_epoch:]
     diffs = [abs(a - b) for a, b in zip(reference, resumed)]

@@ -69,8 +69,11 @@ def _launcher(triton_kernel: Any, grid: tuple, *args: Any, num_warps: int, num_s
     return None
 
 
-#: ``(id(kernel), dispatch key)`` -> the bound kernel's generated host function.
-_HOST: dict[tuple, Callable[..., Any]] = {}
+#: ``(id(kernel), dispatch key)`` -> ``(kernel, the bound kernel's generated host function)``; the
+#: entry holds the kernel, so its id cannot be reused by another one while the entry lives.
+_HOST: dict[tuple, tuple[Any, Callable[..., Any]]] = {}
+#: Entries kept at most (exact shapes are keyed: a workload of ever-new shapes must not grow it forever).
+HOST_CACHE_SIZE = 4096
 _Tensor, _Parameter = torch.Tensor, torch.nn.Parameter
 
 
@@ -82,23 +85,36 @@ def _direct_ok() -> bool:
 
 
 def _dispatch_key(args: tuple) -> tuple | None:
-    """Exact metadata of ``args``: dtype, shape and strides of each plain tensor, type and value of
-    each scalar, the first tensor's device index; ``None`` for anything else (subclasses, containers).
+    """Exact metadata of ``args``, or ``None`` where :func:`call` must let Helion decide.
 
-    As fine as Helion's specialization key for accel's kernels (no ``key=`` function, no
-    distributed tensors), at ~2 µs for 7 arguments against ~26 µs for Helion 1.4's own
-    ``Kernel._fast_dispatch_key`` (CPU host, torch 2.13): that key builds a device object per
-    tensor and checks for distributed tensors on every call.
+    Per plain tensor: dtype, shape, strides, 16-byte alignment of the data pointer and whether the
+    storage offset is 0 (Helion specializes tensor-descriptor configs on both); per scalar (int,
+    float, bool): type and value; the first tensor's device index. ``None`` for anything else
+    (tensor subclasses, containers), for a NaN scalar (it never equals itself: every call would add
+    an entry), and when one tensor object is passed twice (Helion compiles aliased arguments
+    separately). As fine as Helion's specialization key for accel's kernels (no ``key=`` function,
+    no distributed tensors), at ~2.5 µs for 7 arguments against ~26 µs for Helion 1.4's own
+    ``Kernel._fast_dispatch_key`` (CPU host, torch 2.13), which builds a device object per tensor
+    and looks for distributed tensors on every call.
     """
     key: list = []
     device = None
+    seen: list[int] = []
     for a in args:
         t = type(a)
         if t is _Tensor or t is _Parameter:
-            key.append((a.dtype, a.shape, a.stride()))
+            ident = id(a)
+            if ident in seen:
+                return None
+            seen.append(ident)
+            key.append((a.dtype, a.shape, a.stride(), a.data_ptr() & 15, a.storage_offset() == 0))
             if device is None:
                 device = a.get_device()
-        elif t is int or t is float or t is bool:
+        elif t is int or t is bool:
+            key.append((t, a))
+        elif t is float:
+            if a != a:
+                return None
             key.append((t, a))
         elif a is None:
             key.append(None)
@@ -118,18 +134,21 @@ def call(kernel: Any, *args: Any) -> Any:
     fetches the bound kernel; later ones call its generated host function with ``_launcher=``
     :func:`_launcher`. Falls back to ``kernel(*args)`` where :func:`_direct_ok` says no, for
     arguments :func:`_dispatch_key` cannot describe, and when the bound kernel has no generated
-    host function with a ``_launcher`` parameter.
+    host function with a ``_launcher`` parameter. At most :data:`HOST_CACHE_SIZE` entries are
+    kept (the cache starts over when full).
     """
     if not _direct_ok():
         return kernel(*args)
     key = _dispatch_key(args)
     if key is None:
         return kernel(*args)
-    host = _HOST.get((id(kernel), key))
-    if host is not None:
-        return host(*args, _launcher=_launcher)
+    entry = _HOST.get((id(kernel), key))
+    if entry is not None and entry[0] is kernel:
+        return entry[1](*args, _launcher=_launcher)
     out = kernel(*args)
     run = getattr(kernel.bind(args), "_run", None)
     if run is not None and "_launcher" in inspect.signature(run).parameters:
-        _HOST[(id(kernel), key)] = run  # the kernel lives for the process (cached by _bind or a module): id stays
+        if len(_HOST) >= HOST_CACHE_SIZE:
+            _HOST.clear()
+        _HOST[(id(kernel), key)] = (kernel, run)
     return out

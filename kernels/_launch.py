@@ -130,12 +130,14 @@ def fast_launch_supported() -> tuple[bool, str]:
 
 def _arg_key(a: Any) -> Any:
     """What Triton specializes an argument on: dtype and 16-byte alignment of a tensor; an int's
-    range (i32/i64), ``== 1`` and divisibility by 16; the type of anything else.
+    range (i32/i64), ``== 1`` and divisibility by 16; a tuple's elements, each so; the type of anything else.
     (:meth:`_FastLaunch.__call__` computes the same inline; the tests compare the two.)"""
     if isinstance(a, torch.Tensor):
         return a.dtype, a.data_ptr() & 15 == 0
     if type(a) is int:  # i32 / i64 / u64 by range, as Triton types them
         return a == 1, a & 15 == 0, -(1 << 31) <= a < (1 << 31), a < (1 << 63)
+    if type(a) is tuple:  # Triton specializes a tuple argument element by element
+        return (tuple, *map(_arg_key, a))
     return type(a)
 
 
@@ -191,7 +193,7 @@ class _FastLaunch:
         key = (device, tail, tuple(map(type, tail)), opt_key, *[
             (a.dtype, not a.data_ptr() & 15) if isinstance(a, _Tensor) else
             ((a == 1, not a & 15, -2147483648 <= a <= 2147483647, a < 9223372036854775808) if type(a) is int
-             else type(a)) for a in args])
+             else type(a) if type(a) is not tuple else _arg_key(a)) for a in args])
         kernel = self.cache.get(key)
         if kernel is None:  # compile (or fetch) through Triton, launching this once
             kernel = self.fn[grid](*args, **constexprs, **options)

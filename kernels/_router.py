@@ -30,10 +30,12 @@ def _floor_gate(live: tuple) -> Any:
 
     Only when each override's cond carries ``floor`` (a callable giving the fewest elements its
     kernel takes: the built-in conds, :func:`accel.kernels._tuning.floor`). Then a call whose first
-    argument has fewer elements
-    than the smallest floor goes straight to ATen with one ``numel()``: the 8-element router cost
-    is one compare, not a cond per override. The floors are cached until the tuning tables
-    change (:data:`accel.kernels._tuning.GENERATION`).
+    argument has fewer elements than the smallest floor goes straight to ATen with one ``numel()``:
+    the 8-element router cost is one compare, not a cond per override. The floors are cached until
+    the tuning tables or ``MIN_NUMEL`` change (:data:`accel.kernels._tuning.GENERATION`); a floor
+    that raises turns the gate off for that call (the conds then decide and report their own
+    failures). A cond carrying ``floor`` promises to decline every smaller call (a wrapper made with
+    ``functools.wraps`` copies the attribute, and the promise: delete it if the wrapper accepts more).
     """
     floors = [getattr(ov.cond, "floor", None) for ov in live]
     if not live or not all(callable(f) for f in floors):
@@ -43,9 +45,15 @@ def _floor_gate(live: tuple) -> Any:
     cache = [-1, 0]  # generation, min floor
 
     def below(args: tuple) -> bool:
-        if cache[0] != _tuning.GENERATION:
-            least = min(f() for f in floors)
-            cache[0], cache[1] = _tuning.GENERATION, least  # after the calls: they may load tables
+        generation = _tuning.GENERATION
+        if cache[0] != generation:
+            try:
+                least = min(f() for f in floors)
+            except Exception:  # noqa: BLE001 - a floor that cannot be computed: no gate, the conds decide
+                return False
+            # the generation read BEFORE the floors: a change while they are computed (a table load,
+            # another thread's reload) leaves the cache stale by one generation, so it is recomputed
+            cache[0], cache[1] = generation, least
         try:
             small = args[0].numel() < cache[1]
         except (AttributeError, IndexError, TypeError):

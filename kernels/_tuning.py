@@ -94,10 +94,41 @@ __all__ = ["Choice", "IMPLS", "MIN_NUMEL", "TUNING_DIR_ENV", "bucket", "dtype_na
 IMPLS = ("aten", "triton", "helion")
 #: Environment variable: directory of the user tables (default: platformdirs' user cache dir + ``/tuning``).
 TUNING_DIR_ENV = "ACCEL_TUNING_DIR"
+class _Policy(dict):
+    """A dict whose every change forgets the floors (:func:`floor`) and bumps :data:`GENERATION`,
+    so accel's router never keeps a size gate computed from an older policy."""
+
+    def __setitem__(self, key, value):
+        super().__setitem__(key, value)
+        _forget_floors()
+
+    def __delitem__(self, key):
+        super().__delitem__(key)
+        _forget_floors()
+
+    def update(self, *args, **kwargs):
+        super().update(*args, **kwargs)
+        _forget_floors()
+
+    def pop(self, *args):
+        out = super().pop(*args)
+        _forget_floors()
+        return out
+
+    def clear(self):
+        super().clear()
+        _forget_floors()
+
+    def setdefault(self, key, default=None):
+        out = super().setdefault(key, default)
+        _forget_floors()
+        return out
+
+
 #: Miss policy: inputs with fewer elements than this run ATen, per DSL (launch
 #: overhead of a Python-launched kernel, several µs, dominates below 2**20
-#: elements = 2 MiB in bf16).
-MIN_NUMEL: dict[str, int] = {"triton": 1 << 20, "helion": 1 << 20}
+#: elements = 2 MiB in bf16). Changing it takes effect at once (conds and router).
+MIN_NUMEL: dict[str, int] = _Policy({"triton": 1 << 20, "helion": 1 << 20})
 FORMAT = 1
 
 _DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
@@ -178,14 +209,17 @@ def table(arch: str) -> dict[tuple[str, str, int, int], Choice]:
         _fold(out, _entries(shipped.read_text(), str(shipped)), "shipped")
     user = user_table_path(arch)
     if user.is_file():
+        staged: dict[tuple[str, str, int, int], Choice] = {}
         try:
-            _fold(out, _entries(user.read_text(), str(user)), "user")
-        except (ValueError, KeyError, TypeError) as exc:
+            _fold(staged, _entries(user.read_text(), str(user)), "user")
+        except Exception as exc:  # noqa: BLE001 - any malformed user file (entries not dicts, bad numbers, ...)
             from accel.errors import KernelFallbackWarning
 
             warnings.warn(f"accel.kernels: user tuning table {user} unreadable ({type(exc).__name__}: {exc}). "
-                          f"Ignored: shipped defaults apply. Delete it or re-run accel bench --tune.",
+                          f"Ignored as a whole: shipped defaults apply. Delete it or re-run accel bench --tune.",
                           KernelFallbackWarning, stacklevel=2)
+        else:
+            out.update(staged)
     _forget_floors()  # a table loaded after the floors were computed may hold smaller buckets
     return out
 

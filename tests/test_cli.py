@@ -171,3 +171,19 @@ def test_demo_wide_step_routes_only_while_on_and_leaves_rng_alone():
     assert torch.equal(after, expect)
     line = _kernels_line({"installed": [name], "counts": {}, "step_ms_on": 1.0, "step_ms_off": 1.0, "wide": w})
     assert "wide model (dim 32" in line and f"{name} 4" in line
+
+
+def test_demo_wide_model_out_of_memory_is_reported_not_raised(monkeypatch):
+    import torch
+
+    from accel import demo
+    from accel.cli.demo import _kernels_line
+
+    def oom(*a, **k):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    monkeypatch.setattr(demo, "wide_step_times", oom)
+    w = demo._wide_or_why(torch.device("cpu"), None)
+    assert "out of device memory" in w["skipped"] and "2.00 GiB" in w["skipped"]
+    line = _kernels_line({"installed": ["x"], "counts": {}, "step_ms_on": 1.0, "step_ms_off": 1.0, "wide": w})
+    assert "wide model: skipped (out of device memory" in line

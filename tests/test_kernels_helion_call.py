@@ -100,14 +100,36 @@ def test_direct_ok_is_off_while_helion_interprets(monkeypatch):
 def test_dispatch_key_is_exact_and_refuses_what_it_cannot_describe():
     x = torch.zeros(4, 8)
     k = _helion._dispatch_key((x, 1e-5, 3, None))
-    assert k == ((torch.float32, torch.Size([4, 8]), (8, 1)), (float, 1e-5), (int, 3), None, -1)
+    assert k == ((torch.float32, torch.Size([4, 8]), (8, 1), x.data_ptr() & 15, True), (float, 1e-5), (int, 3),
+                 None, -1)
     assert _helion._dispatch_key((x.t(), 1e-5, 3, None)) != k  # strides differ
     assert _helion._dispatch_key((x, 2e-5, 3, None)) != k      # scalar values count
     assert _helion._dispatch_key((x.to(torch.bfloat16), 1e-5, 3, None)) != k
     assert _helion._dispatch_key((x, [1, 2])) is None          # a container
+    assert _helion._dispatch_key((x, x)) is None               # aliased: Helion compiles it separately
+    assert _helion._dispatch_key((x, float("nan"))) is None    # never equal to itself
+    flat = torch.zeros(33)
+    assert _helion._dispatch_key((flat[1:],)) != _helion._dispatch_key((flat[:32],))  # offset / alignment
     assert _helion._dispatch_key((3, 4)) is None               # no tensor: no device
 
     class Sub(torch.Tensor):
         pass
 
     assert _helion._dispatch_key((x.as_subclass(Sub),)) is None
+
+
+def test_a_new_kernel_at_a_freed_kernels_address_never_gets_its_host_function(direct):
+    x = torch.zeros(2)
+    for i in range(20):
+        k = _Kernel()
+        assert _helion.call(k, x) == "kernel-result", f"kernel {i}: first call must go through Helion"
+        assert _helion.call(k, x) == "host-result"
+        del k
+
+
+def test_the_host_cache_is_bounded(direct, monkeypatch):
+    monkeypatch.setattr(_helion, "HOST_CACHE_SIZE", 3)
+    k = _Kernel()
+    for n in range(1, 8):
+        _helion.call(k, torch.zeros(n))
+    assert len(_helion._HOST) <= 3

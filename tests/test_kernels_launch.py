@@ -207,3 +207,10 @@ def test_row_and_shape_helpers_view_only_when_needed():
     assert _launch.shaped_like(_launch.rows_view(x, 32), x).shape == (4, 8)  # same rank, other shape
     w = torch.zeros(8)
     assert _launch.vector(w, 8) is w and _launch.vector(torch.zeros(2, 4), 8).shape == (8,)
+
+
+def test_tuple_arguments_are_keyed_by_their_elements(fast):
+    y = _cuda(torch.zeros(8))
+    for t in (torch.zeros(8, dtype=torch.bfloat16), torch.zeros(8, dtype=torch.bfloat16), torch.zeros(8)):
+        _launch.triton_launch(fast, (1,), y, (t,), 8, 16, 1e-5, BLOCK_N=8, ROWS=1)
+    assert _kinds(fast) == ["triton", "direct", "triton"]  # a tuple of another dtype: a new compile

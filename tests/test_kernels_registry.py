@@ -480,3 +480,35 @@ def test_builtin_conds_carry_their_tuning_floor():
         fwd, bwd = mod.make_conds("triton", ["cuda"], lim)
         assert fwd.floor() == _tuning.floor(f"{family}_fwd", "triton")
         assert bwd.floor() == _tuning.floor(f"{family}_bwd", "triton")
+
+
+def test_router_floor_gate_follows_min_numel_changes_and_survives_a_bad_table(monkeypatch, tmp_path):
+    """Changing tuning.MIN_NUMEL takes effect at once on the router path (no reload needed), and a
+    malformed user table of any arch is ignored with a warning - never an exception in the user's call."""
+    from accel.kernels import _tuning
+    from accel.kernels._conds import Limits
+    from accel.kernels.ops.softmax import conditions as sc
+
+    ak.use_registry("accel")
+    monkeypatch.setenv("ACCEL_TUNING_DIR", str(tmp_path))
+    saved = dict(_tuning.MIN_NUMEL)
+    _tuning.reload()
+    try:
+        fwd, _ = sc.make_conds("triton", ["cpu"], Limits(1 << 16, 1 << 16))
+        impl = Counting(lambda x, dim, half: torch.softmax(x, dim))
+        ak.register("aten::_softmax", impl=impl, cond=fwd, backends=["cpu"], dsl="triton", name="sm")
+        x = torch.randn(64, 64)
+        torch.ops.aten._softmax(x, -1, False)
+        assert impl.calls == 0  # 4096 elements < 2**20
+        _tuning.MIN_NUMEL["triton"] = 0
+        torch.ops.aten._softmax(x, -1, False)
+        assert impl.calls == 1 and fwd(x, -1, False)
+        (tmp_path / "sm_80.json").write_text('{"format": 1, "entries": ["oops"]}')
+        _tuning.reload()
+        with pytest.warns(KernelFallbackWarning, match="sm_80.json unreadable"):
+            out = torch.ops.aten._softmax(x, -1, False)
+        torch.testing.assert_close(out, torch.softmax(x, -1))
+    finally:
+        _tuning.MIN_NUMEL.clear()
+        _tuning.MIN_NUMEL.update(saved)
+        _tuning.reload()

@@ -150,3 +150,19 @@ def test_floor_follows_a_table_loaded_after_it(tmp_path, monkeypatch):
         assert _tuning.floor("softmax_fwd", "triton") <= 64 * 64
     finally:
         _tuning.reload()
+
+
+def test_a_user_table_with_one_bad_entry_is_ignored_as_a_whole(monkeypatch, tmp_path):
+    import json
+
+    from accel.errors import KernelFallbackWarning
+
+    monkeypatch.setenv("ACCEL_TUNING_DIR", str(tmp_path))
+    good = dict(op="softmax_fwd", dtype="bfloat16", m=4096, n=4096, impl="helion", config={"num_warps": 4})
+    (tmp_path / "sm_999.json").write_text(json.dumps({"format": 1, "entries": [good, "oops"]}))
+    _tuning.reload()
+    try:
+        with pytest.warns(KernelFallbackWarning, match="Ignored as a whole"):
+            assert _tuning.lookup("softmax_fwd", "sm_999", "bfloat16", 4096, 4096) is None
+    finally:
+        _tuning.reload()

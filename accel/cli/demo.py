@@ -56,7 +56,9 @@ def _kernels_line(k: dict) -> str:
     ran = ", ".join(f"{n} {c['routed']} routed/{c['declined']} to ATen" for n, c in k["counts"].items())
     line = f"digits model: step {k['step_ms_on']:.2f} ms on vs {k['step_ms_off']:.2f} ms off; {ran}"
     w = k.get("wide")
-    if w:
+    if w and "skipped" in w:
+        line += f"\nwide model: skipped ({w['skipped']})"
+    elif w:
         c = w["config"]
         routed = ", ".join(f"{n} {v['routed']}" for n, v in w["counts"].items() if v["routed"]) or "none"
         line += (f"\nwide model (dim {c['dim']}, batch {c['batch']} x 8 tokens, {c['dtype']}): step "

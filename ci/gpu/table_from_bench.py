@@ -22,8 +22,8 @@ Rules, in order:
    path; on host-sensitive shapes the direct call is host-bound as well, so any loss counts.
 
 Every entry keeps the GB/s as evidence. With ``--tuned``, a table written by
-``accel bench --tune`` supplies the kernel config of each entry whose winner it agrees on (the
-last file naming a bucket wins). ``--evidence DSL:N``: only the newest ``N`` reports supply rule
+``accel bench --tune`` supplies the kernel config of each entry whose winner it agrees on, for
+the same benchmark shape ``[M, N]`` (the last file naming it wins). ``--evidence DSL:N``: only the newest ``N`` reports supply rule
 4's evidence for ``DSL`` (when its host path changed between runs, older routed numbers measured
 other code).
 """
@@ -67,7 +67,8 @@ def build(reports: list[dict], tuned: dict | None = None, evidence: dict[str, in
                       f"GB/s but the report does not say what it ran ({routed_to!r}); rule 4 cannot use it",
                       file=sys.stderr)
             if routed and aten and routed < aten and "." in routed_to:
-                dsl = routed_to.rpartition(".")[2]
+                tail = routed_to.rpartition(".")[2]  # "<op>_<dir>.<dsl><suffix>" (install(suffix=...))
+                dsl = next((d for d in ("triton", "helion") if tail.startswith(d)), tail)
                 direct = row["impls"].get(dsl, {}).get("gbs")
                 m, n = row["shape"]
                 if age >= evidence.get(dsl, len(reports)):

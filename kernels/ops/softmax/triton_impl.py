@@ -39,8 +39,8 @@ def launch_fwd(x: torch.Tensor, y: torch.Tensor, cfg: Mapping[str, Any], m: int 
                n: int | None = None) -> None:
     """Run the forward on ``x`` (``[M, N]``, or any contiguous shape with ``m``, ``n`` given) into ``y``
     with launch config ``cfg`` (used by the tuner too): ``looped``, ``block_n``, ``rows``, ``num_warps``,
-    and optionally ``recompute`` (the low-register formulation), ``hints`` (L2 cache hints of the looped
-    kernels) and ``num_stages`` (Triton's software pipelining of the looped kernels' chunk loads)."""
+    and optionally ``hints`` (L2 cache hints of the looped kernels) and ``num_stages`` (Triton's software
+    pipelining of the looped kernels' chunk loads)."""
     k = _kernels()
     if m is None:
         m, n = x.shape
@@ -51,8 +51,7 @@ def launch_fwd(x: torch.Tensor, y: torch.Tensor, cfg: Mapping[str, Any], m: int 
         else:
             rows = cfg["rows"]
             triton_launch(k.softmax_fwd_rows, (-(-m // rows),), x, y, m, n,
-                          BLOCK_N=max(cfg["block_n"], next_power_of_2(n)), ROWS=rows,
-                          RECOMPUTE=cfg.get("recompute", False), num_warps=cfg["num_warps"])
+                          BLOCK_N=max(cfg["block_n"], next_power_of_2(n)), ROWS=rows, num_warps=cfg["num_warps"])
 
 
 def launch_bwd(dy: torch.Tensor, y: torch.Tensor, dx: torch.Tensor, cfg: Mapping[str, Any], m: int | None = None,
@@ -68,8 +67,7 @@ def launch_bwd(dy: torch.Tensor, y: torch.Tensor, dx: torch.Tensor, cfg: Mapping
         else:
             rows = cfg["rows"]
             triton_launch(k.softmax_bwd_rows, (-(-m // rows),), dy, y, dx, m, n,
-                          BLOCK_N=max(cfg["block_n"], next_power_of_2(n)), ROWS=rows,
-                          RECOMPUTE=cfg.get("recompute", False), num_warps=cfg["num_warps"])
+                          BLOCK_N=max(cfg["block_n"], next_power_of_2(n)), ROWS=rows, num_warps=cfg["num_warps"])
 
 
 softmax, softmax_backward_data, register = make_ops(DSL, LIMITS, launch_fwd, launch_bwd, _config)

@@ -36,30 +36,17 @@ _LOG2E = 1.4426950408889634
 
 
 @triton.jit
-def softmax_fwd_rows(X, Y, M, N, BLOCK_N: tl.constexpr, ROWS: tl.constexpr, RECOMPUTE: tl.constexpr):
-    """``ROWS`` rows of ``[M, N]`` per program, each whole in registers.
-
-    ``RECOMPUTE``: keep the row in its storage dtype (half the registers for 16-bit
-    inputs), take the max there (exact), and evaluate ``exp`` twice - once for the sum,
-    once as ``exp2(x*log2e - (max*log2e + log2(sum)))`` for the output - instead of
-    keeping ``exp(x - max)`` live across the reduction (long rows spill otherwise).
-    """
+def softmax_fwd_rows(X, Y, M, N, BLOCK_N: tl.constexpr, ROWS: tl.constexpr):
+    """``ROWS`` rows of ``[M, N]`` per program, each whole in registers."""
     pid = tl.program_id(0)
     rows = pid * ROWS + tl.arange(0, ROWS)
     cols = tl.arange(0, BLOCK_N)
     mask = (rows < M)[:, None] & (cols < N)[None, :]
     offs = rows[:, None].to(tl.int64) * N + cols[None, :]
-    if RECOMPUTE:
-        x = tl.load(X + offs, mask=mask, other=-float("inf"), eviction_policy="evict_first")
-        mx = tl.max(x, axis=1).to(tl.float32) * 1.4426950408889634
-        s = tl.sum(tl.exp2(x.to(tl.float32) * 1.4426950408889634 - mx[:, None]), axis=1)
-        shift = mx + tl.log2(s)
-        y = tl.exp2(tl.fma(x.to(tl.float32), 1.4426950408889634, -shift[:, None]))
-    else:
-        x = tl.load(X + offs, mask=mask, other=-float("inf"), eviction_policy="evict_first").to(tl.float32)
-        mx = tl.max(x, axis=1)
-        e = tl.exp2((x - mx[:, None]) * 1.4426950408889634)
-        y = e / tl.sum(e, axis=1)[:, None]
+    x = tl.load(X + offs, mask=mask, other=-float("inf"), eviction_policy="evict_first").to(tl.float32)
+    mx = tl.max(x, axis=1)
+    e = tl.exp2((x - mx[:, None]) * 1.4426950408889634)
+    y = e / tl.sum(e, axis=1)[:, None]
     tl.store(Y + offs, y.to(Y.dtype.element_ty), mask=mask)
 
 
@@ -102,28 +89,17 @@ def softmax_fwd_looped(X, Y, N, BLOCK_N: tl.constexpr, HINTS: tl.constexpr):
 
 
 @triton.jit
-def softmax_bwd_rows(DY, Y, DX, M, N, BLOCK_N: tl.constexpr, ROWS: tl.constexpr, RECOMPUTE: tl.constexpr):
-    """``dx = y * (dy - sum(dy*y))`` for ``ROWS`` rows per program, rows whole in registers.
-
-    ``RECOMPUTE``: keep ``y`` in its storage dtype and only ``p = y*dy`` in fp32 across the
-    reduction; ``dx = p - y*sum(p)`` (fewer live registers for long rows).
-    """
+def softmax_bwd_rows(DY, Y, DX, M, N, BLOCK_N: tl.constexpr, ROWS: tl.constexpr):
+    """``dx = y * (dy - sum(dy*y))`` for ``ROWS`` rows per program, rows whole in registers."""
     pid = tl.program_id(0)
     rows = pid * ROWS + tl.arange(0, ROWS)
     cols = tl.arange(0, BLOCK_N)
     mask = (rows < M)[:, None] & (cols < N)[None, :]
     offs = rows[:, None].to(tl.int64) * N + cols[None, :]
-    if RECOMPUTE:
-        y = tl.load(Y + offs, mask=mask, other=0.0, eviction_policy="evict_first")
-        p = y.to(tl.float32) * tl.load(DY + offs, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
-        dot = tl.sum(p, axis=1)
-        dx = tl.fma(-y.to(tl.float32), dot[:, None], p)
-    else:
-        y = tl.load(Y + offs, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
-        dy = tl.load(DY + offs, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
-        dot = tl.sum(y * dy, axis=1)
-        dx = y * (dy - dot[:, None])
-    tl.store(DX + offs, dx.to(DX.dtype.element_ty), mask=mask)
+    y = tl.load(Y + offs, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
+    dy = tl.load(DY + offs, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
+    dot = tl.sum(y * dy, axis=1)
+    tl.store(DX + offs, (y * (dy - dot[:, None])).to(DX.dtype.element_ty), mask=mask)
 
 
 @triton.jit
@@ -168,9 +144,10 @@ def candidate_configs(n: int) -> list[dict]:
     """The configs ``accel bench --tune`` times for rows of ``n`` elements (default first).
 
     Rows in registers (1-16 rows per program, 4-32 warps, 4-128 elements per thread);
-    for rows of 8192+ also the low-register ``recompute`` formulation and the looped kernels,
-    with and without L2 cache hints (``hints``), and a few with software-pipelined chunk loads
-    (``num_stages`` 2/3).
+    for rows of 8192+ also the looped kernels, with and without L2 cache hints (``hints``),
+    and a few with software-pipelined chunk loads (``num_stages`` 2/3). (A low-register
+    formulation that evaluated ``exp2(x*log2e - (max*log2e + log2(sum)))`` was measured in
+    session 3: never the fastest on the H200, and it loses precision for large logits; removed.)
     (Thread-block clusters, ``num_ctas`` 2/4 - one row over a cluster's CTAs, as quack's long-row
     softmax does in CuTe - do not compile with Triton 3.6: ``TritonGPUPlanCTAPass`` fails on the
     row reduction, H200, ``benchmarks/results/h200/session3-runB.log``.)
@@ -185,9 +162,6 @@ def candidate_configs(n: int) -> list[dict]:
                 per_thread = rows * block_n // (32 * warps)
                 if 4 <= per_thread <= 128:
                     out.append({"looped": False, "block_n": block_n, "rows": rows, "num_warps": warps})
-        if block_n >= 8192:
-            for warps in (8, 16, 32):
-                out.append({"looped": False, "block_n": block_n, "rows": 1, "num_warps": warps, "recompute": True})
     if block_n >= 8192:
         for chunk in (2048, 4096, 8192, 16384):
             for warps in (4, 8, 16, 32):
