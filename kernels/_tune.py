@@ -119,14 +119,17 @@ def _build(family: str, direction: str, dtype: torch.dtype, m: int, n: int, devi
                 cands["helion"] = (lambda c: (lh.launch_bwd(dy, x, w, am.view(-1), ar.view(-1), out, c), out)[1],
                                    hk.candidate_configs(n, "bwd"))
         return aten, cands
-    # rms_norm: the kernels take their launch parameters from their own code; tune impl choice only.
+    # rms_norm: Triton forward launch configs are tuned; the backward and Helion use their own code's.
     from accel.kernels.ops.rms_norm import helion_impl as rh, triton_impl as rt
+    from accel.kernels.ops.rms_norm import triton_kernel as rtk
 
     with ak.disabled():
         _, rstd = torch.ops.aten._fused_rms_norm.default(x, [n], w, 1e-6)
     if direction == "fwd":
         aten = lambda: torch.ops.aten._fused_rms_norm.default(x, [n], w, 1e-6)[0]  # noqa: E731
-        cands["triton"] = (lambda c: rt.fused_rms_norm(x, [n], w, 1e-6)[0], [None])
+        rstd_out = _launch.empty(m, torch.float32, device)
+        cands["triton"] = (lambda c: (rt.launch_fwd(x, w, out, rstd_out, 1e-6, c, m, n), out)[1],
+                           rtk.candidate_configs(n))
         if helion_ok and n <= rh.LIMITS.max_n_fwd:
             cands["helion"] = (lambda c: rh.fused_rms_norm(x, [n], w, 1e-6)[0], [None])
     else:
@@ -195,7 +198,7 @@ def tune(ops=("rms_norm", "softmax", "layer_norm"), dtypes=("bf16",), budget_s: 
                     times[dsl], best_cfg[dsl] = us, cfg
         winner = min(times, key=times.get)
         entry = {"op": op, "dtype": _tuning.dtype_name(_DTYPES[dname]), "m": m, "n": n, "impl": winner,
-                 "config": best_cfg.get(winner), "us": times}
+                 "config": best_cfg.get(winner), "configs": best_cfg, "us": times}
         entries.append(entry)
         if progress is not None:
             progress(f"{op} {dname} {m}x{n}: {winner} " + " ".join(f"{k}={v:.1f}us" for k, v in times.items()))

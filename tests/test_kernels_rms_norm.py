@@ -247,3 +247,42 @@ def test_registration_imports_no_dsl_runtime():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+RMS_CONFIG_SCRIPT = textwrap.dedent("""
+    import json, torch
+    from accel.kernels import _launch, _tolerance
+    from accel.kernels.ops.rms_norm import reference, triton_impl as rt, triton_kernel as tk
+    _launch.poison_outputs = True
+    out = []
+    for n in (1000, 4096, 20000):
+        for dtype in (torch.float32, torch.bfloat16):
+            x = torch.randn(3, n, dtype=dtype) * 3
+            w = torch.randn(n, dtype=dtype)
+            ref_y, ref_r = reference.fused_rms_norm(x, [n], w, 1e-6)
+            for cfg in tk.candidate_configs(n):
+                y = _launch.empty((3, n), dtype, x.device)
+                r = _launch.empty(3, torch.float32, x.device)
+                rt.launch_fwd(x, w, y, r, 1e-6, cfg, 3, n)
+                out.append(dict(n=n, dtype=str(dtype), cfg=cfg, y=_tolerance.compare(y, ref_y)[1],
+                                r=_tolerance.compare(r, ref_r.view(-1))[1]))
+    print("REPORT" + json.dumps(out))
+""")
+
+
+def test_every_rms_norm_triton_forward_candidate_config_is_correct_interpreted():
+    """``accel bench --tune`` may ship any forward candidate: each gives the reference result (rows in
+    registers at several rows/warps, looped above 16384), fp32 and bf16, outputs NaN-poisoned."""
+    from accel.kernels.ops.rms_norm import triton_impl
+
+    if not triton_impl.available()[0]:
+        pytest.skip(triton_impl.available()[1])
+    env = {k: v for k, v in os.environ.items() if k != "HELION_INTERPRET"}
+    env["TRITON_INTERPRET"] = "1"
+    proc = subprocess.run([sys.executable, "-c", RMS_CONFIG_SCRIPT], env=env, capture_output=True, text=True,
+                          timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = json.loads(next(l for l in proc.stdout.splitlines() if l.startswith("REPORT")).removeprefix("REPORT"))
+    assert {r["cfg"]["looped"] for r in report} == {False, True} and len({json.dumps(r["cfg"]) for r in report}) > 6
+    bad = [r for r in report if r["y"] is not None or r["r"] is not None]
+    assert not bad, bad[:5]

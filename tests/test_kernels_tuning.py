@@ -115,6 +115,7 @@ def test_tune_on_cpu_in_the_interpreter_writes_winners(cache_dir):
     for e in r["entries"]:
         assert set(e["us"]) == {"aten", "triton"} and e["impl"] in ("aten", "triton")
         assert (e["config"] is None) == (e["impl"] == "aten")
+        assert set(e["configs"]) == {"triton"}  # every DSL's best config, for the table builder
     written = json.loads((cache_dir / "cpu.json").read_text())["entries"]
     assert len(written) == 2
 

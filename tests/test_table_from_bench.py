@@ -67,3 +67,12 @@ def test_the_last_tune_file_supplies_the_config():
         {"op": "rms_norm_fwd", "dtype": "bfloat16", "m": 32768, "n": 4096, "impl": "triton", "config": {"a": 3}}]}
     t = tfb.build([_report(_row(BIG, 1000, 1100, 1500))], tuned)
     assert t["entries"][0]["config"] == {"a": 2} and t["entries"][0]["evidence"].count("config from") == 1
+
+
+def test_a_tuned_dsl_config_is_used_even_where_the_tune_picked_another_implementation():
+    tuned = {"entries": [
+        {"op": "rms_norm_fwd", "dtype": "bfloat16", "m": 4096, "n": 4096, "impl": "helion", "config": {"h": 1},
+         "configs": {"helion": {"h": 1}, "triton": {"t": 1}}}]}
+    t = tfb.build([_report(_row(SMALL, 1000, 1500, 1000), _row(BIG, 1000, 1100, 1500))], tuned)
+    # every row survives a tuned match on an earlier one (the GB/s table is not the tune's configs)
+    assert [(e["m"], e["impl"], e["config"]) for e in t["entries"]] == [(4096, "triton", {"t": 1}), (32768, "helion", None)]

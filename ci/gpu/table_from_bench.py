@@ -22,8 +22,9 @@ Rules, in order:
    path; on host-sensitive shapes the direct call is host-bound as well, so any loss counts.
 
 Every entry keeps the GB/s as evidence. With ``--tuned``, a table written by
-``accel bench --tune`` supplies the kernel config of each entry whose winner it agrees on, for
-the same benchmark shape ``[M, N]`` (the last file naming it wins). ``--evidence DSL:N``: only the newest ``N`` reports supply rule
+``accel bench --tune`` supplies the kernel config of each entry, for the same benchmark shape
+``[M, N]`` (the last file naming it wins): its best config of the entry's winner (``configs``),
+or its ``config`` where the tune picked the same implementation. ``--evidence DSL:N``: only the newest ``N`` reports supply rule
 4's evidence for ``DSL`` (when its host path changed between runs, older routed numbers measured
 other code).
 """
@@ -94,10 +95,12 @@ def build(reports: list[dict], tuned: dict | None = None, evidence: dict[str, in
             note = f"{winner} fastest directly ({gbs[winner]:.0f} GB/s) but its routed call lost to ATen: host-bound"
             winner = "aten"
         config = None
-        for t in reversed((tuned or {}).get("entries", [])):  # the last tune file naming the bucket wins
-            if (t["op"], t["dtype"], t["m"], t["n"]) == (f"{row['op']}_{row['direction']}", _DTYPES[row["dtype"]], m, n) \
-                    and t["impl"] == winner:
-                config = t.get("config")
+        for t in reversed((tuned or {}).get("entries", [])):  # the last tune file naming the shape wins
+            if (t["op"], t["dtype"], t["m"], t["n"]) != (f"{row['op']}_{row['direction']}", _DTYPES[row["dtype"]], m, n):
+                continue
+            per_dsl = t.get("configs") or {}  # every DSL's best config (tune files of session 3 on)
+            if winner in per_dsl or t["impl"] == winner:
+                config = per_dsl.get(winner, t.get("config"))
                 note += f"; config from accel bench --tune ({t.get('us', {}).get(winner, 0):.1f} us)"
                 break
         entries.append({"op": f"{row['op']}_{row['direction']}", "dtype": _DTYPES[row["dtype"]], "m": m, "n": n,

@@ -7,11 +7,15 @@ first call. :func:`register` installs both ops as accel overrides.
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import torch
 
 from accel._compat import module_version
+from accel.kernels import _tuning
+from accel.kernels._conds import arch
+from accel.kernels._triton_configs import next_power_of_2
 
 from . import reference
 from accel.kernels._launch import (
@@ -21,7 +25,7 @@ from accel.kernels._launch import (
 from ._pair import register_pair
 from .conditions import Limits
 
-__all__ = ["DSL", "LIMITS", "available", "fused_rms_norm", "fused_rms_norm_backward", "register"]
+__all__ = ["DSL", "LIMITS", "available", "fused_rms_norm", "fused_rms_norm_backward", "register", "launch_fwd"]
 
 DSL = "triton"
 #: Row bounds: forward any N up to 65536 (looped above triton_kernel.MAX_BLOCK_N);
@@ -57,17 +61,27 @@ def fused_rms_norm(input: torch.Tensor, normalized_shape: Sequence[int], weight:
     y = empty_like(input)
     rstd = empty(reference.stat_shape(input, normalized_shape), torch.float32, device)
     eps = _FP32_EPS if eps is None else float(eps)
-    block_n, rows, warps, looped = k.fwd_config(n)
-    has_w = weight is not None
-    w = weight if has_w else input
-    with device_guard(device):
-        if looped:
-            triton_launch(k.rms_norm_fwd_looped, (m,), input, w, y, rstd, n, eps, BLOCK_N=block_n, HAS_W=has_w,
-                          num_warps=warps)
-        else:
-            triton_launch(k.rms_norm_fwd_rows, (-(-m // rows),), input, w, y, rstd, m, n, eps, BLOCK_N=block_n,
-                          ROWS=rows, HAS_W=has_w, num_warps=warps)
+    cfg = _tuning.config("rms_norm_fwd", DSL, arch(device), _tuning.dtype_name(input.dtype), m, n)
+    launch_fwd(input, weight, y, rstd, eps, cfg if cfg is not None else k.default_config(n), m, n)
     return y, rstd
+
+
+def launch_fwd(x: torch.Tensor, weight: torch.Tensor | None, y: torch.Tensor, rstd: torch.Tensor, eps: float,
+               cfg: Mapping[str, Any], m: int, n: int) -> None:
+    """Run the forward on contiguous ``x`` (``m`` rows of ``n``) into ``y`` and ``rstd`` (fp32, ``m`` values)
+    with launch config ``cfg`` (``looped``, ``block_n``, ``rows``, ``num_warps``; used by the tuner too)."""
+    k = _kernels()
+    has_w = weight is not None
+    w = weight if has_w else x
+    with device_guard(x.device):
+        if cfg["looped"]:
+            triton_launch(k.rms_norm_fwd_looped, (m,), x, w, y, rstd, n, eps, BLOCK_N=cfg["block_n"], HAS_W=has_w,
+                          num_warps=cfg["num_warps"])
+        else:
+            rows = cfg["rows"]
+            triton_launch(k.rms_norm_fwd_rows, (-(-m // rows),), x, w, y, rstd, m, n, eps,
+                          BLOCK_N=max(cfg["block_n"], next_power_of_2(n)), ROWS=rows, HAS_W=has_w,
+                          num_warps=cfg["num_warps"])
 
 
 def fused_rms_norm_backward(grad_out: torch.Tensor, input: torch.Tensor, normalized_shape: Sequence[int],

@@ -28,7 +28,8 @@ import triton.language as tl
 
 from accel.kernels._triton_configs import next_power_of_2, row_config, warps
 
-__all__ = ["rms_norm_fwd_rows", "rms_norm_fwd_looped", "rms_norm_bwd_rows", "fwd_config", "bwd_config"]
+__all__ = ["rms_norm_fwd_rows", "rms_norm_fwd_looped", "rms_norm_bwd_rows", "fwd_config", "default_config",
+           "candidate_configs", "bwd_config"]
 
 #: Largest row kept whole in registers (elements).
 MAX_BLOCK_N = 16384
@@ -110,10 +111,42 @@ def rms_norm_bwd_rows(DY, X, W, RSTD, DX, DW_PARTIAL, M, N, rows_per_program,
 
 
 @functools.cache
+def default_config(n: int) -> dict:
+    """Forward launch config ``{"looped", "block_n", "rows", "num_warps"}`` for rows of ``n`` when the
+    tuning table has none."""
+    return row_config(n, MAX_BLOCK_N)
+
+
 def fwd_config(n: int) -> tuple[int, int, int, bool]:
-    """``(BLOCK_N, ROWS, num_warps, looped)`` for rows of ``n`` elements."""
-    c = row_config(n, MAX_BLOCK_N)
+    """``(BLOCK_N, ROWS, num_warps, looped)`` of :func:`default_config` (diagnostic scripts)."""
+    c = default_config(n)
     return c["block_n"], c["rows"], c["num_warps"], c["looped"]
+
+
+def candidate_configs(n: int) -> list[dict]:
+    """Forward configs ``accel bench --tune`` times (default first): rows in registers, 1-16 rows per
+    program, 4/8/16 warps with 4-64 elements per thread; chunked (looped) above :data:`MAX_BLOCK_N`."""
+    block_n = next_power_of_2(n)
+    out = [default_config(n)]
+    if block_n <= MAX_BLOCK_N:
+        for rows in (1, 2, 4, 8, 16):
+            if rows * block_n > 32768 or (rows > 1 and rows * block_n < 1024):
+                continue
+            for nw in (4, 8, 16):
+                if 4 <= rows * block_n // (32 * nw) <= 64:
+                    out.append({"looped": False, "block_n": block_n, "rows": rows, "num_warps": nw})
+    else:
+        for chunk in (2048, 4096, 8192):
+            for nw in (4, 8, 16):
+                if 4 <= chunk // (32 * nw) <= 64:
+                    out.append({"looped": True, "block_n": chunk, "rows": 1, "num_warps": nw})
+    seen, unique = set(), []
+    for c in out:
+        key = tuple(sorted(c.items()))
+        if key not in seen:
+            seen.add(key)
+            unique.append(c)
+    return unique
 
 
 def bwd_config(n: int) -> tuple[int, int]:
