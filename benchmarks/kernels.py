@@ -1,4 +1,5 @@
-"""RMSNorm forward/backward: ATen vs accel's Triton and Helion kernels vs the routed call vs Liger-Kernel and quack.
+"""RMSNorm, softmax, LayerNorm forward/backward: ATen vs accel's Triton and Helion kernels vs the routed call vs
+Liger-Kernel and quack.
 
 Usage (on a CUDA GPU; < 3 minutes on an H200)::
 

@@ -76,3 +76,11 @@ def test_a_tuned_dsl_config_is_used_even_where_the_tune_picked_another_implement
     t = tfb.build([_report(_row(SMALL, 1000, 1500, 1000), _row(BIG, 1000, 1100, 1500))], tuned)
     # every row survives a tuned match on an earlier one (the GB/s table is not the tune's configs)
     assert [(e["m"], e["impl"], e["config"]) for e in t["entries"]] == [(4096, "triton", {"t": 1}), (32768, "helion", None)]
+
+
+def test_a_measured_routed_helion_call_keeps_helion_on_a_host_sensitive_shape():
+    plain = _report(_row(SMALL, 1000, 1500, 1700))
+    assert _impls(tfb.build([plain]))[SMALL] == "triton"
+    routed = _report(_row(SMALL, 1000, 1500, 1700, routed=1650, routed_to="rms_norm_fwd.helion"))
+    assert _impls(tfb.build([plain, routed]))[SMALL] == "helion"
+    assert _impls(tfb.build([routed, plain], evidence={"helion": 1}))[SMALL] == "triton"  # outside the window

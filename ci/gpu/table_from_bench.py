@@ -13,7 +13,9 @@ Rules, in order:
    few percent of GPU time does not buy back;
 3. on host-sensitive shapes (at most :data:`SMALL` elements, e.g. 4096x4096 and 65536x1024:
    kernels of ~16-130 µs) Triton beats Helion whenever Triton itself passes rule 2: its host cost per
-   call is about half of Helion's (24 vs 53 µs on the H200's host, ``launch_cost.md``);
+   call is about half of Helion's (24 vs 53 µs on the H200's host, ``launch_cost.md``) - unless a
+   report in Helion's evidence window (``--evidence``) measured the routed call running Helion on
+   that row faster than Triton's best direct call;
 4. if, in ANY report, the routed call ran the winner and was slower than ATen there, the winner
    is ATen (host-bound there: the router's host cost is part of what a user pays) - on shapes
    above :data:`SMALL` only where the winner called directly beat ATen in that same report: a big
@@ -53,6 +55,7 @@ def build(reports: list[dict], tuned: dict | None = None, evidence: dict[str, in
     evidence = evidence or {}
     best: dict[tuple, dict[str, float]] = {}
     host_bound: dict[tuple, set[str]] = {}
+    routed_helion: dict[tuple, float] = {}  # best routed GB/s with Helion behind it, in Helion's window
     for age, report in enumerate(reversed(reports)):  # age 0: the newest
         for row in report["rows"]:
             into = best.setdefault(_key(row), {})
@@ -63,6 +66,8 @@ def build(reports: list[dict], tuned: dict | None = None, evidence: dict[str, in
             routed = row["impls"].get("routed", {}).get("gbs")
             aten = row["impls"].get("aten", {}).get("gbs")
             routed_to = row.get("routed_to", "")
+            if routed and routed_to.rpartition(".")[2].startswith("helion") and age < evidence.get("helion", len(reports)):
+                routed_helion[_key(row)] = max(routed_helion.get(_key(row), 0.0), routed)
             if routed and aten and routed < aten and "." not in routed_to and routed_to != "aten":
                 print(f"note: {report.get('started', '?')} {_key(row)}: routed {routed:.0f} < ATen {aten:.0f} "
                       f"GB/s but the report does not say what it ran ({routed_to!r}); rule 4 cannot use it",
@@ -89,8 +94,12 @@ def build(reports: list[dict], tuned: dict | None = None, evidence: dict[str, in
             note = f"{winner} only {gbs[winner] / gbs['aten']:.2f}x ATen (< {MARGIN}x): ATen"
             winner = "aten"
         if winner == "helion" and m * n <= SMALL and gbs.get("triton", 0) >= MARGIN * gbs["aten"]:
-            note = f"helion fastest ({gbs['helion']:.0f} GB/s) but host-sensitive shape: triton ({gbs['triton']:.0f})"
-            winner = "triton"
+            if routed_helion.get(key, 0.0) > gbs["triton"]:
+                note = (f"fastest measured directly: helion; host-sensitive shape, but its routed call measured "
+                        f"{routed_helion[key]:.0f} GB/s > triton's best {gbs['triton']:.0f}")
+            else:
+                note = f"helion fastest ({gbs['helion']:.0f} GB/s) but host-sensitive shape: triton ({gbs['triton']:.0f})"
+                winner = "triton"
         if winner in host_bound.get(key, ()):
             note = f"{winner} fastest directly ({gbs[winner]:.0f} GB/s) but its routed call lost to ATen: host-bound"
             winner = "aten"
