@@ -7,7 +7,7 @@ winners per arch live in the tuning table (:mod:`accel.kernels._tuning`).
 
 from __future__ import annotations
 
-__all__ = ["next_power_of_2", "warps", "row_config"]
+__all__ = ["next_power_of_2", "warps", "row_config", "row_candidates", "unique_configs"]
 
 #: Elements per program above which 8, then 16 warps are used (enough loads in flight to
 #: cover HBM latency without spilling registers; the usual Triton row-kernel choice).
@@ -40,3 +40,30 @@ def row_config(n: int, max_block_n: int, steps: tuple[int, int] = NORM_WARP_STEP
         return {"looped": True, "block_n": 4096, "rows": 1, "num_warps": 8}
     rows = max(1, min(16, 4096 // block_n))
     return {"looped": False, "block_n": block_n, "rows": rows, "num_warps": warps(block_n * rows, steps)}
+
+
+def row_candidates(block_n: int, *, max_elements: int, warp_choices: tuple[int, ...],
+                   per_thread: tuple[int, int]) -> list[dict]:
+    """Rows-in-registers configs for the tuner: 1-16 rows of ``block_n`` per program (at most
+    ``max_elements`` per program, at least 1024 when several rows), each ``num_warps`` in
+    ``warp_choices`` that gives ``per_thread[0]..per_thread[1]`` elements per thread."""
+    out = []
+    for rows in (1, 2, 4, 8, 16):
+        elements = rows * block_n
+        if elements > max_elements or (rows > 1 and elements < 1024):
+            continue
+        for nw in warp_choices:
+            if per_thread[0] <= elements // (32 * nw) <= per_thread[1]:
+                out.append({"looped": False, "block_n": block_n, "rows": rows, "num_warps": nw})
+    return out
+
+
+def unique_configs(configs: list[dict]) -> list[dict]:
+    """``configs`` without repeats, first occurrence kept (the default config stays first)."""
+    seen, out = set(), []
+    for c in configs:
+        key = tuple(sorted(c.items()))
+        if key not in seen:
+            seen.add(key)
+            out.append(c)
+    return out

@@ -22,7 +22,7 @@ import functools
 import triton
 import triton.language as tl
 
-from accel.kernels._triton_configs import next_power_of_2, row_config, warps
+from accel.kernels._triton_configs import next_power_of_2, row_candidates, row_config, unique_configs, warps
 
 __all__ = ["MAX_BLOCK_N", "layer_norm_fwd_rows", "layer_norm_fwd_looped", "layer_norm_bwd_rows", "default_config",
            "bwd_config", "candidate_configs"]
@@ -150,16 +150,5 @@ def candidate_configs(n: int, direction: str = "fwd") -> list[dict]:
     else:
         out = [default_config(n)]
         if block_n <= MAX_BLOCK_N:
-            for rows in (1, 2, 4, 8, 16):
-                if rows * block_n > 32768 or (rows > 1 and rows * block_n < 1024):
-                    continue
-                for nw in (4, 8, 16):
-                    if 4 <= rows * block_n // (32 * nw) <= 64:
-                        out.append({"looped": False, "block_n": block_n, "rows": rows, "num_warps": nw})
-    seen, unique = set(), []
-    for c in out:
-        key = tuple(sorted(c.items()))
-        if key not in seen:
-            seen.add(key)
-            unique.append(c)
-    return unique
+            out += row_candidates(block_n, max_elements=32768, warp_choices=(4, 8, 16), per_thread=(4, 64))
+    return unique_configs(out)

@@ -26,7 +26,7 @@ import functools
 import triton
 import triton.language as tl
 
-from accel.kernels._triton_configs import next_power_of_2, row_config, warps
+from accel.kernels._triton_configs import next_power_of_2, row_candidates, row_config, unique_configs, warps
 
 __all__ = ["rms_norm_fwd_rows", "rms_norm_fwd_looped", "rms_norm_bwd_rows", "fwd_config", "default_config",
            "candidate_configs", "bwd_config"]
@@ -129,24 +129,11 @@ def candidate_configs(n: int) -> list[dict]:
     block_n = next_power_of_2(n)
     out = [default_config(n)]
     if block_n <= MAX_BLOCK_N:
-        for rows in (1, 2, 4, 8, 16):
-            if rows * block_n > 32768 or (rows > 1 and rows * block_n < 1024):
-                continue
-            for nw in (4, 8, 16):
-                if 4 <= rows * block_n // (32 * nw) <= 64:
-                    out.append({"looped": False, "block_n": block_n, "rows": rows, "num_warps": nw})
+        out += row_candidates(block_n, max_elements=32768, warp_choices=(4, 8, 16), per_thread=(4, 64))
     else:
-        for chunk in (2048, 4096, 8192):
-            for nw in (4, 8, 16):
-                if 4 <= chunk // (32 * nw) <= 64:
-                    out.append({"looped": True, "block_n": chunk, "rows": 1, "num_warps": nw})
-    seen, unique = set(), []
-    for c in out:
-        key = tuple(sorted(c.items()))
-        if key not in seen:
-            seen.add(key)
-            unique.append(c)
-    return unique
+        out += [{"looped": True, "block_n": chunk, "rows": 1, "num_warps": nw}
+                for chunk in (2048, 4096, 8192) for nw in (4, 8, 16) if 4 <= chunk // (32 * nw) <= 64]
+    return unique_configs(out)
 
 
 def bwd_config(n: int) -> tuple[int, int]:

@@ -23,7 +23,7 @@ import functools
 import triton
 import triton.language as tl
 
-from accel.kernels._triton_configs import next_power_of_2, row_config
+from accel.kernels._triton_configs import next_power_of_2, row_candidates, row_config, unique_configs
 
 __all__ = ["MAX_BLOCK_N", "default_config", "softmax_fwd_rows", "softmax_fwd_looped", "softmax_bwd_rows",
            "softmax_bwd_looped", "candidate_configs"]
@@ -155,13 +155,7 @@ def candidate_configs(n: int) -> list[dict]:
     block_n = next_power_of_2(n)
     out = [default_config(n)]
     if block_n <= MAX_BLOCK_N:
-        for rows in (1, 2, 4, 8, 16):
-            if rows * block_n > 65536 or (rows > 1 and rows * block_n < 1024):
-                continue
-            for warps in (4, 8, 16, 32):
-                per_thread = rows * block_n // (32 * warps)
-                if 4 <= per_thread <= 128:
-                    out.append({"looped": False, "block_n": block_n, "rows": rows, "num_warps": warps})
+        out += row_candidates(block_n, max_elements=65536, warp_choices=(4, 8, 16, 32), per_thread=(4, 128))
     if block_n >= 8192:
         for chunk in (2048, 4096, 8192, 16384):
             for warps in (4, 8, 16, 32):
@@ -172,10 +166,4 @@ def candidate_configs(n: int) -> list[dict]:
             for stages in (2, 3):
                 out.append({"looped": True, "block_n": chunk, "rows": 1, "num_warps": warps, "hints": True,
                             "num_stages": stages})
-    seen, unique = set(), []
-    for c in out:
-        key = tuple(sorted(c.items()))
-        if key not in seen:
-            seen.add(key)
-            unique.append(c)
-    return unique
+    return unique_configs(out)
