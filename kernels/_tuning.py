@@ -94,6 +94,8 @@ __all__ = ["Choice", "IMPLS", "MIN_NUMEL", "TUNING_DIR_ENV", "bucket", "dtype_na
 IMPLS = ("aten", "triton", "helion")
 #: Environment variable: directory of the user tables (default: platformdirs' user cache dir + ``/tuning``).
 TUNING_DIR_ENV = "ACCEL_TUNING_DIR"
+
+
 class _Policy(dict):
     """A dict whose every change forgets the floors (:func:`floor`) and bumps :data:`GENERATION`,
     so accel's router never keeps a size gate computed from an older policy."""
