@@ -26,7 +26,9 @@ import torch
 
 
 def per_call(fn, calls: int = 2000, reps: int = 5) -> float:
-    """Min over ``reps`` of the mean µs per call of ``fn()`` over ``calls`` calls (one sync per batch)."""
+    """Min over ``reps`` of the mean µs per call of ``fn()`` over ``calls`` calls (one sync per batch).
+
+    Also used by ``ci/gpu/launch_profile.py``."""
     for _ in range(50):
         fn()
     torch.cuda.synchronize()
@@ -44,8 +46,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, help="directory for launch_cost.md / .json")
     parser.add_argument("--profile", action="store_true",
-                        help="also cProfile the routed RMSNorm call to Triton (top functions by own time; "
-                             "written to launch_profile.txt under --out)")
+                        help="also cProfile the routed RMSNorm call to Triton and the RMSNorm and LayerNorm Helion "
+                             "impls (top functions by own time; written to launch_profile.txt under --out)")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("launch_cost: needs a CUDA device", file=sys.stderr)
@@ -97,9 +99,14 @@ def main(argv: list[str] | None = None) -> int:
                 with ak.disabled(dsl=other):
                     add(op, f"routed op -> {dsl}", lambda: aten(*a))
                     if args.profile and op == "rms_norm" and dsl == "triton":
-                        profile_text = _profile(lambda: aten(*a))
+                        profile_text = profile(lambda: aten(*a), "routed rms_norm -> triton")
             add(op, "triton impl", lambda: t_impl(*a))
             add(op, "helion impl", lambda: h_impl(*a))
+            if args.profile and op in ("rms_norm", "layer_norm"):
+                from accel.kernels import _helion
+
+                profile_text += "\n" + profile(lambda: h_impl(*a), f"{op} helion impl (direct host path: "
+                                                f"{_helion._direct_ok()}, {len(_helion._HOST)} cached)", top=18)
             for info in ak.overrides():
                 if info.op == aten._schema.name and info.name.split(".")[0].endswith("_fwd"):
                     cond = ak._registry._OVERRIDES[info.name].cond
@@ -134,8 +141,10 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _profile(fn, calls: int = 3000, top: int = 30) -> str:
-    """cProfile of ``calls`` calls of ``fn``: the ``top`` functions by own time (text)."""
+def profile(fn, label: str, calls: int = 3000, top: int = 30) -> str:
+    """cProfile of ``calls`` calls of ``fn``: the ``top`` functions by own time (text headed by ``label``).
+
+    Also used by ``ci/gpu/launch_profile.py``."""
     import cProfile
     import io
     import pstats
@@ -148,7 +157,7 @@ def _profile(fn, calls: int = 3000, top: int = 30) -> str:
     torch.cuda.synchronize()
     out = io.StringIO()
     pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(top)
-    return f"cProfile, routed rms_norm -> triton, {calls} calls\n" + out.getvalue()[:9000]
+    return f"cProfile, {label}, {calls} calls\n" + out.getvalue()[:9000]
 
 
 if __name__ == "__main__":

@@ -3,40 +3,20 @@
 cProfile of ``kernel[grid](...)`` and of the Helion impl, and the cost of calling the
 compiled kernel's launcher directly (what Inductor's generated launchers do).
 """
-import cProfile
-import io
-import pstats
-import time
+import sys
+from pathlib import Path
 
 import torch
 import triton
 
-from accel.kernels.ops.rms_norm import helion_impl, triton_kernel as k
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+from launch_cost import per_call, profile  # noqa: E402 - the timing and cProfile helpers of benchmarks/
+
+from accel.kernels.ops.rms_norm import helion_impl, triton_kernel as k  # noqa: E402
 
 
-def per_call(fn, calls=2000):
-    for _ in range(50):
-        fn()
-    torch.cuda.synchronize()
-    best = 1e9
-    for _ in range(5):
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        torch.cuda.synchronize()
-        best = min(best, (time.perf_counter() - t0) / calls * 1e6)
-    return best
-
-
-def prof(fn, n=2000, top=22):
-    pr = cProfile.Profile()
-    pr.enable()
-    for _ in range(n):
-        fn()
-    pr.disable()
-    s = io.StringIO()
-    pstats.Stats(pr, stream=s).sort_stats("tottime").print_stats(top)
-    print(s.getvalue()[:6000])
+def prof(fn, top=22):
+    print(profile(fn, "ci/gpu/launch_profile.py", calls=2000, top=top))
 
 
 m, n = 4, 1024
@@ -79,7 +59,6 @@ print("helion impl us/call", round(per_call(lambda: helion_impl.fused_rms_norm(x
 prof(lambda: helion_impl.fused_rms_norm(x, [n], w, 1e-6), top=25)
 
 # -- the routed call, layer by layer (accel's own router; Triton only, tiny input so it routes) --
-import accel.kernels as ak  # noqa: E402
 from accel.kernels import _tuning  # noqa: E402
 from accel.kernels.ops.rms_norm import triton_impl  # noqa: E402
 
