@@ -143,7 +143,7 @@ def call(kernel: Any, *args: Any) -> Any:
     if key is None:
         return kernel(*args)
     entry = _HOST.get((id(kernel), key))
-    if entry is not None and entry[0] is kernel:
+    if entry is not None:  # the entry holds its kernel: no other object can have that id meanwhile
         return entry[1](*args, _launcher=_launcher)
     out = kernel(*args)
     run = getattr(kernel.bind(args), "_run", None)
