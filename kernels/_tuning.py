@@ -126,6 +126,10 @@ class _Policy(dict):
         _forget_floors()
         return out
 
+    def __ior__(self, other):
+        self.update(other)
+        return self
+
 
 #: Miss policy: inputs with fewer elements than this run ATen, per DSL (launch
 #: overhead of a Python-launched kernel, several µs, dominates below 2**20
