@@ -144,7 +144,10 @@ def _build(family: str, direction: str, dtype: torch.dtype, m: int, n: int, devi
 def tune(ops=("rms_norm", "softmax", "layer_norm"), dtypes=("bf16",), budget_s: float = 600.0,
          device: torch.device | None = None, progress: Callable[[str], None] | None = None,
          write: bool = True, shapes=None) -> dict[str, Any]:
-    """Measure the table; returns ``{"arch", "entries", "errors", "skipped", "path"}``.
+    """Measure the table; returns ``{"arch", "entries", "errors", "skipped", "path", "trials"}``.
+
+    ``trials``: one ``{"op", "dtype", "m", "n", "dsl", "config", "us"}`` per config timed (ATen too,
+    config ``None``), fastest first per job - the evidence behind each entry (``--json`` prints it).
 
     Args:
         ops: op families.
@@ -170,7 +173,7 @@ def tune(ops=("rms_norm", "softmax", "layer_norm"), dtypes=("bf16",), budget_s: 
     arch = _conds.arch(device)
     bench = _bench_fn(device)
     started = time.perf_counter()
-    entries, errors, skipped = [], [], []
+    entries, errors, skipped, trials = [], [], [], []
     for family, direction, dname, m, n in _jobs(ops, dtypes, device, shapes):
         op = f"{family}_{direction}"
         if time.perf_counter() - started > budget_s:
@@ -181,6 +184,8 @@ def tune(ops=("rms_norm", "softmax", "layer_norm"), dtypes=("bf16",), budget_s: 
             ref = aten()
             times = {"aten": bench(aten)}
         best_cfg: dict[str, Any] = {}
+        job = {"op": op, "dtype": _tuning.dtype_name(_DTYPES[dname]), "m": m, "n": n}
+        timed = [dict(job, dsl="aten", config=None, us=times["aten"])]
         for dsl, (launch, configs) in cands.items():
             for cfg in configs:
                 if time.perf_counter() - started > budget_s:
@@ -194,17 +199,18 @@ def tune(ops=("rms_norm", "softmax", "layer_norm"), dtypes=("bf16",), budget_s: 
                 except Exception as exc:  # noqa: BLE001 - report every failing config, keep tuning
                     errors.append(f"{op} {dname} {m}x{n} {dsl} {cfg}: {type(exc).__name__}: {str(exc)[:160]}")
                     continue
+                timed.append(dict(job, dsl=dsl, config=cfg, us=us))
                 if us < times.get(dsl, float("inf")):
                     times[dsl], best_cfg[dsl] = us, cfg
         winner = min(times, key=times.get)
-        entry = {"op": op, "dtype": _tuning.dtype_name(_DTYPES[dname]), "m": m, "n": n, "impl": winner,
-                 "config": best_cfg.get(winner), "configs": best_cfg, "us": times}
+        trials += sorted(timed, key=lambda t: t["us"])
+        entry = dict(job, impl=winner, config=best_cfg.get(winner), configs=best_cfg, us=times)
         entries.append(entry)
         if progress is not None:
             progress(f"{op} {dname} {m}x{n}: {winner} " + " ".join(f"{k}={v:.1f}us" for k, v in times.items()))
     path = _tuning.write_user_table(arch, entries) if write and entries else None
     return {"arch": arch, "entries": entries, "errors": errors, "skipped": skipped,
-            "path": str(path) if path else None, "elapsed_s": time.perf_counter() - started}
+            "path": str(path) if path else None, "elapsed_s": time.perf_counter() - started, "trials": trials}
 
 
 def run_from_args(args: argparse.Namespace, ops, dtypes, shapes=None) -> int:

@@ -60,8 +60,22 @@ for stage in "$@"; do
       export ACCEL_TUNING_DIR="${ACCEL_TUNING_DIR:-$OUT/tuning}"
       IFS='|' read -ra sets <<< "${ACCEL_GPU_TUNE_ARGS:-}"
       [ ${#sets[@]} -eq 0 ] && sets=("")
+      i=0
       for a in "${sets[@]}"; do
-        timeout 420 python3 -m accel.cli bench --tune --budget "${ACCEL_GPU_TUNE_BUDGET:-330}" $a 2>&1 | tail -60
+        i=$((i+1))
+        timeout 420 python3 -m accel.cli bench --tune --json --budget "${ACCEL_GPU_TUNE_BUDGET:-330}" $a \
+          > "$OUT/tune-set$i.json" 2> "$OUT/tune-set$i.log"; echo "tune set $i exit $?"; tail -5 "$OUT/tune-set$i.log"
+        # the fastest configs per job (every trial is in tune-set$i.json)
+        python3 -c "
+import json, sys, itertools
+r = json.load(open(sys.argv[1]))
+for key, ts in itertools.groupby(r['trials'], key=lambda t: (t['op'], t['dtype'], t['m'], t['n'])):
+    ts = list(ts); aten = next(t['us'] for t in ts if t['dsl'] == 'aten')
+    print(*key, 'aten', round(aten, 1), 'us')
+    for t in ts[:int(sys.argv[2])]:
+        print('   ', round(t['us'], 1), 'us', round(aten / t['us'], 3), 'x', t['dsl'], t['config'])
+print('errors:', *r['errors'][:10], sep='\\n  ')
+" "$OUT/tune-set$i.json" "${ACCEL_GPU_TUNE_TOP:-8}" 2>&1 | tail -80
       done
       mkdir -p "$OUT/tuning"; cp "$ACCEL_TUNING_DIR"/*.json "$OUT/tuning/" 2>/dev/null; ls -la "$OUT/tuning"
       ;;
