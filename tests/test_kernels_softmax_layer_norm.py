@@ -245,7 +245,19 @@ def test_interpreter_round_trip_register_route_unregister(interpreted, key, path
     assert routing["matches_aten"] is None
 
 
-# ------------------------------------------------ every tunable softmax config, interpreted
+# ------------------------------------------------ every tunable config, interpreted
+def _triton_interpreted(script: str) -> list:
+    """Run ``script`` under ``TRITON_INTERPRET=1`` in a subprocess; its ``REPORT<json>`` line, parsed."""
+    ok, why = sm_triton.available()
+    if not ok:
+        pytest.skip(f"triton unavailable: {why}")
+    env = {k: v for k, v in os.environ.items() if k != "HELION_INTERPRET"}
+    env["TRITON_INTERPRET"] = "1"
+    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return json.loads(next(l for l in proc.stdout.splitlines() if l.startswith("REPORT")).removeprefix("REPORT"))
+
+
 CONFIG_SCRIPT = textwrap.dedent("""
     import json, sys, torch
     from accel.kernels import _launch, _tolerance
@@ -275,14 +287,7 @@ CONFIG_SCRIPT = textwrap.dedent("""
 def test_every_softmax_triton_candidate_config_is_correct_interpreted():
     """``accel bench --tune`` may ship any candidate config: each one (rows, looped, hints, stages)
     gives the reference result for long rows (power of two and not), fp32 and bf16, outputs NaN-poisoned."""
-    ok, why = sm_triton.available()
-    if not ok:
-        pytest.skip(f"triton unavailable: {why}")
-    env = {k: v for k, v in os.environ.items() if k != "HELION_INTERPRET"}
-    env["TRITON_INTERPRET"] = "1"
-    proc = subprocess.run([sys.executable, "-c", CONFIG_SCRIPT], env=env, capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    report = json.loads(next(l for l in proc.stdout.splitlines() if l.startswith("REPORT")).removeprefix("REPORT"))
+    report = _triton_interpreted(CONFIG_SCRIPT)
     kinds = {(r["cfg"]["looped"], bool(r["cfg"].get("hints")), "num_stages" in r["cfg"]) for r in report}
     assert {(False, False, False), (True, False, False), (True, True, False), (True, True, True)} <= kinds
     bad = [r for r in report if r["fwd"] is not None or r["bwd"] is not None]
@@ -319,17 +324,49 @@ def test_every_softmax_persistent_config_is_correct_interpreted():
     """The persistent kernels walk rows ``pid, pid + P, ...``: with 13 rows over 4-8 programs (the
     interpreter's 4 "SMs") every program loops and the last rows are a partial step; each prefetch /
     recompute / warps / programs-per-SM config must give the reference result, outputs NaN-poisoned."""
-    ok, why = sm_triton.available()
-    if not ok:
-        pytest.skip(f"triton unavailable: {why}")
-    env = {k: v for k, v in os.environ.items() if k != "HELION_INTERPRET"}
-    env["TRITON_INTERPRET"] = "1"
-    proc = subprocess.run([sys.executable, "-c", PERSISTENT_SCRIPT], env=env, capture_output=True, text=True,
-                          timeout=600)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    report = json.loads(next(l for l in proc.stdout.splitlines() if l.startswith("REPORT")).removeprefix("REPORT"))
+    report = _triton_interpreted(PERSISTENT_SCRIPT)
     kinds = {(r["cfg"]["block_n"], r["cfg"]["prefetch"], r["cfg"]["recompute"]) for r in report}
     assert kinds == {(b, p, r) for b in (16384, 32768) for p in (False, True) for r in (False, True)}
     assert {r["programs"] for r in report} == {4, 8}   # fewer programs than rows: every program loops
     bad = [r for r in report if r["fwd"] is not None or r["bwd"] is not None]
+    assert not bad, bad[:5]
+
+
+LN_BWD_SCRIPT = textwrap.dedent("""
+    import json, torch
+    from accel.kernels import _launch, _tolerance
+    from accel.kernels.ops.layer_norm import triton_impl as lt, triton_kernel as tk, reference as lref
+    _launch.poison_outputs = True
+    out = []
+    for n in (8192, 9000):   # BLOCK_N 8192 and 16384 (slabs of 4096 / 8192, the last one ragged for 9000)
+        for dtype in (torch.float32, torch.bfloat16):
+            torch.manual_seed(n)
+            x = torch.randn(13, n, dtype=dtype) * 3 + 1
+            dy = torch.randn(13, n, dtype=dtype)
+            w, b = torch.randn(n, dtype=dtype), torch.randn(n, dtype=dtype)
+            _, mean, rstd = lref.native_layer_norm(x, [n], w, b, 1e-5)
+            for cfg in tk.candidate_configs(n, "bwd"):
+                for want in ([True, True, True], [True, False, False], [False, True, True]):
+                    if want != [True, True, True] and cfg.get("slabs", 1) == 1:
+                        continue
+                    ref = lref.native_layer_norm_backward(dy, x, [n], mean, rstd, w, b, want)
+                    dx = _launch.empty((13, n), dtype, x.device) if want[0] else None
+                    dw, db = lt.launch_bwd(dy, x, w, mean.view(-1), rstd.view(-1), dx, want, cfg, True)
+                    got = (dx, None if dw is None else dw.to(dtype), None if db is None else db.to(dtype))
+                    problems = [None if r is None and g is None else
+                                "missing" if (r is None) != (g is None) else _tolerance.compare(g, r)[1]
+                                for g, r in zip(got, ref)]
+                    out.append(dict(n=n, dtype=str(dtype), cfg=cfg, want=want, problems=problems))
+    print("REPORT" + json.dumps(out))
+""")
+
+
+def test_every_layer_norm_bwd_candidate_config_is_correct_interpreted():
+    """Every backward config the tuner may ship - rows in registers and column slabs (2/4 per row,
+    ragged last slab) - gives the reference dx, dw, db (and only the ones asked for), fp32 and bf16,
+    with 13 rows over the interpreter's 4 "SMs" so each program walks a row range."""
+    report = _triton_interpreted(LN_BWD_SCRIPT)
+    slabbed = {(r["n"], r["cfg"].get("slabs")) for r in report if r["cfg"].get("slabs")}
+    assert slabbed == {(n, s) for n in (8192, 9000) for s in (2, 4)}
+    bad = [r for r in report if any(p is not None for p in r["problems"])]
     assert not bad, bad[:5]

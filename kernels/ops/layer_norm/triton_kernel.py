@@ -13,6 +13,8 @@ each walking a contiguous range of rows with the row in registers:
 ``xhat = (x-mean)*rstd``, ``g = dy*w``, ``dx = rstd*(g - mean(g) - xhat*mean(g*xhat))``;
 partial ``dw = sum(dy*xhat)`` and ``db = sum(dy)`` stay in fp32 registers and
 go to ``[G, N]`` buffers summed by ``torch.sum`` (small next to ``3*M*N*esize``).
+For long rows the tuner may pick ``slabs`` (2 or 4): :func:`layer_norm_bwd_slab` splits
+each row's columns over that many programs, each holding only its slab's partials.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import triton.language as tl
 
 from accel.kernels._triton_configs import next_power_of_2, row_candidates, row_config, unique_configs, warps
 
-__all__ = ["MAX_BLOCK_N", "layer_norm_fwd_rows", "layer_norm_fwd_looped", "layer_norm_bwd_rows", "default_config",
+__all__ = ["MAX_BLOCK_N", "layer_norm_fwd_rows", "layer_norm_fwd_looped", "layer_norm_bwd_rows", "layer_norm_bwd_slab", "default_config",
            "bwd_config", "candidate_configs"]
 
 #: Longest row kept whole in registers (elements).
@@ -127,6 +129,65 @@ def layer_norm_bwd_rows(DY, X, W, MEAN, RSTD, DX, DW_PARTIAL, DB_PARTIAL, M, N, 
         tl.store(DB_PARTIAL + pid.to(tl.int64) * N + cols, db, mask=col_ok)
 
 
+@triton.jit
+def layer_norm_bwd_slab(DY, X, W, MEAN, RSTD, DX, DW_PARTIAL, DB_PARTIAL, M, N, rows_per_program,
+                        BLOCK_S: tl.constexpr, SLABS: tl.constexpr, HAS_W: tl.constexpr, WANT_DX: tl.constexpr,
+                        WANT_DW: tl.constexpr, WANT_DB: tl.constexpr):
+    """The backward for long rows split over ``SLABS`` programs per row range, one column slab each.
+
+    Program ``(slab, pid)`` owns columns ``[slab*BLOCK_S, (slab+1)*BLOCK_S)`` of rows
+    ``[pid*rows_per_program, ...)``: its ``dw``/``db`` partials (``BLOCK_S`` fp32 each)
+    stay in registers, which a whole 16384-element row's do not. The row sums behind
+    ``dx`` need the whole row, so each program also reads the other slabs of the row;
+    the ``SLABS`` programs of a row range are adjacent in launch order, so those reads
+    mostly hit L2 (HBM traffic stays one read of ``x``, ``dy`` and one write of ``dx``).
+    """
+    slab = tl.program_id(0)
+    pid = tl.program_id(1)
+    lanes = tl.arange(0, BLOCK_S)
+    cols = slab * BLOCK_S + lanes
+    col_ok = cols < N
+    if HAS_W:
+        w = tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32)
+    dw = tl.zeros([BLOCK_S], dtype=tl.float32)
+    db = tl.zeros([BLOCK_S], dtype=tl.float32)
+    first = pid.to(tl.int64) * rows_per_program
+    last = tl.minimum(first + rows_per_program, M)
+    for row in range(first, last):
+        base = row * N
+        x = tl.load(X + base + cols, mask=col_ok, other=0.0).to(tl.float32)
+        dy = tl.load(DY + base + cols, mask=col_ok, other=0.0).to(tl.float32)
+        mean = tl.load(MEAN + row).to(tl.float32)
+        rstd = tl.load(RSTD + row).to(tl.float32)
+        xhat = tl.where(col_ok, (x - mean) * rstd, 0.0)
+        if HAS_W:
+            g = dy * w
+        else:
+            g = dy
+        if WANT_DW:
+            dw += dy * xhat
+        if WANT_DB:
+            db += dy
+        if WANT_DX:
+            s1 = tl.sum(g * xhat, axis=0)
+            s2 = tl.sum(g, axis=0)
+            for t in range(1, SLABS):  # the rest of the row, for the row sums only
+                oc = ((slab + t) % SLABS) * BLOCK_S + lanes
+                ok = oc < N
+                xo = tl.load(X + base + oc, mask=ok, other=0.0).to(tl.float32)
+                go = tl.load(DY + base + oc, mask=ok, other=0.0).to(tl.float32)
+                if HAS_W:
+                    go = go * tl.load(W + oc, mask=ok, other=0.0).to(tl.float32)
+                s1 += tl.sum(go * tl.where(ok, (xo - mean) * rstd, 0.0), axis=0)
+                s2 += tl.sum(go, axis=0)
+            dx = (g - s2 / N - xhat * (s1 / N)) * rstd
+            tl.store(DX + base + cols, dx.to(DX.dtype.element_ty), mask=col_ok)
+    if WANT_DW:
+        tl.store(DW_PARTIAL + pid.to(tl.int64) * N + cols, dw, mask=col_ok)
+    if WANT_DB:
+        tl.store(DB_PARTIAL + pid.to(tl.int64) * N + cols, db, mask=col_ok)
+
+
 @functools.cache
 def default_config(n: int) -> dict:
     """Forward launch config ``{"looped", "block_n", "rows", "num_warps"}`` for rows of ``n``."""
@@ -144,9 +205,17 @@ def candidate_configs(n: int, direction: str = "fwd") -> list[dict]:
     block_n = next_power_of_2(n)
     if direction == "bwd":
         out = [bwd_config(n)]
-        for nw in (4, 8, 16):
+        for nw in (4, 8, 16, 32):
             for per_sm in (1, 2, 4, 8):
-                out.append({"block_n": block_n, "num_warps": nw, "programs_per_sm": per_sm})
+                if nw < 32 or block_n >= 8192:
+                    out.append({"block_n": block_n, "num_warps": nw, "programs_per_sm": per_sm})
+        if block_n >= 8192:  # column slabs: the dw/db partials of a long row spill registers
+            for slabs in (2, 4):
+                for nw in (8, 16, 32):
+                    if 4 <= block_n // slabs // (32 * nw) <= 32:
+                        for per_sm in (1, 2, 4):
+                            out.append({"block_n": block_n, "num_warps": nw, "programs_per_sm": per_sm,
+                                        "slabs": slabs})
     else:
         out = [default_config(n)]
         if block_n <= MAX_BLOCK_N:
