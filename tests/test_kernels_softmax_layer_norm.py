@@ -294,44 +294,6 @@ def test_every_softmax_triton_candidate_config_is_correct_interpreted():
     assert not bad, bad[:5]
 
 
-PERSISTENT_SCRIPT = textwrap.dedent("""
-    import json, torch
-    from accel.kernels import _launch, _tolerance
-    from accel.kernels.ops.softmax import triton_impl as st, triton_kernel as tk, reference as sref
-    _launch.poison_outputs = True
-    out = []
-    for n in (9000, 20000):   # BLOCK_N 16384 and 32768
-        cfgs = [c for c in tk.candidate_configs(n) if c.get("persistent")]
-        for dtype in (torch.float32, torch.bfloat16):
-            x = torch.randn(13, n, dtype=dtype) * 4
-            x[1, 5] = 30.0
-            x[2] = torch.randn(n, dtype=dtype) * 1e4 + (1e6 if dtype == torch.float32 else 0)
-            dy = torch.randn(13, n, dtype=dtype)
-            ref = sref.softmax(x, -1, False)
-            gref = torch.ops.aten._softmax_backward_data(dy, ref, -1, dtype)
-            for cfg in cfgs:
-                y = _launch.empty((13, n), dtype, x.device)
-                st.launch_fwd(x, y, cfg)
-                dx = _launch.empty((13, n), dtype, x.device)
-                st.launch_bwd(dy, ref, dx, cfg)
-                out.append(dict(n=n, dtype=str(dtype), cfg=cfg, programs=st._programs(x, 13, cfg),
-                                fwd=_tolerance.compare(y, ref)[1], bwd=_tolerance.compare(dx, gref)[1]))
-    print("REPORT" + json.dumps(out))
-""")
-
-
-def test_every_softmax_persistent_config_is_correct_interpreted():
-    """The persistent kernels walk rows ``pid, pid + P, ...``: with 13 rows over 4-8 programs (the
-    interpreter's 4 "SMs") every program loops and the last rows are a partial step; each prefetch /
-    recompute / warps / programs-per-SM config must give the reference result, outputs NaN-poisoned."""
-    report = _triton_interpreted(PERSISTENT_SCRIPT)
-    kinds = {(r["cfg"]["block_n"], r["cfg"]["prefetch"], r["cfg"]["recompute"]) for r in report}
-    assert kinds == {(b, p, r) for b in (16384, 32768) for p in (False, True) for r in (False, True)}
-    assert {r["programs"] for r in report} == {4, 8}   # fewer programs than rows: every program loops
-    bad = [r for r in report if r["fwd"] is not None or r["bwd"] is not None]
-    assert not bad, bad[:5]
-
-
 LN_BWD_SCRIPT = textwrap.dedent("""
     import json, torch
     from accel.kernels import _launch, _tolerance

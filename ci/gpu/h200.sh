@@ -60,12 +60,12 @@ for stage in "$@"; do
       export ACCEL_TUNING_DIR="${ACCEL_TUNING_DIR:-$OUT/tuning}"
       IFS='|' read -ra sets <<< "${ACCEL_GPU_TUNE_ARGS:-}"
       [ ${#sets[@]} -eq 0 ] && sets=("")
-      i=0
+      i=0; stamp=$(date +%H%M%S)  # unique per tune stage: a later stage must not overwrite these files
       for a in "${sets[@]}"; do
         i=$((i+1))
         timeout 420 python3 -m accel.cli bench --tune --json --budget "${ACCEL_GPU_TUNE_BUDGET:-330}" $a \
-          > "$OUT/tune-set$i.json" 2> "$OUT/tune-set$i.log"; echo "tune set $i exit $?"; tail -5 "$OUT/tune-set$i.log"
-        # the fastest configs per job (every trial is in tune-set$i.json)
+          > "$OUT/tune-$stamp-set$i.json" 2> "$OUT/tune-$stamp-set$i.log"; echo "tune set $i exit $?"; tail -5 "$OUT/tune-$stamp-set$i.log"
+        # the fastest configs per job (every trial is in the tune-*-set$i.json file)
         python3 -c "
 import json, sys, itertools
 r = json.load(open(sys.argv[1]))
@@ -75,7 +75,7 @@ for key, ts in itertools.groupby(r['trials'], key=lambda t: (t['op'], t['dtype']
     for t in ts[:int(sys.argv[2])]:
         print('   ', round(t['us'], 1), 'us', round(aten / t['us'], 3), 'x', t['dsl'], t['config'])
 print('errors:', *r['errors'][:10], sep='\\n  ')
-" "$OUT/tune-set$i.json" "${ACCEL_GPU_TUNE_TOP:-8}" 2>&1 | tail -80
+" "$OUT/tune-$stamp-set$i.json" "${ACCEL_GPU_TUNE_TOP:-8}" 2>&1 | tail -80
       done
       mkdir -p "$OUT/tuning"; cp "$ACCEL_TUNING_DIR"/*.json "$OUT/tuning/" 2>/dev/null; ls -la "$OUT/tuning"
       ;;

@@ -14,7 +14,7 @@ import torch
 
 from accel.kernels import _tuning
 from accel.kernels._conds import Limits, arch
-from accel.kernels._launch import device_guard, lazy_module, sm_count, triton_launch
+from accel.kernels._launch import device_guard, lazy_module, triton_launch
 from accel.kernels._triton_configs import next_power_of_2
 from accel.kernels.ops.rms_norm.triton_impl import available
 
@@ -35,27 +35,17 @@ def _config(op: str, x: torch.Tensor, m: int, n: int) -> Mapping[str, Any]:
     return cfg if cfg is not None else _kernels().default_config(n)
 
 
-def _programs(x: torch.Tensor, m: int, cfg: Mapping[str, Any]) -> int:
-    """Grid of a persistent config: ``programs_per_sm`` per SM, at most one per row."""
-    return max(1, min(m, sm_count(x.device) * cfg["programs_per_sm"]))
-
-
 def launch_fwd(x: torch.Tensor, y: torch.Tensor, cfg: Mapping[str, Any], m: int | None = None,
                n: int | None = None) -> None:
     """Run the forward on ``x`` (``[M, N]``, or any contiguous shape with ``m``, ``n`` given) into ``y``
     with launch config ``cfg`` (used by the tuner too): ``looped``, ``block_n``, ``rows``, ``num_warps``,
-    and optionally ``hints`` (L2 cache hints of the looped kernels), ``num_stages`` (Triton's software
-    pipelining of the looped kernels' chunk loads), or ``persistent`` with ``programs_per_sm``, ``prefetch``,
-    ``recompute`` (the persistent kernels: a fixed grid walking the rows)."""
+    and optionally ``hints`` (L2 cache hints of the looped kernels) and ``num_stages`` (Triton's software
+    pipelining of the looped kernels' chunk loads)."""
     k = _kernels()
     if m is None:
         m, n = x.shape
     with device_guard(x.device):
-        if cfg.get("persistent"):
-            triton_launch(k.softmax_fwd_persistent, (_programs(x, m, cfg),), x, y, m, n,
-                          BLOCK_N=max(cfg["block_n"], next_power_of_2(n)), PREFETCH=cfg["prefetch"],
-                          RECOMPUTE=cfg["recompute"], num_warps=cfg["num_warps"])
-        elif cfg["looped"]:
+        if cfg["looped"]:
             triton_launch(k.softmax_fwd_looped, (m,), x, y, n, BLOCK_N=cfg["block_n"], HINTS=cfg.get("hints", False),
                           num_warps=cfg["num_warps"], num_stages=cfg.get("num_stages"))
         else:
@@ -71,11 +61,7 @@ def launch_bwd(dy: torch.Tensor, y: torch.Tensor, dx: torch.Tensor, cfg: Mapping
     if m is None:
         m, n = y.shape
     with device_guard(y.device):
-        if cfg.get("persistent"):
-            triton_launch(k.softmax_bwd_persistent, (_programs(y, m, cfg),), dy, y, dx, m, n,
-                          BLOCK_N=max(cfg["block_n"], next_power_of_2(n)), PREFETCH=cfg["prefetch"],
-                          num_warps=cfg["num_warps"])
-        elif cfg["looped"]:
+        if cfg["looped"]:
             triton_launch(k.softmax_bwd_looped, (m,), dy, y, dx, n, BLOCK_N=cfg["block_n"],
                           HINTS=cfg.get("hints", False), num_warps=cfg["num_warps"], num_stages=cfg.get("num_stages"))
         else:

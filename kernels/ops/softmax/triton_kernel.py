@@ -8,15 +8,11 @@ backward ``dx = y * (dy - sum(dy * y))``.
   per program, each whole in registers: one read and one write per element
   (copy-like traffic; the backward reads two tensors). Several rows per program
   for short rows keep programs large enough to hide memory latency.
-- persistent kernels (long rows, 16384-32768): a few programs per SM, each walking
-  rows ``pid, pid + P, ...`` with the row whole in registers, optionally issuing the
-  next row's load before reducing this one: one HBM read, one exp, one write per element.
 - looped kernels (very long rows): one row per program in ``BLOCK_N`` chunks; the
   forward keeps an online (running max, rescaled sum) pair per lane, then a
   second pass writes ``y`` (the second read mostly hits L2).
 
-Launch configs are dicts ``{"rows", "num_warps", "looped", "block_n"}`` (persistent ones add
-``persistent``, ``programs_per_sm``, ``prefetch``, ``recompute``); the
+Launch configs are dicts ``{"rows", "num_warps", "looped", "block_n"}``; the
 defaults come from :func:`default_config`, tuned ones from the tuning table.
 """
 
@@ -29,9 +25,8 @@ import triton.language as tl
 
 from accel.kernels._triton_configs import next_power_of_2, row_candidates, row_config, unique_configs
 
-__all__ = ["MAX_BLOCK_N", "default_config", "softmax_fwd_rows", "softmax_fwd_looped", "softmax_fwd_persistent",
-           "softmax_bwd_rows", "softmax_bwd_looped", "softmax_bwd_persistent", "persistent_candidates",
-           "candidate_configs"]
+__all__ = ["MAX_BLOCK_N", "default_config", "softmax_fwd_rows", "softmax_fwd_looped", "softmax_bwd_rows",
+           "softmax_bwd_looped", "candidate_configs"]
 
 #: Longest row held whole in registers (elements): 32768 fp32 values over 16 warps = 64 per thread.
 MAX_BLOCK_N = 32768
@@ -139,89 +134,6 @@ def softmax_bwd_looped(DY, Y, DX, N, BLOCK_N: tl.constexpr, HINTS: tl.constexpr)
             tl.store(DX + base + cols, dx, mask=ok)
 
 
-@triton.jit
-def softmax_fwd_persistent(X, Y, M, N, BLOCK_N: tl.constexpr, PREFETCH: tl.constexpr, RECOMPUTE: tl.constexpr):
-    """Rows ``pid, pid + P, ...`` (``P`` programs, a few per SM), each whole in registers; one exp per element.
-
-    ``PREFETCH``: the next row's load is issued before this row's reductions, so an SM
-    that holds one long row at a time (32768 elements over 32 warps) still has loads in
-    flight while it reduces. ``RECOMPUTE``: ``y = exp2((x - max)*log2e - log2(sum))``
-    instead of keeping ``exp(x - max)`` live across the sum (fewer registers, a second
-    exp per element; the shift by ``log2(sum) <= log2(N)`` keeps fp32 precision).
-    """
-    pid = tl.program_id(0)
-    step = tl.num_programs(0)
-    cols = tl.arange(0, BLOCK_N)
-    ok = cols < N
-    n64 = tl.cast(N, tl.int64)  # row offsets in int64 (a loop index is a plain int when interpreted)
-    if PREFETCH:
-        nxt = tl.load(X + pid * n64 + cols, mask=cols < tl.where(pid < M, N, 0), other=-float("inf"),
-                      eviction_policy="evict_first")
-    for row in range(pid, M, step):
-        base = row * n64
-        if PREFETCH:
-            x = nxt.to(tl.float32)
-            ahead = row + step
-            nxt = tl.load(X + ahead * n64 + cols, mask=cols < tl.where(ahead < M, N, 0), other=-float("inf"),
-                          eviction_policy="evict_first")
-        else:
-            x = tl.load(X + base + cols, mask=ok, other=-float("inf"), eviction_policy="evict_first").to(tl.float32)
-        mx = tl.max(x, axis=0)
-        if RECOMPUTE:
-            total = tl.sum(tl.exp2((x - mx) * 1.4426950408889634), axis=0)
-            y = tl.exp2((x - mx) * 1.4426950408889634 - tl.log2(total))
-        else:
-            e = tl.exp2((x - mx) * 1.4426950408889634)
-            y = e * (1.0 / tl.sum(e, axis=0))
-        tl.store(Y + base + cols, y.to(Y.dtype.element_ty), mask=ok, cache_modifier=".cs")
-
-
-@triton.jit
-def softmax_bwd_persistent(DY, Y, DX, M, N, BLOCK_N: tl.constexpr, PREFETCH: tl.constexpr):
-    """The backward over rows ``pid, pid + P, ...``, rows whole in registers; ``PREFETCH`` as the forward's."""
-    pid = tl.program_id(0)
-    step = tl.num_programs(0)
-    cols = tl.arange(0, BLOCK_N)
-    ok = cols < N
-    n64 = tl.cast(N, tl.int64)
-    if PREFETCH:
-        first = pid * n64 + cols
-        live = cols < tl.where(pid < M, N, 0)
-        y_nxt = tl.load(Y + first, mask=live, other=0.0, eviction_policy="evict_first")
-        dy_nxt = tl.load(DY + first, mask=live, other=0.0, eviction_policy="evict_first")
-    for row in range(pid, M, step):
-        base = row * n64
-        if PREFETCH:
-            y = y_nxt.to(tl.float32)
-            dy = dy_nxt.to(tl.float32)
-            ahead = row + step
-            offs = ahead * n64 + cols
-            live = cols < tl.where(ahead < M, N, 0)  # (a scalar-and-vector mask breaks the interpreter)
-            y_nxt = tl.load(Y + offs, mask=live, other=0.0, eviction_policy="evict_first")
-            dy_nxt = tl.load(DY + offs, mask=live, other=0.0, eviction_policy="evict_first")
-        else:
-            y = tl.load(Y + base + cols, mask=ok, other=0.0, eviction_policy="evict_first").to(tl.float32)
-            dy = tl.load(DY + base + cols, mask=ok, other=0.0, eviction_policy="evict_first").to(tl.float32)
-        dot = tl.sum(y * dy, axis=0)
-        tl.store(DX + base + cols, (y * (dy - dot)).to(DX.dtype.element_ty), mask=ok, cache_modifier=".cs")
-
-
-def persistent_candidates(block_n: int) -> list[dict]:
-    """Persistent-kernel configs for rows of ``block_n`` (16384 or 32768) elements: one row at a time per
-    program over 16-32 warps, 1-2 programs per SM, with/without next-row prefetch and exp recompute."""
-    out = []
-    for warps in (16, 32):
-        if block_n // (32 * warps) > 64:
-            continue
-        for per_sm in (1, 2):
-            for prefetch in (False, True):
-                for recompute in (False, True):
-                    out.append({"looped": False, "persistent": True, "block_n": block_n, "rows": 1,
-                                "num_warps": warps, "programs_per_sm": per_sm, "prefetch": prefetch,
-                                "recompute": recompute})
-    return out
-
-
 @functools.cache
 def default_config(n: int) -> dict:
     """The launch config for rows of ``n`` elements when the table has none: rows in registers up to 32768."""
@@ -238,14 +150,16 @@ def candidate_configs(n: int) -> list[dict]:
     session 3: never the fastest on the H200, and it loses precision for large logits; removed.)
     (Thread-block clusters, ``num_ctas`` 2/4 - one row over a cluster's CTAs, as quack's long-row
     softmax does in CuTe - do not compile with Triton 3.6: ``TritonGPUPlanCTAPass`` fails on the
-    row reduction, H200, ``benchmarks/results/h200/session3-runB.log``.)
+    row reduction, H200, ``benchmarks/results/h200/session3-runB.log``.) (Persistent kernels - a grid
+    of 1-2 programs per SM walking the rows, each row whole in registers, the next row's load issued
+    before this row's reductions, with and without a second exp - were measured in session 4 on
+    8192x32768: best 299.2 us forward vs 293.4 for the looped kernel, and no backward among the ten
+    fastest; removed. ``benchmarks/results/h200/session4/runA-softmax-trials.txt``.)
     """
     block_n = next_power_of_2(n)
     out = [default_config(n)]
     if block_n <= MAX_BLOCK_N:
         out += row_candidates(block_n, max_elements=65536, warp_choices=(4, 8, 16, 32), per_thread=(4, 128))
-    if 16384 <= block_n <= MAX_BLOCK_N:
-        out += persistent_candidates(block_n)
     if block_n >= 8192:
         for chunk in (2048, 4096, 8192, 16384):
             for warps in (4, 8, 16, 32):
