@@ -13,8 +13,9 @@ each walking a contiguous range of rows with the row in registers:
 ``xhat = (x-mean)*rstd``, ``g = dy*w``, ``dx = rstd*(g - mean(g) - xhat*mean(g*xhat))``;
 partial ``dw = sum(dy*xhat)`` and ``db = sum(dy)`` stay in fp32 registers and
 go to ``[G, N]`` buffers summed by ``torch.sum`` (small next to ``3*M*N*esize``).
-For long rows the tuner may pick ``slabs`` (2 or 4): :func:`layer_norm_bwd_slab` splits
-each row's columns over that many programs, each holding only its slab's partials.
+For long rows the tuner may pick ``parts`` (2 or 4): :func:`layer_norm_bwd_split` keeps
+the partials of only the first ``1/parts`` of the columns, and :func:`layer_norm_bwd_cols`
+sums the rest column-wise (one more read of those columns of ``x`` and ``dy``).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import triton.language as tl
 
 from accel.kernels._triton_configs import next_power_of_2, row_candidates, row_config, unique_configs, warps
 
-__all__ = ["MAX_BLOCK_N", "layer_norm_fwd_rows", "layer_norm_fwd_looped", "layer_norm_bwd_rows", "layer_norm_bwd_slab", "default_config",
+__all__ = ["MAX_BLOCK_N", "layer_norm_fwd_rows", "layer_norm_fwd_looped", "layer_norm_bwd_rows", "layer_norm_bwd_split", "layer_norm_bwd_cols", "default_config",
            "bwd_config", "candidate_configs"]
 
 #: Longest row kept whole in registers (elements).
@@ -130,58 +131,83 @@ def layer_norm_bwd_rows(DY, X, W, MEAN, RSTD, DX, DW_PARTIAL, DB_PARTIAL, M, N, 
 
 
 @triton.jit
-def layer_norm_bwd_slab(DY, X, W, MEAN, RSTD, DX, DW_PARTIAL, DB_PARTIAL, M, N, rows_per_program,
-                        BLOCK_S: tl.constexpr, SLABS: tl.constexpr, HAS_W: tl.constexpr, WANT_DX: tl.constexpr,
-                        WANT_DW: tl.constexpr, WANT_DB: tl.constexpr):
-    """The backward for long rows split over ``SLABS`` programs per row range, one column slab each.
+def layer_norm_bwd_split(DY, X, W, MEAN, RSTD, DX, DW_PARTIAL, DB_PARTIAL, M, N, rows_per_program,
+                         BLOCK_N: tl.constexpr, PARTS: tl.constexpr, HAS_W: tl.constexpr, WANT_DX: tl.constexpr,
+                         WANT_DW: tl.constexpr, WANT_DB: tl.constexpr):
+    """As :func:`layer_norm_bwd_rows`, but the ``dw``/``db`` partials of only the first
+    ``BLOCK_N // PARTS`` columns stay in registers; :func:`layer_norm_bwd_cols` sums the rest.
 
-    Program ``(slab, pid)`` owns columns ``[slab*BLOCK_S, (slab+1)*BLOCK_S)`` of rows
-    ``[pid*rows_per_program, ...)``: its ``dw``/``db`` partials (``BLOCK_S`` fp32 each)
-    stay in registers, which a whole 16384-element row's do not. The row sums behind
-    ``dx`` need the whole row, so each program also reads the other slabs of the row;
-    the ``SLABS`` programs of a row range are adjacent in launch order, so those reads
-    mostly hit L2 (HBM traffic stays one read of ``x``, ``dy`` and one write of ``dx``).
+    The row is a ``[PARTS, BLOCK_N // PARTS]`` tile (part ``p`` = columns
+    ``[p*BLOCK_N/PARTS, (p+1)*BLOCK_N/PARTS)``); ``w`` is reloaded per row (an L1/L2 hit)
+    rather than held. For a 16384-element row the whole-row partials (2 x 16384 fp32 per
+    program) spill registers; a quarter of them does not, at the price of reading ``x`` and
+    ``dy`` once more for the other columns.
     """
-    slab = tl.program_id(0)
-    pid = tl.program_id(1)
-    lanes = tl.arange(0, BLOCK_S)
-    cols = slab * BLOCK_S + lanes
+    pid = tl.program_id(0)
+    PART: tl.constexpr = BLOCK_N // PARTS
+    part = tl.arange(0, PARTS)[:, None]
+    cols = part * PART + tl.arange(0, PART)[None, :]
     col_ok = cols < N
-    if HAS_W:
-        w = tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32)
-    dw = tl.zeros([BLOCK_S], dtype=tl.float32)
-    db = tl.zeros([BLOCK_S], dtype=tl.float32)
+    kept = part == 0
+    dw = tl.zeros([PART], dtype=tl.float32)
+    db = tl.zeros([PART], dtype=tl.float32)
     first = pid.to(tl.int64) * rows_per_program
     last = tl.minimum(first + rows_per_program, M)
     for row in range(first, last):
         base = row * N
-        x = tl.load(X + base + cols, mask=col_ok, other=0.0).to(tl.float32)
-        dy = tl.load(DY + base + cols, mask=col_ok, other=0.0).to(tl.float32)
+        x = tl.load(X + base + cols, mask=col_ok, other=0.0, eviction_policy="evict_first").to(tl.float32)
+        dy = tl.load(DY + base + cols, mask=col_ok, other=0.0, eviction_policy="evict_first").to(tl.float32)
         mean = tl.load(MEAN + row).to(tl.float32)
         rstd = tl.load(RSTD + row).to(tl.float32)
         xhat = tl.where(col_ok, (x - mean) * rstd, 0.0)
-        if HAS_W:
-            g = dy * w
-        else:
-            g = dy
         if WANT_DW:
-            dw += dy * xhat
+            dw += tl.sum(tl.where(kept, dy * xhat, 0.0), axis=0)
         if WANT_DB:
-            db += dy
+            db += tl.sum(tl.where(kept, dy, 0.0), axis=0)
         if WANT_DX:
-            s1 = tl.sum(g * xhat, axis=0)
-            s2 = tl.sum(g, axis=0)
-            for t in range(1, SLABS):  # the rest of the row, for the row sums only
-                oc = ((slab + t) % SLABS) * BLOCK_S + lanes
-                ok = oc < N
-                xo = tl.load(X + base + oc, mask=ok, other=0.0).to(tl.float32)
-                go = tl.load(DY + base + oc, mask=ok, other=0.0).to(tl.float32)
-                if HAS_W:
-                    go = go * tl.load(W + oc, mask=ok, other=0.0).to(tl.float32)
-                s1 += tl.sum(go * tl.where(ok, (xo - mean) * rstd, 0.0), axis=0)
-                s2 += tl.sum(go, axis=0)
-            dx = (g - s2 / N - xhat * (s1 / N)) * rstd
+            if HAS_W:
+                g = dy * tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32)
+            else:
+                g = dy
+            c1 = tl.sum(tl.sum(g * xhat, axis=1), axis=0) / N
+            c2 = tl.sum(tl.sum(g, axis=1), axis=0) / N
+            dx = (g - c2 - xhat * c1) * rstd
             tl.store(DX + base + cols, dx.to(DX.dtype.element_ty), mask=col_ok)
+    own = tl.arange(0, PART)
+    if WANT_DW:
+        tl.store(DW_PARTIAL + pid.to(tl.int64) * N + own, dw, mask=own < N)
+    if WANT_DB:
+        tl.store(DB_PARTIAL + pid.to(tl.int64) * N + own, db, mask=own < N)
+
+
+@triton.jit
+def layer_norm_bwd_cols(DY, X, MEAN, RSTD, DW_PARTIAL, DB_PARTIAL, M, N, col0, rows_per_program,
+                        BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr, WANT_DW: tl.constexpr, WANT_DB: tl.constexpr):
+    """Partial ``dw = sum(dy*xhat)``, ``db = sum(dy)`` over rows ``[pid*rows_per_program, ...)`` for
+    columns ``col0 + [tile*BLOCK_C, (tile+1)*BLOCK_C)``, in ``[BLOCK_M, BLOCK_C]`` tiles; program
+    ``(tile, pid)`` writes row ``pid`` of the ``[G, N]`` partial buffers (the columns
+    :func:`layer_norm_bwd_split` left out)."""
+    tile = tl.program_id(0)
+    pid = tl.program_id(1)
+    cols = col0 + tile * BLOCK_C + tl.arange(0, BLOCK_C)
+    col_ok = cols < N
+    dw = tl.zeros([BLOCK_C], dtype=tl.float32)
+    db = tl.zeros([BLOCK_C], dtype=tl.float32)
+    first = pid.to(tl.int64) * rows_per_program
+    last = tl.minimum(first + rows_per_program, M)
+    for start in range(first, last, BLOCK_M):
+        rows = start + tl.arange(0, BLOCK_M)
+        row_ok = rows < last
+        mask = row_ok[:, None] & col_ok[None, :]
+        offs = rows[:, None] * N + cols[None, :]
+        dy = tl.load(DY + offs, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
+        if WANT_DW:
+            x = tl.load(X + offs, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
+            mean = tl.load(MEAN + rows, mask=row_ok, other=0.0).to(tl.float32)
+            rstd = tl.load(RSTD + rows, mask=row_ok, other=0.0).to(tl.float32)
+            dw += tl.sum(dy * tl.where(mask, (x - mean[:, None]) * rstd[:, None], 0.0), axis=0)
+        if WANT_DB:
+            db += tl.sum(dy, axis=0)
     if WANT_DW:
         tl.store(DW_PARTIAL + pid.to(tl.int64) * N + cols, dw, mask=col_ok)
     if WANT_DB:
@@ -209,13 +235,14 @@ def candidate_configs(n: int, direction: str = "fwd") -> list[dict]:
             for per_sm in (1, 2, 4, 8):
                 if nw < 32 or block_n >= 8192:
                     out.append({"block_n": block_n, "num_warps": nw, "programs_per_sm": per_sm})
-        if block_n >= 8192:  # column slabs: the dw/db partials of a long row spill registers
-            for slabs in (2, 4):
-                for nw in (8, 16, 32):
-                    if 4 <= block_n // slabs // (32 * nw) <= 32:
-                        for per_sm in (1, 2, 4):
+        if block_n >= 8192:  # split partials: a long row's dw/db partials spill registers
+            for parts in (2, 4):
+                for nw in (16, 32):
+                    for per_sm in (1, 2):
+                        for col_block, col_warps in ((128, 4), (256, 8)):
                             out.append({"block_n": block_n, "num_warps": nw, "programs_per_sm": per_sm,
-                                        "slabs": slabs})
+                                        "parts": parts, "col_rows": 32, "col_block": col_block,
+                                        "col_warps": col_warps})
     else:
         out = [default_config(n)]
         if block_n <= MAX_BLOCK_N:
