@@ -300,7 +300,7 @@ LN_BWD_SCRIPT = textwrap.dedent("""
     from accel.kernels.ops.layer_norm import triton_impl as lt, triton_kernel as tk, reference as lref
     _launch.poison_outputs = True
     out = []
-    for n in (8192, 9000):   # BLOCK_N 8192 and 16384 (for 9000 the column kernel's last tile is ragged)
+    for n in (1000, 9000):   # BLOCK_N 1024 and 16384, both ragged
         for dtype in (torch.float32, torch.bfloat16):
             torch.manual_seed(n)
             x = torch.randn(13, n, dtype=dtype) * 3 + 1
@@ -309,16 +309,11 @@ LN_BWD_SCRIPT = textwrap.dedent("""
             _, mean, rstd = lref.native_layer_norm(x, [n], w, b, 1e-5)
             seen = set()
             for cfg in tk.candidate_configs(n, "bwd"):
-                grid_key = tuple(sorted((k, v) for k, v in cfg.items() if "warps" not in k))
+                grid_key = tuple(sorted((k, v) for k, v in cfg.items() if k != "num_warps"))
                 if grid_key in seen:
                     continue   # warps do not change what the interpreter runs
                 seen.add(grid_key)
-                split = cfg.get("parts", 1) > 1
-                if not split and (n != 9000 or dtype != torch.float32):
-                    continue   # the rows configs once (interpreter time); the split ones everywhere
-                wants = [[True, True, True]] + ([[True, False, False], [False, True, True]]
-                                                if split and dtype == torch.float32 else [])
-                for want in wants:
+                for want in ([True, True, True], [True, False, False], [False, True, True], [False, False, True]):
                     ref = lref.native_layer_norm_backward(dy, x, [n], mean, rstd, w, b, want)
                     dx = _launch.empty((13, n), dtype, x.device) if want[0] else None
                     dw, db = lt.launch_bwd(dy, x, w, mean.view(-1), rstd.view(-1), dx, want, cfg, True)
@@ -332,12 +327,11 @@ LN_BWD_SCRIPT = textwrap.dedent("""
 
 
 def test_every_layer_norm_bwd_candidate_config_is_correct_interpreted():
-    """Every backward config the tuner may ship - rows in registers, and split partials (a half or a
-    quarter of the columns' dw/db in the row kernel, the rest from the column kernel, ragged last
-    tile) - gives the reference dx, dw, db (and only the ones asked for), fp32 and bf16, with 13 rows
-    over the interpreter's 4 "SMs" so each program walks a row range."""
+    """Every backward config the tuner may ship (1-8 programs per SM, each walking a row range: 13 rows
+    over the interpreter's 4 "SMs") gives the reference dx, dw, db - and only the ones asked for -
+    for ragged short and long rows, fp32 and bf16, outputs NaN-poisoned."""
     report = _triton_interpreted(LN_BWD_SCRIPT)
-    split = {(r["n"], r["cfg"].get("parts"), r["cfg"]["col_block"]) for r in report if r["cfg"].get("parts")}
-    assert split == {(n, p, c) for n in (8192, 9000) for p in (2, 4) for c in (128, 256)}
+    assert {(r["n"], r["cfg"]["programs_per_sm"]) for r in report} == {(n, p) for n in (1000, 9000)
+                                                                       for p in (1, 2, 4, 8)}
     bad = [r for r in report if any(p is not None for p in r["problems"])]
     assert not bad, bad[:5]

@@ -57,12 +57,7 @@ def launch_fwd(x, w, b, y, mean, rstd, eps: float, cfg: Mapping[str, Any], m: in
 
 
 def launch_bwd(dy, x, w, mean, rstd, dx, want: Sequence[bool], cfg: Mapping[str, Any], has_b: bool):
-    """Run the backward; returns ``(dw fp32 [N] or None, db fp32 [N] or None)``.
-
-    ``cfg``: ``block_n``, ``num_warps``, ``programs_per_sm`` (the fixed grid: programs per SM, each
-    walking a contiguous row range) and optionally ``parts`` (> 1: the row kernel keeps the dw/db
-    partials of the first ``1/parts`` of the columns, :func:`.triton_kernel.layer_norm_bwd_cols` sums
-    the others in ``[col_rows, col_block]`` tiles with ``col_warps`` warps)."""
+    """Run the backward; returns ``(dw fp32 [N] or None, db fp32 [N] or None)``."""
     k = _k()
     m, n = x.shape
     want_dx, want_dw, want_db = (bool(want[0]), bool(want[1]) and w is not None, bool(want[2]) and has_b)
@@ -71,21 +66,11 @@ def launch_bwd(dy, x, w, mean, rstd, dx, want: Sequence[bool], cfg: Mapping[str,
     programs = -(-m // per_program)
     dw = empty((programs, n), torch.float32, x.device) if want_dw else x
     db = empty((programs, n), torch.float32, x.device) if want_db else x
-    block_n = max(cfg["block_n"], next_power_of_2(n))
-    parts = cfg.get("parts", 1)
-    args = (dy, x, w if w is not None else x, mean, rstd, dx if want_dx else x, dw, db, m, n, per_program)
-    flags = dict(HAS_W=w is not None, WANT_DX=want_dx, WANT_DW=want_dw, WANT_DB=want_db, num_warps=cfg["num_warps"])
     with device_guard(x.device):
-        if parts > 1:
-            triton_launch(k.layer_norm_bwd_split, (programs,), *args, BLOCK_N=block_n, PARTS=parts, **flags)
-            col0 = block_n // parts
-            if (want_dw or want_db) and col0 < n:
-                triton_launch(k.layer_norm_bwd_cols, (-(-(n - col0) // cfg["col_block"]), programs), dy, x, mean,
-                              rstd, dw, db, m, n, col0, per_program, BLOCK_M=cfg["col_rows"],
-                              BLOCK_C=cfg["col_block"], WANT_DW=want_dw, WANT_DB=want_db,
-                              num_warps=cfg["col_warps"])
-        else:
-            triton_launch(k.layer_norm_bwd_rows, (programs,), *args, BLOCK_N=block_n, **flags)
+        triton_launch(k.layer_norm_bwd_rows, (programs,), dy, x, w if w is not None else x, mean, rstd, dx if want_dx else x, dw, db,
+                                           m, n, per_program, BLOCK_N=max(cfg["block_n"], next_power_of_2(n)),
+                                           HAS_W=w is not None, WANT_DX=want_dx, WANT_DW=want_dw, WANT_DB=want_db,
+                                           num_warps=cfg["num_warps"])
     return (dw.sum(0) if want_dw else None), (db.sum(0) if want_db else None)
 
 
