@@ -95,7 +95,12 @@ def test_ipex_reported_and_matched(monkeypatch):
 def test_unknown_device_is_a_clean_cli_error(capsys):
     rc = main(["demo", "--device", "cdua", "--json"])
     assert rc == 2
-    assert "unknown backend 'cdua'" in capsys.readouterr().err
+    captured = capsys.readouterr()
+    assert "unknown backend 'cdua'" in captured.err
+    # with --json the error is also JSON on stdout, for the machine reading it
+    error = json.loads(captured.out)["error"]
+    assert error["command"] == "demo" and error["type"].endswith("Error") and "unknown backend 'cdua'" in error["message"]
+    assert main(["demo", "--device", "cdua"]) == 2 and capsys.readouterr().out == ""  # text mode: stderr only
 
 
 def test_demo_rejects_bad_epochs(capsys):

@@ -92,10 +92,14 @@ def test_accel_kernels_json_shows_counts(capsys):
 def test_accel_kernels_install_flag_and_empty_table(capsys):
     assert main(["kernels"]) == 0
     assert "none registered in this process" in capsys.readouterr().out
-    assert main(["kernels", "--install"]) == 0  # CPU only: nothing installable, and the table says so
-    out = capsys.readouterr().out
-    assert "no built-in kernel can be installed here" in out
-    assert "no usable backend among cuda" in out  # the hardware reason comes first, not "install triton"
+    assert main(["kernels", "--install"]) == 1  # CPU only: nothing installable: exit 1, and the table says why
+    captured = capsys.readouterr()
+    assert "no built-in kernel can be installed here" in captured.out
+    assert "no usable backend among cuda" in captured.out  # the hardware reason comes first, not "install triton"
+    assert "--install: no built-in kernel could be installed here" in captured.err
+    assert main(["kernels", "--install", "--json"]) == 1
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["installed"] == [] and "could be installed" in captured.err
 
 
 def test_accel_bench_errors_without_gpu(capsys):

@@ -36,7 +36,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``accel`` console script. Returns the process exit code."""
+    """Entry point of the ``accel`` console script. Returns the process exit code.
+
+    Exit codes: 0 success; 1 the command ran and reports a failure (its own help says when);
+    2 usage or an :class:`~accel.errors.AccelError` (one ``accel CMD: error: ...`` line on stderr
+    and, with ``--json``, ``{"error": {"type", "message", "command"}}`` on stdout).
+    """
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
@@ -50,6 +55,11 @@ def main(argv: list[str] | None = None) -> int:
         msg = str(exc)
         prefix = f"accel {args.command}: "
         print(f"{prefix}error: {msg.removeprefix(prefix)}", file=sys.stderr)
+        if getattr(args, "json", False):  # machines reading stdout get the error as JSON too
+            import json
+
+            print(json.dumps({"error": {"type": type(exc).__name__, "message": msg.removeprefix(prefix),
+                                        "command": args.command}}, indent=2))
         return 2
     except BrokenPipeError:  # `accel info --json | head`: the reader left; not an error of ours
         sys.stderr.close()

@@ -12,7 +12,9 @@ __all__ = ["add_parser", "run"]
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     """Add ``kernels`` to the ``accel`` command line."""
     p = subparsers.add_parser("kernels", help="list kernel overrides (op, DSL, backends, active, routed/fallback counts)",
-                              description="List accel's kernel overrides and the built-in kernels usable here.")
+                              description="List accel's kernel overrides and the built-in kernels usable here.",
+                              epilog="Exit status: 0; 1 with --install when no built-in kernel could be installed "
+                                     "(the built-in table says why).")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
     p.add_argument("--install", action="store_true",
                    help="register every available built-in kernel first (accel.kernels.install())")
@@ -33,15 +35,22 @@ def report() -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Print the report; returns 0."""
+    """Print the report; returns 0, or 1 when ``--install`` left no override registered."""
+    added = None
     if args.install:
         import accel.kernels as ak
 
-        ak.install()
+        added = ak.install()
     data = report()
+    failed = added is not None and not data["overrides"]
+    if failed:
+        import sys
+
+        print("accel kernels --install: no built-in kernel could be installed here; the built-in table says why "
+              "for each (no accelerator this torch serves, or a DSL not installed).", file=sys.stderr)
     if args.json:
-        print_json(data)
-        return 0
+        print_json(dict(data, installed=added))
+        return 1 if failed else 0
     out = console()
     rows = [[o["name"], o["op"], o["dsl"], ",".join(o["backends"]), ",".join(sorted(set(o["paths"].values()))),
              "yes" if o["active"] else f"no: {o['inactive_reason']}", o["routed"], o["fallbacks"], o["failed"]]
@@ -56,4 +65,4 @@ def run(args: argparse.Namespace) -> int:
                     [[a["kernel"], a["dsl"], ",".join(a["backends"]), "yes" if a["available"] else "no",
                       "yes" if a["installed"] else "no", a["reason"]] for a in data["builtin"]]))
     out.print(f"native DSL registry: {cell(data['native_registry'])}")
-    return 0
+    return 1 if failed else 0
