@@ -100,7 +100,7 @@ def test_unknown_device_is_a_clean_cli_error(capsys):
     # with --json the error is also JSON on stdout, for the machine reading it
     error = json.loads(captured.out)["error"]
     assert error["command"] == "demo" and error["type"].endswith("Error") and "unknown backend 'cdua'" in error["message"]
-    assert main(["demo", "--device", "cdua"]) == 2 and capsys.readouterr().out == ""  # text mode: stderr only
+    assert main(["demo", "--device", "cdua"]) == 2 and capsys.readouterr().out.strip() == ""  # text: stderr only
 
 
 def test_demo_rejects_bad_epochs(capsys):
