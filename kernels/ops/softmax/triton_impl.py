@@ -39,17 +39,15 @@ def launch_fwd(x: torch.Tensor, y: torch.Tensor, cfg: Mapping[str, Any], m: int 
                n: int | None = None) -> None:
     """Run the forward on ``x`` (``[M, N]``, or any contiguous shape with ``m``, ``n`` given) into ``y``
     with launch config ``cfg`` (used by the tuner too): ``looped``, ``block_n``, ``rows``, ``num_warps``,
-    and optionally ``hints`` (L2 cache hints of the looped kernels), ``num_stages`` (Triton's software
-    pipelining of the looped kernels' chunk loads) and ``chunk_max`` (the looped forward's row-wide
-    running max; the backward ignores it)."""
+    and optionally ``hints`` (L2 cache hints of the looped kernels) and ``num_stages`` (Triton's software
+    pipelining of the looped kernels' chunk loads)."""
     k = _kernels()
     if m is None:
         m, n = x.shape
     with device_guard(x.device):
         if cfg["looped"]:
             triton_launch(k.softmax_fwd_looped, (m,), x, y, n, BLOCK_N=cfg["block_n"], HINTS=cfg.get("hints", False),
-                          CHUNK_MAX=cfg.get("chunk_max", False), num_warps=cfg["num_warps"],
-                          num_stages=cfg.get("num_stages"))
+                          num_warps=cfg["num_warps"], num_stages=cfg.get("num_stages"))
         else:
             rows = cfg["rows"]
             triton_launch(k.softmax_fwd_rows, (-(-m // rows),), x, y, m, n,

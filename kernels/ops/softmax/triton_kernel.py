@@ -51,24 +51,15 @@ def softmax_fwd_rows(X, Y, M, N, BLOCK_N: tl.constexpr, ROWS: tl.constexpr):
 
 
 @triton.jit
-def softmax_fwd_looped(X, Y, N, BLOCK_N: tl.constexpr, HINTS: tl.constexpr, CHUNK_MAX: tl.constexpr = False):
-    """One row per program in ``BLOCK_N`` chunks: online max/sum, then a second pass writes ``y``.
+def softmax_fwd_looped(X, Y, N, BLOCK_N: tl.constexpr, HINTS: tl.constexpr):
+    """One row per program in ``BLOCK_N`` chunks: online max/sum per lane, then a second pass writes ``y``.
 
-    The running max is kept per lane (``CHUNK_MAX`` false: no cross-lane work in the first
-    pass, but a rescaling exp per element per chunk - three exps per element in all) or per
-    row (``CHUNK_MAX``: a block-wide max per chunk, one scalar rescale, two exps per element;
-    the special-function unit does 16 exps per clock per SM on sm_90, CUDA C Programming
-    Guide, "Arithmetic Instructions", which for 8192x32768 is ~130 us of the ~260 us the
-    copy takes at three exps per element).
     ``HINTS``: cache hints for the second read to hit L2 - the first pass loads with
     ``evict_last``, ``y`` is stored streaming (``.cs``: it is not read again here).
     """
     row = tl.program_id(0).to(tl.int64)
     base = row * N
-    if CHUNK_MAX:
-        m = -float("inf")
-    else:
-        m = tl.full([BLOCK_N], -float("inf"), tl.float32)
+    m = tl.full([BLOCK_N], -float("inf"), tl.float32)
     s = tl.zeros([BLOCK_N], dtype=tl.float32)
     for start in range(0, N, BLOCK_N):
         cols = start + tl.arange(0, BLOCK_N)
@@ -77,24 +68,14 @@ def softmax_fwd_looped(X, Y, N, BLOCK_N: tl.constexpr, HINTS: tl.constexpr, CHUN
         else:
             x = tl.load(X + base + cols, mask=cols < N, other=-float("inf"))
         x = x.to(tl.float32)
-        if CHUNK_MAX:
-            m_new = tl.maximum(m, tl.max(x, axis=0))
-            live = m_new != -float("inf")  # a row (so far) of -inf only: nothing to add or rescale
-            scale = tl.where(live, tl.exp2((m - m_new) * 1.4426950408889634), 1.0)
-            add = tl.where(x == -float("inf"), 0.0, tl.exp2((x - m_new) * 1.4426950408889634))
-        else:
-            m_new = tl.maximum(m, x)
-            keep = m_new == -float("inf")
-            scale = tl.where(keep, 0.0, tl.exp2((m - m_new) * 1.4426950408889634))
-            add = tl.where(keep, 0.0, tl.exp2((x - m_new) * 1.4426950408889634))
+        m_new = tl.maximum(m, x)
+        keep = m_new == -float("inf")
+        scale = tl.where(keep, 0.0, tl.exp2((m - m_new) * 1.4426950408889634))
+        add = tl.where(keep, 0.0, tl.exp2((x - m_new) * 1.4426950408889634))
         s = s * scale + add
         m = m_new
-    if CHUNK_MAX:
-        mx = m
-        total = tl.sum(s, axis=0)
-    else:
-        mx = tl.max(m, axis=0)
-        total = tl.sum(tl.where(m == -float("inf"), 0.0, s * tl.exp2((m - mx) * 1.4426950408889634)), axis=0)
+    mx = tl.max(m, axis=0)
+    total = tl.sum(tl.where(m == -float("inf"), 0.0, s * tl.exp2((m - mx) * 1.4426950408889634)), axis=0)
     inv = 1.0 / total
     for start in range(0, N, BLOCK_N):
         cols = start + tl.arange(0, BLOCK_N)
@@ -189,9 +170,4 @@ def candidate_configs(n: int) -> list[dict]:
             for stages in (2, 3):
                 out.append({"looped": True, "block_n": chunk, "rows": 1, "num_warps": warps, "hints": True,
                             "num_stages": stages})
-        for chunk, warps in ((2048, 8), (4096, 8), (4096, 16), (8192, 16), (8192, 32)):  # row-wide running max
-            for stages in (None, 2, 3):
-                cfg = {"looped": True, "block_n": chunk, "rows": 1, "num_warps": warps, "hints": True,
-                       "chunk_max": True}
-                out.append(cfg if stages is None else dict(cfg, num_stages=stages))
     return unique_configs(out)
