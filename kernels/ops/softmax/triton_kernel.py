@@ -154,7 +154,10 @@ def candidate_configs(n: int) -> list[dict]:
     of 1-2 programs per SM walking the rows, each row whole in registers, the next row's load issued
     before this row's reductions, with and without a second exp - were measured in session 4 on
     8192x32768: best 299.2 us forward vs 293.4 for the looped kernel, and no backward among the ten
-    fastest; removed. ``benchmarks/results/h200/session4/runA-softmax-trials.txt``.)
+    fastest; removed. ``benchmarks/results/h200/session4/runA-softmax-trials.txt``.) (A row-wide running
+    max in the looped forward - one block max per chunk, two exps per element instead of three - was
+    slower too: best 311.8 us vs 291.6, ``session4/tune-runD-softmax.json``; the special-function unit
+    is not what limits this kernel.)
     """
     block_n = next_power_of_2(n)
     out = [default_config(n)]
