@@ -42,6 +42,7 @@ __all__ = [
     "KernelRegistrationError",
     "KernelUnavailableError",
     "UnknownKernelError",
+    "BenchArgumentError",
     "AccelWarning",
     "KernelFallbackWarning",
 ]
@@ -181,6 +182,10 @@ class KernelUnavailableError(AccelError, RuntimeError):
 
 class UnknownKernelError(AccelError, LookupError):
     """A kernel registration name or ATen op that accel does not know."""
+
+
+class BenchArgumentError(AccelError, ValueError):
+    """An ``accel bench`` / ``accel bench --tune`` option that is malformed or out of range."""
 
 
 class AccelWarning(UserWarning):

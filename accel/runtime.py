@@ -20,8 +20,8 @@ function                       what it does (CPU behaviour)
 ``set_stream(stream, /)``      make ``stream`` current; also makes its device current
                                (CPU: accepts a CPU stream, a no-op)
 ``stream(stream, /)``          context manager: ``stream`` current inside the block
-``Stream`` / ``Event``         ``torch.Stream`` / ``torch.Event`` (generic classes; accel's
-                              ``Event`` subclasses it for a typed error on the CPU)
+``Stream`` / ``Event``         ``torch.Stream`` / ``torch.Event`` (generic classes; ``accel.Event(...)``
+                              makes a ``torch.Event``, checking the device first)
 ``elapsed_time(start, end,/)``  milliseconds between two recorded events (CPU: raises
                                :class:`~accel.errors.UnsupportedOperationError`)
 =============================  =====================================================
@@ -83,49 +83,51 @@ RESOLVED = ("synchronize", "device_count", "current_device_index", "set_device_i
 
 #: ``torch.Stream``: the generic stream class (``torch.cuda.Stream`` is a subclass).
 Stream = _compat.stream_class()
-class Event(_compat.event_class()):
-    """``torch.Event`` (the generic event class: an instance is a ``torch.Event``), whose methods raise
-    :class:`~accel.errors.UnsupportedOperationError` on the CPU instead of torch's bare ``RuntimeError``.
+class _EventType(type):
+    """``isinstance(e, accel.Event)`` is ``isinstance(e, torch.Event)``: accel's events are torch's."""
 
-    ``Event(device=None, *, enable_timing=False, blocking=False, interprocess=False)``: ``device``
-    defaults to the current accelerator; ``Event(enable_timing=True)`` for timing with
-    :func:`elapsed_time`. Events made by torch (``torch.cuda.Event``, ``Stream.record_event``) work
-    everywhere accel takes an event.
+    def __instancecheck__(cls, obj: object) -> bool:
+        return isinstance(obj, _compat.event_class())
+
+    def __subclasscheck__(cls, sub: type) -> bool:
+        return isinstance(sub, type) and issubclass(sub, _compat.event_class())
+
+
+class Event(metaclass=_EventType):
+    """Make a ``torch.Event`` on a device of the active backend (the object returned IS a ``torch.Event``).
+
+    ``Event(device=None, *, enable_timing=False, blocking=False, interprocess=False)``, as
+    ``torch.Event``'s constructor, except that ``device`` (an index, ``'cuda:1'``, a
+    ``torch.device`` or ``None``: the current device of the active backend, not torch's
+    default accelerator) is checked like every accel device argument, and the CPU - which has
+    no events - is refused here rather than at ``record()``. ``Event(enable_timing=True)``
+    for timing with :func:`elapsed_time`. Any ``torch.Event`` (``torch.cuda.Event``,
+    ``Stream.record_event()``) counts as an ``accel.Event`` in ``isinstance``.
+
+    (Not a subclass: torch's C methods - ``elapsed_time``, ``Stream.record_event`` - refuse
+    Python subclasses of ``torch.Event`` as arguments.)
 
     Raises:
-        UnsupportedOperationError: ``record``, ``wait``, ``query``, ``synchronize`` or
-            ``elapsed_time`` on a CPU event (torch has none; time host code with
-            ``time.perf_counter_ns()``). It is a ``RuntimeError``, as torch's was.
+        UnsupportedOperationError: the active backend is the CPU (torch has no CPU events; time
+            host code with ``time.perf_counter_ns()``). It is a ``RuntimeError``, as torch's was.
+        DeviceMismatchError, DeviceIndexError, InvalidDeviceError: ``device`` is not a device of
+            the active backend.
+
+    .. note:: Creating an event initialises the device's runtime (as ``torch.Event`` does).
     """
 
-    __slots__ = ()
-
-    def _cpu(self, what: str) -> None:
-        if self.device.type == "cpu":
+    def __new__(cls, device: object = None, *, enable_timing: bool = False, blocking: bool = False,
+                interprocess: bool = False):
+        rt = _runtime()
+        if rt.type == "cpu":
+            if device is not None:
+                rt.index(device, "accel.Event")  # a device of another backend: the typed mismatch error
             raise UnsupportedOperationError(
-                f"accel.Event.{what}: this event is on the CPU, which has no events (torch: 'cpu backend "
-                f"doesn't support events'). Time host code with time.perf_counter_ns(), or create the "
-                f"event on an accelerator: accel.Event(accel.device('cuda'), enable_timing=True).")
-
-    def record(self, stream=None):  # noqa: D102 - torch.Event.record
-        self._cpu("record")
-        return super().record() if stream is None else super().record(stream)
-
-    def wait(self, stream=None):  # noqa: D102 - torch.Event.wait
-        self._cpu("wait")
-        return super().wait() if stream is None else super().wait(stream)
-
-    def query(self):  # noqa: D102 - torch.Event.query
-        self._cpu("query")
-        return super().query()
-
-    def synchronize(self):  # noqa: D102 - torch.Event.synchronize
-        self._cpu("synchronize")
-        return super().synchronize()
-
-    def elapsed_time(self, end_event):  # noqa: D102 - torch.Event.elapsed_time
-        self._cpu("elapsed_time")
-        return super().elapsed_time(end_event)
+                "accel.Event: the active backend is 'cpu', which has no events (torch: 'cpu backend doesn't "
+                "support events'). Time host code with time.perf_counter_ns(), or select an accelerator.")
+        index = rt.index(device, "accel.Event")
+        return _compat.event_class()(torch.device(rt.type, index), enable_timing=enable_timing, blocking=blocking,
+                                     interprocess=interprocess)
 
 
 def _zero() -> int:
@@ -512,7 +514,7 @@ def elapsed_time(start: object, end: object, /) -> float:
             time host code with ``time.perf_counter_ns()``).
     """
     for name, ev in (("start", start), ("end", end)):
-        if not isinstance(ev, torch.Event):
+        if not isinstance(ev, Event):
             raise InvalidEventError(
                 f"accel.elapsed_time: {name} is {ev!r} of type {type(ev).__name__}, not an event. Pass two "
                 f"accel.Event(enable_timing=True) objects, both recorded."

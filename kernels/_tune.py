@@ -159,11 +159,15 @@ def tune(ops=("rms_norm", "softmax", "layer_norm"), dtypes=("bf16",), budget_s: 
         shapes: ``[M, N]`` pairs for every family (``None``: each family's benchmark shapes).
 
     Raises:
+        BenchArgumentError: ``budget_s`` or a shape out of range.
         KernelUnavailableError: no device given and no usable CUDA device.
     """
     import accel.kernels as ak
     from accel.errors import KernelUnavailableError
     from accel.kernels import _conds, _tolerance, _tuning
+    from accel.kernels.bench import check_arguments
+
+    check_arguments(budget_s=budget_s, shapes=shapes)
 
     if device is None:
         if not torch.cuda.is_available():

@@ -174,6 +174,26 @@ def _router_overhead(device: torch.device, calls: int = 2000) -> dict[str, float
     return {"aten_us": plain, "with_router_us": routed, "router_cost_us": routed - plain}
 
 
+def check_arguments(*, reps: int | None = None, budget_s: float | None = None, shapes=None) -> None:
+    """Raise :class:`~accel.errors.BenchArgumentError` for ``reps < 1``, ``budget_s <= 0`` (or NaN) or
+    a shape with a side below 1; changes nothing. Used by :func:`run`, the tuner and the CLI."""
+    import math
+
+    from accel.errors import BenchArgumentError
+
+    if reps is not None and (isinstance(reps, bool) or not isinstance(reps, int) or reps < 1):
+        raise BenchArgumentError(f"accel bench: reps={reps!r}. The timed repetitions per candidate must be an "
+                                 f"integer >= 1 (the median of them is reported). Pass e.g. --reps 30.")
+    if budget_s is not None and not (isinstance(budget_s, (int, float)) and budget_s > 0 and not math.isnan(budget_s)):
+        raise BenchArgumentError(f"accel bench: budget={budget_s!r} seconds. The time budget must be a number > 0. "
+                                 f"Pass e.g. --budget 150.")
+    bad = [s for s in shapes or () if len(s) != 2 or any(isinstance(v, bool) or not isinstance(v, int) or v < 1
+                                                            for v in s)]
+    if bad:
+        raise BenchArgumentError(f"accel bench: shapes {bad}. Each shape is [M, N] with M, N integers >= 1. "
+                                 f"Pass e.g. --shapes 4096x4096,65536x1024.")
+
+
 def run(shapes=None, dtypes=("bf16",), reps: int = 30, budget_s: float = 150.0,
         device: torch.device | None = None, ops: tuple[str, ...] = ("rms_norm",)) -> dict[str, Any]:
     """Run the benchmark; returns the JSON-ready report.
@@ -188,11 +208,14 @@ def run(shapes=None, dtypes=("bf16",), reps: int = 30, budget_s: float = 150.0,
         ops: op families: ``rms_norm``, ``softmax``, ``layer_norm``, each with forward and backward rows.
 
     Raises:
+        BenchArgumentError: ``reps``, ``budget_s`` or a shape out of range (:func:`check_arguments`).
         KernelUnavailableError: no device given and no usable CUDA device.
     """
     import accel.kernels as ak
     from accel.errors import KernelUnavailableError
     from accel.kernels import _tolerance
+
+    check_arguments(reps=reps, budget_s=budget_s, shapes=shapes)
 
     if device is None:
         if not torch.cuda.is_available():
@@ -371,7 +394,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run_from_args(args: argparse.Namespace) -> int:
     """Run with parsed options; print and write results. Returns the exit code."""
-    from accel.errors import KernelRegistrationError
+    from accel.errors import BenchArgumentError
 
     try:
         shapes = None if not args.shapes else tuple(
@@ -381,12 +404,13 @@ def run_from_args(args: argparse.Namespace) -> int:
         if bad or any(len(s) != 2 for s in shapes or ()):
             raise ValueError(f"dtypes {bad} not in {list(_DTYPES)}" if bad else "shapes must be MxN")
     except ValueError as exc:
-        raise KernelRegistrationError(f"accel bench: bad --shapes/--dtypes ({exc}). Write e.g. --shapes "
-                                      f"4096x4096,65536x1024 --dtypes bf16,fp16.") from None
+        raise BenchArgumentError(f"accel bench: bad --shapes/--dtypes ({exc}). Write e.g. --shapes "
+                                 f"4096x4096,65536x1024 --dtypes bf16,fp16.") from None
     ops = tuple(o.strip() for o in args.ops.split(",") if o.strip())
     unknown = [o for o in ops if o not in ("rms_norm", "softmax", "layer_norm")]
     if unknown:
-        raise KernelRegistrationError(f"accel bench: unknown --ops {unknown}. Valid: rms_norm, softmax, layer_norm.")
+        raise BenchArgumentError(f"accel bench: unknown --ops {unknown}. Valid: rms_norm, softmax, layer_norm.")
+    check_arguments(reps=args.reps, budget_s=args.budget_s, shapes=shapes)  # before any device check
     if getattr(args, "tune", False):
         from . import _tune
 

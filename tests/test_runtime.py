@@ -60,16 +60,19 @@ def test_cpu_device_index_context(cpu):
 
 def test_stream_and_event_are_torch_generic_classes():
     assert accel.Stream is torch.Stream
-    assert issubclass(accel.Event, torch.Event) and isinstance(accel.Event("cpu"), torch.Event)
+    # accel.Event makes torch.Events; every torch.Event counts as an accel.Event
+    assert isinstance(torch.Event("cpu"), accel.Event) and issubclass(torch.Event, accel.Event)
+    assert not isinstance(0, accel.Event) and not issubclass(int, accel.Event) and not issubclass(3, accel.Event)
 
 
 def test_cpu_events_cannot_be_timed(cpu):
-    start, end = (accel.Event(accel.device(), enable_timing=True) for _ in range(2))
-    for call in (start.record, start.query, start.synchronize, start.wait, lambda: start.elapsed_time(end)):
-        with pytest.raises(UnsupportedOperationError, match="on the CPU, which has no events.*perf_counter_ns"):
-            call()
-    with pytest.raises(RuntimeError):  # still a RuntimeError, as torch's own was
-        start.record()
+    with pytest.raises(UnsupportedOperationError, match="'cpu', which has no events.*perf_counter_ns"):
+        accel.Event(enable_timing=True)
+    with pytest.raises(RuntimeError):  # still a RuntimeError, as torch's own error was
+        accel.Event()
+    with pytest.raises(DeviceMismatchError, match="accel.Event: device 'cuda' is of type 'cuda'"):
+        accel.Event("cuda")  # a device of another backend: the usual typed error, not torch's
+    start, end = torch.Event("cpu", enable_timing=True), torch.Event("cpu", enable_timing=True)
     with pytest.raises(UnsupportedOperationError, match="perf_counter_ns"):
         accel.elapsed_time(start, end)
     with pytest.raises(InvalidEventError, match="start is 0 of type int"):
@@ -261,6 +264,25 @@ def test_fake_cuda_bad_stream_changes_no_state(fake_cuda, value, error, message)
     assert fake_cuda.calls == [] and fake_cuda.initialized is False
 
 
+def test_fake_cuda_event_is_a_torch_event_on_the_checked_device(fake_cuda, monkeypatch):
+    made = []
+
+    class Recorder(torch.Event):  # stands in for torch.Event: a CPU build cannot make CUDA events
+        def __new__(cls, device, **kwargs):
+            made.append((device, kwargs))
+            return torch.Event.__new__(cls, "cpu")
+
+    monkeypatch.setattr(_compat, "event_class", lambda: Recorder)
+    e = accel.Event(1, enable_timing=True)
+    assert type(e) is Recorder and isinstance(e, accel.Event)
+    assert made == [(torch.device("cuda", 1), dict(enable_timing=True, blocking=False, interprocess=False))]
+    accel.Event()  # None: the active backend's current device (index 0 in the fake), not torch's default
+    assert made[-1][0] == torch.device("cuda", 0)
+    with pytest.raises(DeviceIndexError):
+        accel.Event(7)
+    assert len(made) == 2  # a bad device makes nothing
+
+
 def test_fake_cuda_elapsed_time_in_ms(fake_cuda):
     class TimedEvent(torch.Event):
         def elapsed_time(self, other):
@@ -401,6 +423,13 @@ def test_cuda_streams_and_events():
     end.synchronize()
     ms = accel.elapsed_time(start, end)
     assert isinstance(ms, float) and ms > 0
+    # accel's events are plain torch.Events: torch's own methods take them as arguments
+    assert type(start) is torch.Event and start.elapsed_time(end) == ms
+    marker = accel.Event()
+    s.record_event(marker)
+    default.wait_event(marker)
+    marker.synchronize()
+    assert marker.query()
     accel.set_stream(s)
     assert accel.current_stream() == s
     accel.set_stream(default)
