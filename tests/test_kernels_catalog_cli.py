@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 import accel.kernels as ak
 from accel.cli import main
@@ -109,6 +110,25 @@ def test_accel_bench_errors_without_gpu(capsys):
     assert "shapes must be MxN" in capsys.readouterr().err
     assert main(["bench", "--dtypes", "fp8"]) == 2
     assert "dtypes ['fp8']" in capsys.readouterr().err
+    # out-of-range options are refused before the device check, as BenchArgumentError
+    for argv, message in ((["--reps", "0"], "reps=0"), (["--reps", "-3"], "reps=-3"),
+                          (["--budget", "-1"], "budget=-1.0"), (["--budget", "nan"], "budget=nan"),
+                          (["--shapes", "0x5"], "shapes [(0, 5)]"), (["--tune", "--shapes", "4x0"], "shapes [(4, 0)]")):
+        assert main(["bench", *argv, "--json"]) == 2, argv
+        captured = capsys.readouterr()
+        assert message in captured.err and "no CUDA device" not in captured.err, argv
+        assert json.loads(captured.out)["error"]["type"] == "BenchArgumentError"
+
+
+def test_benchmark_run_checks_its_arguments_before_anything():
+    from accel.errors import BenchArgumentError
+    from accel.kernels import bench
+
+    for kwargs in (dict(reps=0), dict(reps=2.5), dict(reps=True), dict(budget_s=0), dict(shapes=((0, 64),)),
+                   dict(shapes=((64,),))):
+        with pytest.raises(BenchArgumentError):
+            bench.run(device=torch.device("cpu"), **kwargs)
+    assert issubclass(BenchArgumentError, ValueError)
 
 
 def test_typed_errors_subclass_builtins():
