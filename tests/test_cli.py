@@ -192,3 +192,15 @@ def test_demo_wide_model_out_of_memory_is_reported_not_raised(monkeypatch):
     assert "out of device memory" in w["skipped"] and "2.00 GiB" in w["skipped"]
     line = _kernels_line({"installed": ["x"], "counts": {}, "step_ms_on": 1.0, "step_ms_off": 1.0, "wide": w})
     assert "wide model: skipped (out of device memory" in line
+
+
+@pytest.mark.parametrize("argv, rc", [(["info"], 0), (["info", "--json"], 0), (["demo", "--device", "cdua", "--json"], 2)])
+def test_a_reader_leaving_early_is_not_a_failure(argv, rc):
+    """``accel info | head -1``: the closed pipe ends the command quietly - 0, not rich's exit 1 (read
+    as "failed" by scripts) and no traceback; an error stays an error (2)."""
+    proc = subprocess.Popen([sys.executable, "-m", "accel.cli", *argv], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    proc.stdout.close()  # the reader leaves before anything is written
+    err = proc.stderr.read()
+    assert proc.wait(timeout=120) == rc, err
+    assert "Traceback" not in err and "Exception ignored" not in err, err

@@ -22,7 +22,15 @@ def console() -> Console:
     import os
 
     wide = not sys.stdout.isatty() and not os.environ.get("COLUMNS")
-    return Console(soft_wrap=True, width=200 if wide else None)
+    return _Console(soft_wrap=True, width=200 if wide else None)
+
+
+class _Console(Console):
+    """rich's console, but a reader that left (``accel info | head -1``) raises ``BrokenPipeError`` for
+    :func:`accel.cli.main` to handle, instead of rich's ``SystemExit(1)`` (read as a failed command)."""
+
+    def on_broken_pipe(self) -> None:
+        raise BrokenPipeError("stdout closed by its reader")
 
 
 def print_json(data: Any) -> None:
