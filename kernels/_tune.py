@@ -91,9 +91,9 @@ def _build(family: str, direction: str, dtype: torch.dtype, m: int, n: int, devi
                 cands["helion"] = (lambda c: (sh.launch_bwd(dy, y, out, c), out)[1], hk.candidate_configs(n))
         return aten, cands
     if family == "layer_norm":
-        from accel.kernels.ops.layer_norm import triton_kernel as tk
+        from accel.kernels.ops.layer_norm import reference as lref, triton_kernel as tk
 
-        sdt = torch.float32 if device.type == "cuda" else dtype
+        sdt = lref.stat_dtype(x, w, b)
         mean, rstd = _launch.empty(m, sdt, device), _launch.empty(m, sdt, device)
         with ak.disabled():
             _, am, ar = torch.ops.aten.native_layer_norm.default(x, [n], w, b, 1e-5)

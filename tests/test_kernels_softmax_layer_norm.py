@@ -335,3 +335,56 @@ def test_every_layer_norm_bwd_candidate_config_is_correct_interpreted():
                                                                        for p in (1, 2, 4, 8)}
     bad = [r for r in report if any(p is not None for p in r["problems"])]
     assert not bad, bad[:5]
+
+
+
+@pytest.mark.parametrize("xd", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("pd", [None, "same", torch.float32])
+def test_layer_norm_stat_dtype_matches_aten_on_cpu(xd, pd):
+    """The statistics' dtype decides whether ATen's backward accepts them (a routed forward may be
+    followed by ATen's backward): it must be ATen's, including the CPU's mixed-type case."""
+    from accel.kernels.ops.layer_norm import reference as lref
+
+    x = torch.randn(3, 8, dtype=xd)
+    dt = xd if pd == "same" else pd
+    w = b = None if dt is None else torch.randn(8, dtype=dt)
+    _, mean, rstd = torch.ops.aten.native_layer_norm(x, [8], w, b, 1e-5)
+    assert lref.stat_dtype(x, w, b) == mean.dtype == rstd.dtype
+    assert lref.native_layer_norm(x, [8], w, b, 1e-5)[1].dtype == mean.dtype
+
+
+MIXED_SCRIPT = textwrap.dedent("""
+    import json, torch, torch.nn.functional as F
+    import accel.kernels as ak
+    from accel.kernels import _tuning
+    from accel.kernels.ops.layer_norm import triton_impl as lt
+    _tuning.MIN_NUMEL["triton"] = 0
+    out = []
+    for xd in (torch.float16, torch.bfloat16):
+        x = torch.randn(4, 64, dtype=xd, requires_grad=True)
+        w, b = torch.randn(64, requires_grad=True), torch.randn(64, requires_grad=True)
+        F.layer_norm(x, [64], w, b).sum().backward()   # ATen alone
+        ref = [t.grad.clone() for t in (x, w, b)]
+        for t in (x, w, b):
+            t.grad = None
+        names = lt.register(("cpu",))
+        F.layer_norm(x, [64], w, b).sum().backward()   # routed forward; .sum()'s expanded grad: ATen's backward
+        counts = {o.name: (o.routed, o.declined) for o in ak.overrides()}
+        for n in names:
+            ak.unregister(n)
+        out.append(dict(dtype=str(xd), counts=counts, err=[(t.grad.float() - r.float()).abs().max().item()
+                                                          for t, r in zip((x, w, b), ref)]))
+    print("REPORT" + json.dumps(out))
+""")
+
+
+def test_routed_layer_norm_forward_then_aten_backward_mixed_dtypes_interpreted():
+    """bf16/fp16 input with fp32 weight and bias (as under autocast): the Triton forward routes, its
+    backward declines the expanded grad_out, and ATen's backward must accept the forward's statistics
+    (found by the breaker helper: fp16 statistics made it raise)."""
+    report = _triton_interpreted(MIXED_SCRIPT)
+    assert len(report) == 2
+    for r in report:
+        assert r["counts"]["layer_norm_fwd.triton"][0] == 1, r
+        assert r["counts"]["layer_norm_bwd.triton"] == [0, 1], r
+        assert max(r["err"]) < 1e-2, r

@@ -60,7 +60,7 @@ def native_layer_norm(input, normalized_shape, weight, bias, eps):
     x = rows_view(input, n)
     m = x.shape[0]
     y = empty_like(x)
-    sdt = reference.stat_dtype(input)
+    sdt = reference.stat_dtype(input, weight, bias)
     mean, rstd = empty(m, sdt, x.device), empty(m, sdt, x.device)
     launch_fwd(x, vector(weight, n), vector(bias, n), y, mean, rstd, float(eps),
                _cfg("layer_norm_fwd", x, m, n, _kernels().DEFAULT_FWD))

@@ -20,9 +20,17 @@ def stat_shape(input: torch.Tensor, normalized_shape) -> list[int]:
     return list(input.shape[: input.dim() - k]) + [1] * k
 
 
-def stat_dtype(input: torch.Tensor) -> torch.dtype:
-    """dtype of ``mean``/``rstd`` as ATen gives it: fp32 on CUDA, the input dtype elsewhere."""
-    return torch.float32 if input.is_cuda else input.dtype
+def stat_dtype(input: torch.Tensor, weight: torch.Tensor | None = None, bias: torch.Tensor | None = None
+               ) -> torch.dtype:
+    """dtype of ``mean``/``rstd`` as ATen gives it: fp32 on CUDA; elsewhere the input dtype, except fp32
+    for a bf16/fp16 input with fp32 ``weight``/``bias`` (the CPU kernel's mixed-type case, measured on
+    torch 2.13: ATen's backward then expects fp32 statistics)."""
+    if input.is_cuda:
+        return torch.float32
+    param = weight if weight is not None else bias
+    if param is not None and param.dtype == torch.float32 and input.dtype != torch.float32:
+        return torch.float32
+    return input.dtype
 
 
 def native_layer_norm(input: torch.Tensor, normalized_shape, weight: torch.Tensor | None,
@@ -49,7 +57,7 @@ def native_layer_norm(input: torch.Tensor, normalized_shape, weight: torch.Tenso
         y = y * weight.reshape(n).float()
     if bias is not None:
         y = y + bias.reshape(n).float()
-    shape, dt = stat_shape(input, normalized_shape), stat_dtype(input)
+    shape, dt = stat_shape(input, normalized_shape), stat_dtype(input, weight, bias)
     return y.to(input.dtype).reshape(input.shape), mean.to(dt).reshape(shape), rstd.to(dt).reshape(shape)
 
 

@@ -85,7 +85,7 @@ def native_layer_norm(input: torch.Tensor, normalized_shape: Sequence[int], weig
     m = input.numel() // n
     device = input.device
     y = empty_like(input)
-    sdt = torch.float32 if input.is_cuda else input.dtype  # as reference.stat_dtype
+    sdt = reference.stat_dtype(input, weight, bias)
     shape = reference.stat_shape(input, normalized_shape)
     mean, rstd = empty(shape, sdt, device), empty(shape, sdt, device)
     cfg = _tuning.config("layer_norm_fwd", DSL, arch(device), _tuning.dtype_name(input.dtype), m, n)
