@@ -322,8 +322,9 @@ def run(device: object = None, *, epochs: int = 12, batch: int = 64, lr: float =
         accel.errors.AccelError: device selection failed.
     """
     if epochs < 2 or batch < 1:
-        raise DemoError(f"accel demo: epochs={epochs}, batch={batch}. Need epochs >= 2 (the resume check "
-                        "stops halfway) and batch >= 1. Pass e.g. --epochs 12.")
+        problems = ([f"epochs={epochs}: need >= 2 (the resume check stops halfway); pass e.g. --epochs 12"]
+                    if epochs < 2 else []) + ([f"batch={batch}: need >= 1"] if batch < 1 else [])
+        raise DemoError(f"accel demo: {'; '.join(problems)}.")
     t_start = time.perf_counter()
     sel = accel.selection(device)
     dev = sel.device

@@ -753,6 +753,7 @@ def snapshot() -> dict[str, Any]:
 
 
 def _corrupt(part: str, detail: str) -> RngSnapshotError:
+    detail = detail.removeprefix(f"{part}: ").rstrip(".")  # a checker's own message may name the part, end in '.'
     return RngSnapshotError(
         f"accel.random.restore: the snapshot is corrupted: {part}: {detail}. Nothing was restored. "
         f"Restore a snapshot made by accel.random.snapshot() and saved unchanged."

@@ -105,7 +105,8 @@ def test_unknown_device_is_a_clean_cli_error(capsys):
 
 def test_demo_rejects_bad_epochs(capsys):
     assert main(["demo", "--epochs", "1", "--json"]) == 2
-    assert "Need epochs >= 2" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "epochs=1: need >= 2" in err and "batch" not in err  # only what is wrong, in CLI terms
 
 
 def test_no_subcommand_prints_help(capsys):

@@ -211,3 +211,17 @@ def test_a_key_with_only_the_top_bit_of_word_0_set_is_valid(cpu):
     snap["python"]["internal"] = internal
     ar.restore(snap)
     assert random.getstate()[1][0] == 0x80000000
+
+
+def test_a_corrupted_part_is_named_once_in_the_message():
+    """The checker's own message already names the part ('torch_cpu: the state has ...'): the restore error
+    says it once, with no doubled full stop, and restores nothing."""
+    snap = ar.snapshot()
+    snap["torch_cpu"] = torch.zeros(3, dtype=torch.uint8)
+    before = torch.get_rng_state()
+    with pytest.raises(RngSnapshotError) as info:
+        ar.restore(snap)
+    msg = str(info.value)
+    assert "corrupted: torch_cpu: the state has 3 bytes" in msg
+    assert "torch_cpu: torch_cpu" not in msg and ".." not in msg
+    assert torch.equal(torch.get_rng_state(), before)
