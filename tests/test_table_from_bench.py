@@ -84,3 +84,22 @@ def test_a_measured_routed_helion_call_keeps_helion_on_a_host_sensitive_shape():
     routed = _report(_row(SMALL, 1000, 1500, 1700, routed=1650, routed_to="rms_norm_fwd.helion"))
     assert _impls(tfb.build([plain, routed]))[SMALL] == "helion"
     assert _impls(tfb.build([routed, plain], evidence={"helion": 1}))[SMALL] == "triton"  # outside the window
+
+
+def test_a_host_bound_winner_gives_way_to_a_dsl_whose_routed_call_held():
+    """Session 4's final run: routed Helion LayerNorm 65536x1024 lost to ATen on a slow host while Triton,
+    routed in earlier runs, never did: Triton, not ATen (which would forfeit ~2x)."""
+    tri_routed = _report(_row(SMALL, 1000, 2000, 2200, routed=1950, routed_to="rms_norm_fwd.triton"))
+    hel_lost = _report(_row(SMALL, 1000, 2000, 2200, routed=980, routed_to="rms_norm_fwd.helion"))
+    hel_won = _report(_row(SMALL, 1000, 2000, 2200, routed=2150, routed_to="rms_norm_fwd.helion"))
+    t = tfb.build([tri_routed, hel_won, hel_lost])
+    assert _impls(t) == {SMALL: "triton"} and "routed never lost" in t["entries"][0]["evidence"]
+    # no routed evidence for Triton (never routed), or Triton lost too: ATen
+    assert _impls(tfb.build([hel_won, hel_lost])) == {SMALL: "aten"}
+    tri_lost = _report(_row(SMALL, 1000, 2000, 2200, routed=900, routed_to="rms_norm_fwd.triton"))
+    assert _impls(tfb.build([tri_routed, tri_lost, hel_won, hel_lost])) == {SMALL: "aten"}
+    # Triton under the 10 % margin: ATen
+    slow_tri = _report(_row(SMALL, 1000, 1050, 2200, routed=1040, routed_to="rms_norm_fwd.triton"))
+    slow_tri_hel_lost = _report(_row(SMALL, 1000, 1050, 2200, routed=980, routed_to="rms_norm_fwd.helion"))
+    slow_tri_hel_won = _report(_row(SMALL, 1000, 1050, 2200, routed=2150, routed_to="rms_norm_fwd.helion"))
+    assert _impls(tfb.build([slow_tri, slow_tri_hel_won, slow_tri_hel_lost])) == {SMALL: "aten"}

@@ -17,7 +17,8 @@ Rules, in order:
    report in Helion's evidence window (``--evidence``) measured the routed call running Helion on
    that row faster than Triton's best direct call;
 4. if, in ANY report, the routed call ran the winner and was slower than ATen there, the winner
-   is ATen (host-bound there: the router's host cost is part of what a user pays) - on shapes
+   is the other DSL if it passes rule 2 and a report measured its routed call not losing to ATen
+   (and none losing), else ATen (host-bound there: the router's host cost is part of what a user pays) - on shapes
    above :data:`SMALL` only where the winner called directly beat ATen in that same report: a big
    row whose direct call lost too saw the GPU slowed (every implementation and peer of the row
    dropped together: session 3 run C2, RMSNorm 32768x4096), which says nothing about the routed
@@ -56,6 +57,7 @@ def build(reports: list[dict], tuned: dict | None = None, evidence: dict[str, in
     best: dict[tuple, dict[str, float]] = {}
     host_bound: dict[tuple, set[str]] = {}
     routed_helion: dict[tuple, float] = {}  # best routed GB/s with Helion behind it, in Helion's window
+    routed_held: dict[tuple, set[str]] = {}  # DSLs whose routed call ran and did not lose to ATen there
     for age, report in enumerate(reversed(reports)):  # age 0: the newest
         for row in report["rows"]:
             into = best.setdefault(_key(row), {})
@@ -72,14 +74,16 @@ def build(reports: list[dict], tuned: dict | None = None, evidence: dict[str, in
                 print(f"note: {report.get('started', '?')} {_key(row)}: routed {routed:.0f} < ATen {aten:.0f} "
                       f"GB/s but the report does not say what it ran ({routed_to!r}); rule 4 cannot use it",
                       file=sys.stderr)
-            if routed and aten and routed < aten and "." in routed_to:
+            if routed and aten and "." in routed_to:
                 tail = routed_to.rpartition(".")[2]  # "<op>_<dir>.<dsl><suffix>" (install(suffix=...))
                 dsl = next((d for d in ("triton", "helion") if tail.startswith(d)), tail)
                 direct = row["impls"].get(dsl, {}).get("gbs")
                 m, n = row["shape"]
                 if age >= evidence.get(dsl, len(reports)):
                     continue
-                if m * n <= SMALL or (direct and direct > aten):
+                if routed >= aten:
+                    routed_held.setdefault(_key(row), set()).add(dsl)
+                elif m * n <= SMALL or (direct and direct > aten):
                     host_bound.setdefault(_key(row), set()).add(dsl)
     entries = []
     for row in newest["rows"]:
@@ -101,8 +105,15 @@ def build(reports: list[dict], tuned: dict | None = None, evidence: dict[str, in
                 note = f"helion fastest ({gbs['helion']:.0f} GB/s) but host-sensitive shape: triton ({gbs['triton']:.0f})"
                 winner = "triton"
         if winner in host_bound.get(key, ()):
-            note = f"{winner} fastest directly ({gbs[winner]:.0f} GB/s) but its routed call lost to ATen: host-bound"
+            lost = winner
+            note = f"{lost} fastest directly ({gbs[lost]:.0f} GB/s) but its routed call lost to ATen: host-bound"
             winner = "aten"
+            for other in sorted((d for d in ("triton", "helion") if d != lost), key=lambda d: -gbs.get(d, 0.0)):
+                if (gbs.get(other, 0.0) >= MARGIN * gbs["aten"] and other not in host_bound.get(key, ())
+                        and other in routed_held.get(key, ())):
+                    note += f"; {other} ({gbs[other]:.0f} GB/s) routed never lost: {other}"
+                    winner = other
+                    break
         config = None
         for t in reversed((tuned or {}).get("entries", [])):  # the last tune file naming the shape wins
             if (t["op"], t["dtype"], t["m"], t["n"]) != (f"{row['op']}_{row['direction']}", _DTYPES[row["dtype"]], m, n):
