@@ -477,15 +477,20 @@ class _Slot:
 _SLOTS: dict[tuple[str, str], _Slot] = {}
 
 
-def _dispatch_key_of(backend: str) -> str:
+def _dispatch_key_of(backend: str, fn: str = "register", arg: str = "backends=['cuda']") -> str:
     from accel.backends import registered
 
     found = registered()
     if backend not in found:
         raise KernelRegistrationError(
-            f"accel.kernels.register: unknown backend {backend!r}. Valid: {', '.join(found)}. "
-            f"Pass backend names (e.g. backends=['cuda']), not device strings.")
+            f"accel.kernels.{fn}: unknown backend {backend!r}. Valid: {', '.join(found)}. "
+            f"Pass backend names (e.g. {arg}), not device strings.")
     return found[backend].dispatch_key
+
+
+#: DSL names a filter may name before any registration uses them (those of accel's built-in
+#: kernels and of torch's native DSL registry).
+KNOWN_DSLS = ("triton", "helion", "cutedsl")
 
 
 def _vendor_at(key: str) -> str | None:
@@ -795,9 +800,13 @@ def _filters(op: object, dsl: str | None, backend: str | None, name: str | None,
     if op is not None:
         out.append(("op", _resolve_op(op).qualname))
     if dsl is not None:
+        used = sorted({ov.dsl for ov in _OVERRIDES.values()} | set(KNOWN_DSLS) | _STATE.disabled["dsl"])
+        if dsl not in used:  # a typo or another case would filter nothing, silently
+            raise UnknownKernelError(f"accel.kernels.{fn}: no DSL named {dsl!r} (DSL names are case-sensitive). "
+                                     f"Known: {', '.join(used)}. Pass one of those.")
         out.append(("dsl", dsl))
     if backend is not None:
-        _dispatch_key_of(backend)
+        _dispatch_key_of(backend, fn, f"{fn}(backend='cuda')")
         out.append(("backend", backend))
     if name is not None:
         if name not in _OVERRIDES:
@@ -824,7 +833,8 @@ def disable(*, op: object = None, dsl: str | None = None, backend: str | None = 
     until that registration is unregistered.
 
     Raises:
-        UnknownKernelError: unknown op or name. KernelRegistrationError: unknown backend.
+        UnknownKernelError: unknown op or name, or a DSL that is not registered, not disabled and
+            not in :data:`KNOWN_DSLS` (names are case-sensitive). KernelRegistrationError: unknown backend.
 
     Example:
         >>> import accel.kernels as ak
@@ -843,7 +853,7 @@ def enable(*, op: object = None, dsl: str | None = None, backend: str | None = N
     """Undo :func:`disable` for the same argument (no argument: undo ``disable()`` and every filter).
 
     Raises:
-        UnknownKernelError: unknown op or name. KernelRegistrationError: unknown backend.
+        UnknownKernelError: unknown op, name or DSL (as :func:`disable`). KernelRegistrationError: unknown backend.
     """
     with _LOCK:
         items = _filters(op, dsl, backend, name, "enable")

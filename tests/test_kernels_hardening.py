@@ -283,3 +283,21 @@ def test_register_rejects_arguments_of_the_wrong_type(kwargs, message):
     with pytest.raises(KernelRegistrationError, match=message):
         ak.register(SIN, impl=_sin, dsl="t", **kwargs)
     assert ak.overrides() == [] and _registry._SLOTS == {}
+
+
+
+def test_filters_refuse_a_dsl_or_backend_they_could_never_match(path):
+    """``disable(dsl="Triton")`` used to filter nothing, silently (found by the new-user trial); the
+    backend error names the function called, not ``register``."""
+    ak.register(SIN, impl=_sin, backends=["cpu"], dsl="t", name="k")
+    for bad in ("Triton", "nonexistent", "T"):
+        with pytest.raises(UnknownKernelError, match=f"disable: no DSL named '{bad}'.*Known: cutedsl, helion, t, triton"):
+            ak.disable(dsl=bad)
+    assert _registry._STATE.disabled["dsl"] == set() and _info("k").active  # nothing changed
+    ak.disable(dsl="helion")  # a known DSL before any registration uses it: fine
+    ak.disable(dsl="t")
+    ak.unregister("k")
+    ak.enable(dsl="t")  # a DSL still in the disabled filters can be enabled after its last registration went
+    ak.enable(dsl="helion")
+    with pytest.raises(KernelRegistrationError, match=r"accel.kernels.disable: unknown backend 'gpu'.*disable\(backend='cuda'\)"):
+        ak.disable(backend="gpu")
