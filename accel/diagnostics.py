@@ -188,6 +188,27 @@ def collect(spec: object = None) -> dict[str, Any]:
     return info
 
 
+#: accel's variables with a fixed set of values (as the code reading them parses them: stripped;
+#: the registry path case-insensitive); a value outside the set is ignored or refused at first use.
+_ENV_VALUES = {"ACCEL_KERNELS_REGISTRY": ("auto", "native", "accel"), "ACCEL_KERNELS_VERIFY": ("0", "1"),
+               "ACCEL_TRITON_FAST_LAUNCH": ("0", "1")}
+
+
+def _env_check(env: dict[str, str | None]) -> Check:
+    bad = []
+    for var, valid in _ENV_VALUES.items():
+        value = env.get(var)
+        if value is None or not value.strip():
+            continue
+        seen = value.strip().lower() if var == "ACCEL_KERNELS_REGISTRY" else value.strip()
+        if seen not in valid:
+            bad.append(f"{var}={value!r} (valid: {', '.join(valid)})")
+    if not bad:
+        return Check("accel environment variables", True, "the ACCEL_* variables set have valid values")
+    return Check("accel environment variables", False, "; ".join(bad),
+                 "set each to one of its valid values, or unset it: " + ", ".join(b.split("=")[0] for b in bad))
+
+
 def checks(info: dict[str, Any]) -> list[Check]:
     """Doctor checks over :func:`collect`'s facts; each failing check carries a one-line fix."""
     out: list[Check] = []
@@ -220,6 +241,7 @@ def checks(info: dict[str, Any]) -> list[Check]:
     for dsl, d in info["dsl"].items():
         fix = "" if d["compatible"] else f"pip install the {dsl} version that matches torch {build['torch']}"
         out.append(Check(f"{dsl} version", d["compatible"], d["detail"], fix))
+    out.append(_env_check(info.get("accel_env") or {}))
     ipex = info["ipex"]
     if ipex["installed"] is not None:
         out.append(Check("intel-extension-for-pytorch", bool(ipex["matches_torch"]),

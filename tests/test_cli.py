@@ -73,6 +73,23 @@ def test_doctor_fails_on_bad_accel_device(capsys, monkeypatch):
     assert "FAIL" in out and "1 failed" in out
 
 
+def test_doctor_checks_accel_variables(capsys, monkeypatch):
+    """``ACCEL_KERNELS_REGISTRY=bogus`` makes ``accel kernels`` refuse to run: doctor says so up front
+    (found by the new-user trial); values accel parses leniently (' Native ', '1 ') pass."""
+    monkeypatch.setenv("ACCEL_KERNELS_REGISTRY", " Native ")
+    monkeypatch.setenv("ACCEL_KERNELS_VERIFY", "1 ")
+    rc, report = _json(capsys, ["doctor", "--json"])
+    assert rc == 0 and next(c for c in report["checks"] if c["name"] == "accel environment variables")["ok"]
+    monkeypatch.setenv("ACCEL_KERNELS_REGISTRY", "bogus")
+    monkeypatch.setenv("ACCEL_KERNELS_VERIFY", "maybe")
+    rc, report = _json(capsys, ["doctor", "--json"])
+    bad = [c for c in report["checks"] if not c["ok"]]
+    assert rc == 1 and [c["name"] for c in bad] == ["accel environment variables"]
+    assert "ACCEL_KERNELS_REGISTRY='bogus' (valid: auto, native, accel)" in bad[0]["detail"]
+    assert "ACCEL_KERNELS_VERIFY='maybe' (valid: 0, 1)" in bad[0]["detail"]
+    assert bad[0]["fix"].endswith("ACCEL_KERNELS_REGISTRY, ACCEL_KERNELS_VERIFY")
+
+
 def test_doctor_flags_incompatible_helion(capsys, monkeypatch):
     from accel import diagnostics
 
