@@ -255,6 +255,12 @@ class _Runtime:
 
     def _check_type(self, kind: str, shown: str, what: str) -> None:
         if kind not in self.accepted:
+            known = sorted(_probe.probes())
+            if kind not in known and kind not in ("cuda", "xpu", "mps", "cpu", "meta"):
+                raise DeviceMismatchError(
+                    f"{what}: device {shown} names no backend or device type ({kind!r}; backends: "
+                    f"{', '.join(known)}). The active backend is {self.name!r} ({self.valid()}). Fix the spelling, "
+                    f"e.g. '{self.type}:0', or pass None for the current device.")
             raise DeviceMismatchError(
                 f"{what}: device {shown} is of type {kind!r}, but the active backend is {self.name!r} (torch "
                 f"device type {self.type!r}; {self.valid()}). Pass a device of the active backend, or select "

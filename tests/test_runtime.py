@@ -441,3 +441,13 @@ def test_cuda_device_index_context():
     with accel.device_index(0):
         assert torch.cuda.current_device() == 0
     assert torch.cuda.current_device() == before
+
+
+
+def test_a_misspelt_device_is_called_a_misspelling(cpu):
+    """'gpu' is no device type: the error says so and lists the backends (it used to call 'gpu' a type)."""
+    with pytest.raises(DeviceMismatchError, match=r"device 'gpu' names no backend or device type.*backends: cpu, "
+                                                   r"cuda, mps, rocm, xpu.*Fix the spelling"):
+        accel.synchronize("gpu")
+    with pytest.raises(DeviceMismatchError, match="device 'cuda' is of type 'cuda', but the active backend is 'cpu'"):
+        accel.synchronize("cuda")
