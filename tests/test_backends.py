@@ -1,6 +1,7 @@
 """Every vendor path with faked torch-level facts: arch, family, capabilities, attributes."""
 
 import pytest
+import torch
 
 import accel
 from accel.backends import BUILTIN, cuda, rocm, xpu, mps
@@ -200,3 +201,17 @@ def test_capabilities_as_dict_is_json_ready():
 def test_module_helpers():
     assert rocm.gfx_arch("gfx942:sramecc+:xnack-") == "gfx942"
     assert xpu.xpu_family("Intel(R) Data Center GPU Max 1100") == "pvc"
+
+
+@pytest.mark.slow
+def test_cpu_flex_attention_flag_means_it_compiles_here():
+    """The CPU backend says ``flex_attention=True``: torch.compile(flex_attention) must run on CPU tensors
+    and agree with eager scaled_dot_product_attention (about 15 s of Inductor compile)."""
+    from accel.backends import registered
+    from torch.nn.attention.flex_attention import flex_attention
+
+    assert registered()["cpu"]().capabilities().flex_attention
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 128, 16) for _ in range(3))
+    out = torch.compile(flex_attention)(q, k, v)
+    torch.testing.assert_close(out, torch.nn.functional.scaled_dot_product_attention(q, k, v), atol=2e-5, rtol=2e-5)
