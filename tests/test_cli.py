@@ -212,7 +212,8 @@ def test_demo_wide_model_out_of_memory_is_reported_not_raised(monkeypatch):
     assert "wide model: skipped (out of device memory" in line
 
 
-@pytest.mark.parametrize("argv, rc", [(["info"], 0), (["info", "--json"], 0), (["demo", "--device", "cdua", "--json"], 2)])
+@pytest.mark.parametrize("argv, rc", [(["info"], 0), (["info", "--json"], 0), (["demo", "--device", "cdua", "--json"], 2),
+                                      (["kernels", "--install", "--json"], 1)])
 def test_a_reader_leaving_early_is_not_a_failure(argv, rc):
     """``accel info | head -1``: the closed pipe ends the command quietly - 0, not rich's exit 1 (read
     as "failed" by scripts) and no traceback; an error stays an error (2)."""

@@ -41,19 +41,25 @@ def main(argv: list[str] | None = None) -> int:
     Exit codes: 0 success; 1 the command ran and reports a failure (its own help says when);
     2 usage or an :class:`~accel.errors.AccelError` (one ``accel CMD: error: ...`` line on stderr
     and, with ``--json``, ``{"error": {"type", "message", "command"}}`` on stdout). A reader that
-    closes stdout early (``accel info | head -1``) ends the command quietly with 0 (2 for an error),
-    as if the rest had been read.
+    closes stdout early (``accel info | head -1``) ends the command quietly: with its own exit code
+    when the output was buffered (JSON), else 0 (2 for an error), as if the rest had been read.
     """
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    from accel.cli._output import print_json, quiet_stdout
     from accel.errors import AccelError
 
     try:
         try:
-            return int(args.func(args) or 0)
+            rc = int(args.func(args) or 0)
+            try:
+                sys.stdout.flush()  # buffered output (JSON) meets a closed pipe here, not at exit
+            except BrokenPipeError:
+                quiet_stdout()
+            return rc
         except AccelError as exc:
             msg = str(exc)
             head = f"accel {args.command}"
@@ -63,29 +69,11 @@ def main(argv: list[str] | None = None) -> int:
                 shown = msg
             print(f"{head}: error: {shown}", file=sys.stderr)
             if getattr(args, "json", False):  # machines reading stdout get the error as JSON too
-                import json
-
-                try:
-                    print(json.dumps({"error": {"type": type(exc).__name__, "message": shown,
-                                                "command": args.command}}, indent=2), flush=True)
-                except BrokenPipeError:  # the reader left: the error stands (stderr has it)
-                    _quiet_stdout()
+                print_json({"error": {"type": type(exc).__name__, "message": shown, "command": args.command}})
             return 2
     except BrokenPipeError:  # `accel info | head -1`: the reader left; not an error of ours
-        _quiet_stdout()
+        quiet_stdout()
         return 0
-
-
-def _quiet_stdout() -> None:
-    """Point stdout at /dev/null, so the interpreter's final flush does not fail on the closed pipe
-    (the recipe of Python's ``signal`` documentation, "Note on SIGPIPE")."""
-    import os
-
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-    except (OSError, ValueError):  # no real file descriptor (pytest capture): nothing to flush there
-        pass
 
 
 if __name__ == "__main__":  # pragma: no cover

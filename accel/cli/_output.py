@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-__all__ = ["console", "print_json", "table"]
+__all__ = ["console", "print_json", "quiet_stdout", "table"]
 
 
 def console() -> Console:
@@ -34,9 +34,26 @@ class _Console(Console):
 
 
 def print_json(data: Any) -> None:
-    """Write ``data`` as indented JSON to stdout."""
-    json.dump(data, sys.stdout, indent=2, default=str)
-    sys.stdout.write("\n")
+    """Write ``data`` as indented JSON to stdout; a reader that left (``| head -1``) is not an error: the
+    command goes on to its own exit code."""
+    text = json.dumps(data, indent=2, default=str) + "\n"
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        quiet_stdout()
+
+
+def quiet_stdout() -> None:
+    """Point stdout at /dev/null, so later writes and the interpreter's final flush do not fail on a
+    closed pipe (the recipe of Python's ``signal`` documentation, "Note on SIGPIPE")."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # no real file descriptor (pytest capture): nothing to flush there
+        pass
 
 
 def cell(v: Any) -> str:
