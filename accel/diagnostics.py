@@ -195,18 +195,18 @@ _ENV_VALUES = {"ACCEL_KERNELS_REGISTRY": ("auto", "native", "accel"), "ACCEL_KER
 
 
 def _env_check(env: dict[str, str | None]) -> Check:
-    bad = []
+    bad = {}
     for var, valid in _ENV_VALUES.items():
         value = env.get(var)
         if value is None or not value.strip():
             continue
         seen = value.strip().lower() if var == "ACCEL_KERNELS_REGISTRY" else value.strip()
         if seen not in valid:
-            bad.append(f"{var}={value!r} (valid: {', '.join(valid)})")
+            bad[var] = f"{var}={value!r} (valid: {', '.join(valid)})"
     if not bad:
         return Check("accel environment variables", True, "the ACCEL_* variables set have valid values")
-    return Check("accel environment variables", False, "; ".join(bad),
-                 "set each to one of its valid values, or unset it: " + ", ".join(b.split("=")[0] for b in bad))
+    return Check("accel environment variables", False, "; ".join(bad.values()),
+                 "set each to one of its valid values, or unset it: " + ", ".join(bad))
 
 
 def checks(info: dict[str, Any]) -> list[Check]:

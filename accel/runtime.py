@@ -54,6 +54,7 @@ import torch
 from accel import _compat, _probe, _resolve
 from accel._select import backend as _active_backend
 from accel._select import parse_index, split_spec
+from accel.backends import registered
 from accel.errors import (
     DeviceIndexError,
     DeviceMismatchError,
@@ -234,7 +235,7 @@ class _Runtime:
         elif isinstance(device, str):
             kind, text = split_spec(device)
             shown = repr(device)
-            self._check_type(kind, shown, what)
+            self._check_type(kind, shown, what, typed=True)
             if text is None:
                 return self.current()
             idx = parse_index(text, f"{what}: device {shown}",
@@ -253,10 +254,13 @@ class _Runtime:
             f"variables."
         )
 
-    def _check_type(self, kind: str, shown: str, what: str) -> None:
+    def _check_type(self, kind: str, shown: str, what: str, typed: bool = False) -> None:
+        """``typed``: ``kind`` was typed by the user (a string), so it may be a misspelling; a
+        ``torch.device`` always names a real device type."""
         if kind not in self.accepted:
-            known = sorted(_probe.probes())
-            if kind not in known and kind not in ("cuda", "xpu", "mps", "cpu", "meta"):
+            found = registered()
+            known = sorted(found)
+            if typed and kind not in found and kind not in {cls.torch_device_type for cls in found.values()}:
                 raise DeviceMismatchError(
                     f"{what}: device {shown} names no backend or device type ({kind!r}; backends: "
                     f"{', '.join(known)}). The active backend is {self.name!r} ({self.valid()}). Fix the spelling, "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from accel.cli._output import cell, console, print_json, table
 
@@ -44,8 +45,6 @@ def run(args: argparse.Namespace) -> int:
     data = report()
     failed = added is not None and not data["overrides"]
     if failed:
-        import sys
-
         print("accel kernels --install: no built-in kernel could be installed here; the built-in table says why "
               "for each (no accelerator this torch serves, or a DSL not installed).", file=sys.stderr)
     if args.json:
