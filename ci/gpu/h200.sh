@@ -2,7 +2,8 @@
 # One batched run on the lent GPU machine (no network there): install accel and the carried
 # wheels (.whl: helion 1.4.0, filecheck, Liger-Kernel, platformdirs; optionally quack + CuTeDSL),
 # then run the stages named on the command line, writing logs and results under $OUT (or ./gpu-out).
-#   stages: facts tests rng host launch graphs example plan kernels tune demo-kernels helion-probe compile quant allreduce
+#   stages: facts tests rng host launch graphs example plan kernels tune demo-kernels helion-probe cpp-probe compile quant
+#           allreduce
 # Usage (device tool, carry [".whl"]): bash ci/gpu/h200.sh facts tests rng host graphs
 set -u
 export PYTHONUNBUFFERED=1
@@ -91,6 +92,8 @@ print('wide', w['config'], 'step ms on', round(w['step_ms_on'], 3), 'off', round
 print('wide routed', {n: c for n, c in w['counts'].items() if c['routed'] or c['failed']})
 " "$OUT/demo-kernels-on.json"
       ;;
+    # cpp-probe builds a C++/CUDA extension: the image has g++, nvcc (CUDA 13.0) and ninja
+    cpp-probe) timeout 400 python3 "$REPO/ci/gpu/cpp_dispatch_probe.py" --out "$OUT" 2>&1 | tail -20 ;;
     helion-probe) timeout 400 python3 "$REPO/ci/gpu/helion_autotune_probe.py" --timeout 120 2>&1 | tail -100 ;;
     compile) timeout 240 python3 "$REPO/ci/gpu/compile_demo.py" --mode "${ACCEL_GPU_COMPILE_MODE:-max-autotune-no-cudagraphs}" --out "$OUT" 2>&1 | tail -12 ;;
     allreduce) timeout 180 python3 "$REPO/ci/gpu/allreduce.py" --out "$OUT" 2>&1 | tail -15 ;;  # nvidia-h200-x2
