@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 
 from accel.kernels import _tuning
 
 __all__ = ["ALIGN", "DTYPES", "Limits", "arch", "device_reason", "device_types_for", "entry_reason",
-           "table_declines", "table_reason", "floors"]
+           "table_declines", "table_reason", "floors", "tuned_config"]
 
 #: dtypes the kernels compute (fp32 accumulation for all).
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -165,3 +166,13 @@ def floors(fwd, bwd, family: str, dsl: str):
     fwd.floor = functools.partial(_tuning.floor, f"{family}_fwd", dsl)
     bwd.floor = functools.partial(_tuning.floor, f"{family}_bwd", dsl)
     return fwd, bwd
+
+
+def tuned_config(op: str, dsl: str, t: torch.Tensor, m: int, n: int, default: Any) -> Any:
+    """The tuning table's kernel config of ``dsl`` for ``op`` on ``t``'s arch and dtype at ``[m, n]``
+    (:func:`accel.kernels._tuning.config`), else ``default``: a config, or a callable of ``n``
+    returning one (called only on a miss). One O(1) lookup; the impls call it per launch."""
+    cfg = _tuning.config(op, dsl, arch(t.device), _tuning.dtype_name(t.dtype), m, n)
+    if cfg is not None:
+        return cfg
+    return default(n) if callable(default) else default

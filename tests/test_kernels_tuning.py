@@ -8,6 +8,7 @@ import sys
 import textwrap
 
 import pytest
+import torch
 
 from accel.errors import KernelFallbackWarning, KernelRegistrationError
 from accel.kernels import _tuning
@@ -167,3 +168,16 @@ def test_a_user_table_with_one_bad_entry_is_ignored_as_a_whole(monkeypatch, tmp_
             assert _tuning.lookup("softmax_fwd", "sm_999", "bfloat16", 4096, 4096) is None
     finally:
         _tuning.reload()
+
+
+def test_tuned_config_hit_or_default(monkeypatch):
+    """The impls' one lookup: the table's config on a hit; on a miss the default, called with n when callable."""
+    from accel.kernels import _conds
+
+    seen = []
+    monkeypatch.setattr(_tuning, "config", lambda *a: seen.append(a) or ({"hit": 1} if a[-1] == 64 else None))
+    x = torch.empty(3, 64, dtype=torch.bfloat16)
+    assert _conds.tuned_config("softmax_fwd", "triton", x, 3, 64, lambda n: {"n": n}) == {"hit": 1}
+    assert seen[-1] == ("softmax_fwd", "triton", "cpu", "bfloat16", 3, 64)
+    assert _conds.tuned_config("softmax_fwd", "triton", x, 3, 32, lambda n: {"n": n}) == {"n": 32}
+    assert _conds.tuned_config("softmax_fwd", "helion", x, 3, 32, {"d": 0}) == {"d": 0}

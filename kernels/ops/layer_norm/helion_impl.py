@@ -12,8 +12,7 @@ from typing import Any
 
 import torch
 
-from accel.kernels import _tuning
-from accel.kernels._conds import Limits, arch
+from accel.kernels._conds import Limits, tuned_config
 from accel.kernels._launch import (
     device_guard, empty, empty_like, lazy_module, row_count,
     rows_view, shaped_like, vector,
@@ -36,8 +35,7 @@ LIMITS = Limits(max_n_fwd=16384, max_n_bwd=16384, needs_weight=True, max_numel=(
 
 
 def _cfg(op: str, x: torch.Tensor, m: int, n: int, default: Mapping[str, Any]) -> Mapping[str, Any]:
-    cfg = _tuning.config(op, DSL, arch(x.device), _tuning.dtype_name(x.dtype), m, n)
-    return cfg if cfg is not None else default
+    return tuned_config(op, DSL, x, m, n, default)
 
 
 def launch_fwd(x, w, b, y, mean, rstd, eps: float, cfg: Mapping[str, Any]) -> None:

@@ -11,8 +11,7 @@ from typing import Any
 
 import torch
 
-from accel.kernels import _tuning
-from accel.kernels._conds import Limits, arch
+from accel.kernels._conds import Limits, tuned_config
 from accel.kernels._triton_configs import next_power_of_2
 from accel.kernels._launch import (
     device_guard, empty, empty_like, lazy_module, row_count,
@@ -88,9 +87,8 @@ def native_layer_norm(input: torch.Tensor, normalized_shape: Sequence[int], weig
     sdt = reference.stat_dtype(input, weight, bias)
     shape = reference.stat_shape(input, normalized_shape)
     mean, rstd = empty(shape, sdt, device), empty(shape, sdt, device)
-    cfg = _tuning.config("layer_norm_fwd", DSL, arch(device), _tuning.dtype_name(input.dtype), m, n)
-    launch_fwd(input, weight, bias, y, mean, rstd, float(eps), cfg if cfg is not None else _k().default_config(n),
-               m, n)
+    launch_fwd(input, weight, bias, y, mean, rstd, float(eps),
+               tuned_config("layer_norm_fwd", DSL, input, m, n, _k().default_config), m, n)
     return y, mean, rstd
 
 
@@ -102,9 +100,8 @@ def native_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd, we
     x = rows_view(input, n)
     m = x.shape[0]
     dx = empty_like(x) if output_mask[0] else None
-    cfg = _tuning.config("layer_norm_bwd", DSL, arch(x.device), _tuning.dtype_name(x.dtype), m, n)
     dw, db = launch_bwd(rows_view(grad_out, n), x, weight, mean, rstd, dx, output_mask,
-                        cfg if cfg is not None else _k().bwd_config(n), bias is not None)
+                        tuned_config("layer_norm_bwd", DSL, x, m, n, _k().bwd_config), bias is not None)
     return (shaped_like(dx, input) if dx is not None else None,
             dw.to(weight.dtype).view(weight.shape) if dw is not None else None,
             db.to(bias.dtype).view(bias.shape) if db is not None else None)

@@ -13,8 +13,7 @@ from typing import Any
 import torch
 
 from accel._compat import module_version
-from accel.kernels import _tuning
-from accel.kernels._conds import arch
+from accel.kernels._conds import tuned_config
 from accel.kernels._triton_configs import next_power_of_2
 
 from . import reference
@@ -61,8 +60,7 @@ def fused_rms_norm(input: torch.Tensor, normalized_shape: Sequence[int], weight:
     y = empty_like(input)
     rstd = empty(reference.stat_shape(input, normalized_shape), torch.float32, device)
     eps = _FP32_EPS if eps is None else float(eps)
-    cfg = _tuning.config("rms_norm_fwd", DSL, arch(device), _tuning.dtype_name(input.dtype), m, n)
-    launch_fwd(input, weight, y, rstd, eps, cfg if cfg is not None else k.default_config(n), m, n)
+    launch_fwd(input, weight, y, rstd, eps, tuned_config("rms_norm_fwd", DSL, input, m, n, k.default_config), m, n)
     return y, rstd
 
 

@@ -11,8 +11,7 @@ from typing import Any
 
 import torch
 
-from accel.kernels import _tuning
-from accel.kernels._conds import Limits, arch
+from accel.kernels._conds import Limits, tuned_config
 from accel.kernels._launch import device_guard, lazy_module
 from accel.kernels.ops.rms_norm.helion_impl import available
 
@@ -29,8 +28,7 @@ LIMITS = Limits(max_n_fwd=16384, max_n_bwd=16384, max_numel=(1 << 31) - 1)
 
 
 def _config(op: str, x: torch.Tensor, m: int, n: int) -> Mapping[str, Any]:
-    cfg = _tuning.config(op, DSL, arch(x.device), _tuning.dtype_name(x.dtype), m, n)
-    return cfg if cfg is not None else _kernels().DEFAULT
+    return tuned_config(op, DSL, x, m, n, _kernels().DEFAULT)
 
 
 def launch_fwd(x: torch.Tensor, y: torch.Tensor, cfg: Mapping[str, Any], m: int | None = None,

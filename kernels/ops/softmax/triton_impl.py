@@ -12,8 +12,7 @@ from typing import Any
 
 import torch
 
-from accel.kernels import _tuning
-from accel.kernels._conds import Limits, arch
+from accel.kernels._conds import Limits, tuned_config
 from accel.kernels._launch import device_guard, lazy_module, triton_launch
 from accel.kernels._triton_configs import next_power_of_2
 from accel.kernels.ops.rms_norm.triton_impl import available
@@ -31,8 +30,7 @@ _kernels = lazy_module(__package__ + ".triton_kernel")  # imports the DSL at the
 
 
 def _config(op: str, x: torch.Tensor, m: int, n: int) -> Mapping[str, Any]:
-    cfg = _tuning.config(op, DSL, arch(x.device), _tuning.dtype_name(x.dtype), m, n)
-    return cfg if cfg is not None else _kernels().default_config(n)
+    return tuned_config(op, DSL, x, m, n, _kernels().default_config)
 
 
 def launch_fwd(x: torch.Tensor, y: torch.Tensor, cfg: Mapping[str, Any], m: int | None = None,
