@@ -8,6 +8,8 @@ before the host issues the next, so time per call is host time). Rows:
 - ``routed op -> <dsl>``: the same call routed to one DSL (the other disabled;
   ``tuning.MIN_NUMEL`` set to 0 so the tiny input routes);
 - ``<dsl> impl``: the impl function called directly (no dispatcher, no cond);
+- ``triton planned call``: the Triton impl's plan for this signature (``impl.plan``, built
+  once), called directly: what a routed call runs after its cond (:mod:`accel.kernels._plans`);
 - ``<dsl> cond``: the cond alone;
 - ``router, 8 elements``: the issue's router-cost row (conds decline, ATen runs).
 
@@ -101,6 +103,9 @@ def main(argv: list[str] | None = None) -> int:
                     if args.profile and op == "rms_norm" and dsl == "triton":
                         profile_text = profile(lambda: aten(*a), "routed rms_norm -> triton")
             add(op, "triton impl", lambda: t_impl(*a))
+            if hasattr(t_impl, "plan"):  # what a routed call runs: the impl's plan for this signature
+                planned = t_impl.plan(*a)
+                add(op, "triton planned call", lambda: planned(*a))
             add(op, "helion impl", lambda: h_impl(*a))
             if args.profile and op in ("rms_norm", "layer_norm"):
                 from accel.kernels import _helion

@@ -156,7 +156,11 @@ def entry_reason(input: torch.Tensor, numel: int, op: str, dsl: str, devices: di
 
 
 def floors(fwd, bwd, family: str, dsl: str):
-    """Give the ``(fwd, bwd)`` conds of ``family`` their ``floor`` attribute and return them.
+    """Give the ``(fwd, bwd)`` conds of ``family`` their ``floor`` and ``cacheable`` attributes and return them.
+
+    ``cacheable = True``: the built-in conds read only what :func:`accel.kernels._plans.signature`
+    keys by (dtypes, devices, shapes, strides, 16-byte alignment, the other arguments' values) and
+    the tuning tables, so the registry asks each once per signature (:mod:`accel.kernels._plans`).
 
     ``cond.floor()`` is :func:`accel.kernels._tuning.floor` for the op and DSL: the size below
     which the cond declines (:func:`entry_reason`'s first check, on the same element count as
@@ -165,6 +169,7 @@ def floors(fwd, bwd, family: str, dsl: str):
     """
     fwd.floor = functools.partial(_tuning.floor, f"{family}_fwd", dsl)
     bwd.floor = functools.partial(_tuning.floor, f"{family}_bwd", dsl)
+    fwd.cacheable = bwd.cacheable = True
     return fwd, bwd
 
 

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 __all__ = ["lazy_module", "rows_view", "vector", "shaped_like", "row_count", "device_guard", "sm_count", "empty", "empty_like", "poison_outputs",
-           "triton_launch", "fast_launch_supported"]
+           "triton_launch", "fast_launch_supported", "LaunchPlan"]
 
 #: Tests set this: every output buffer the impls allocate starts filled with NaN,
 #: so an element a kernel forgets to write cannot pass as a right answer.
@@ -167,12 +167,10 @@ class _FastLaunch:
         params = getattr(fn, "params", None)  # triton's KernelParam list (is_constexpr per parameter)
         self.constexpr_pos = None if params is None else tuple(i for i, p in enumerate(params) if p.is_constexpr)
 
-    def __call__(self, grid: tuple, args: tuple, constexprs: dict, options: dict, opt_key: tuple) -> None:
-        rk = self.runtime_knobs
-        enter, leave = rk.launch_enter_hook, rk.launch_exit_hook
-        if (enter is not None or leave is not None) and not (_no_hook(enter) and _no_hook(leave)):
-            self.fn[grid](*args, **constexprs, **options)  # profilers: Triton's own path
-            return
+    def _key(self, grid: Any, args: tuple, constexprs: dict, opt_key: tuple) -> tuple[tuple, tuple] | None:
+        """``(cache key, constexpr values to pass after args)`` of this call, or ``None`` where only
+        Triton's own path can launch it (a grid function, a constexpr left to its default, an extra
+        Triton option, a function whose constexpr parameters are unknown)."""
         split = self.tails.get(len(args))
         if split is None:
             cpos = self.constexpr_pos
@@ -181,19 +179,37 @@ class _FastLaunch:
         names, positional = split
         tail = tuple([constexprs.get(name, _MISSING) for name in names])
         if callable(grid) or _MISSING in tail or len(constexprs) != len(tail) or positional is None:
-            # a grid function, a constexpr left to its default, an extra Triton option, or a function
-            # whose constexpr parameters are unknown: Triton's own path
-            self.fn[grid](*args, **constexprs, **options)
-            return
+            return None
+        passed = tail
         if positional:  # constexprs passed positionally (Helion's generated launches): their values count
             tail = (*tail, *[args[i] for i in positional])
-        device = torch._C._cuda_getDevice()
         # _arg_key per argument, inlined (a function call per argument cost ~0.2 us each); a positional
         # constexpr's value is in ``tail`` as well
-        key = (device, tail, tuple(map(type, tail)), opt_key, *[
+        key = (torch._C._cuda_getDevice(), tail, tuple(map(type, tail)), opt_key, *[
             (a.dtype, not a.data_ptr() & 15) if isinstance(a, _Tensor) else
             ((a == 1, not a & 15, -2147483648 <= a <= 2147483647, a < 9223372036854775808) if type(a) is int
              else type(a) if type(a) is not tuple else _arg_key(a)) for a in args])
+        return key, passed
+
+    def compiled(self, grid: Any, args: tuple, constexprs: dict, opt_key: tuple) -> tuple[Any, tuple] | None:
+        """``(compiled kernel, constexpr values to pass after args)`` already cached for this call, or ``None``."""
+        found = self._key(grid, args, constexprs, opt_key)
+        if found is None:
+            return None
+        kernel = self.cache.get(found[0])
+        return None if kernel is None else (kernel, found[1])
+
+    def __call__(self, grid: tuple, args: tuple, constexprs: dict, options: dict, opt_key: tuple) -> None:
+        rk = self.runtime_knobs
+        enter, leave = rk.launch_enter_hook, rk.launch_exit_hook
+        if (enter is not None or leave is not None) and not (_no_hook(enter) and _no_hook(leave)):
+            self.fn[grid](*args, **constexprs, **options)  # profilers: Triton's own path
+            return
+        found = self._key(grid, args, constexprs, opt_key)
+        if found is None:
+            self.fn[grid](*args, **constexprs, **options)
+            return
+        key, tail = found
         kernel = self.cache.get(key)
         if kernel is None:  # compile (or fetch) through Triton, launching this once
             kernel = self.fn[grid](*args, **constexprs, **options)
@@ -202,8 +218,8 @@ class _FastLaunch:
             return
         n = len(grid)
         kernel.run(grid[0], grid[1] if n > 1 else 1, grid[2] if n > 2 else 1,
-                   torch._C._cuda_getCurrentRawStream(device), kernel.function, kernel.packed_metadata,
-                   None, None, None, *args, *tail[:len(names)])
+                   torch._C._cuda_getCurrentRawStream(key[0]), kernel.function, kernel.packed_metadata,
+                   None, None, None, *args, *tail)
 
 
 #: By ``id`` of the ``@triton.jit`` function (hashing a JITFunction computes its source cache key:
@@ -237,6 +253,79 @@ def triton_launch(fn: Any, grid: tuple, *args: Any, num_warps: int = 4, num_stag
             return
         fast = _FAST[id(fn)] = _FastLaunch(fn)
     fast(grid, args, constexprs, options, (num_warps, num_stages))
+
+
+class LaunchPlan:
+    """One Triton launch with all but its tensor arguments fixed: ``plan(*tensors)`` launches it.
+
+    Built once per argument signature by an impl's ``plan`` (:mod:`accel.kernels._plans`), so a
+    routed call skips the per-call work of :func:`triton_launch` (specialization key, option dicts):
+    once the kernel is compiled, a call is the device check, the current raw stream and the
+    compiled kernel's launcher - the call ``JITFunction.run`` ends in. The first two calls go
+    through :func:`triton_launch` (compiling on the first); the second captures the compiled
+    kernel (a plan used once never pays for the capture). Falls back to :func:`triton_launch`
+    wherever it would not launch directly (:func:`fast_launch_supported`, a launch hook set,
+    another current device than the one the kernel was captured on).
+
+    The capture is valid for every later call because what Triton specializes on is fixed by
+    the plan: the scalars and constexprs are the plan's, and the tensors' dtypes and 16-byte
+    alignment are part of the signature the plan was built for; output buffers must come from
+    torch's allocator (blocks of at least 512 bytes on CUDA, hence aligned).
+
+    Args:
+        fn: the ``@triton.jit`` function.
+        grid: up to three program counts.
+        scalars: the non-tensor arguments after the tensors, in signature order.
+        num_warps, num_stages: Triton launch options.
+        **constexprs: the ``tl.constexpr`` parameters by name.
+    """
+
+    __slots__ = ("fn", "grid", "scalars", "constexprs", "num_warps", "num_stages", "calls", "kernel", "rest",
+                 "index", "grid3", "knobs")
+
+    def __init__(self, fn: Any, grid: tuple, scalars: tuple = (), *, num_warps: int = 4, num_stages: int | None = None,
+                 **constexprs: Any) -> None:
+        self.fn, self.grid, self.scalars, self.constexprs = fn, tuple(grid), tuple(scalars), constexprs
+        self.num_warps, self.num_stages = num_warps, num_stages
+        self.calls = 0
+        self.kernel: Any = None
+        self.rest: tuple = ()
+        self.index = -1
+        self.grid3 = (*self.grid, 1, 1)[:3]
+        self.knobs: Any = None
+
+    def __call__(self, *tensors: torch.Tensor) -> None:
+        kernel = self.kernel
+        if kernel is not None:
+            rk = self.knobs
+            enter, leave = rk.launch_enter_hook, rk.launch_exit_hook
+            if (enter is None and leave is None) or (_no_hook(enter) and _no_hook(leave)):
+                index = self.index
+                if torch._C._cuda_getDevice() == index:
+                    g = self.grid3
+                    kernel.run(g[0], g[1], g[2], torch._C._cuda_getCurrentRawStream(index), kernel.function,
+                               kernel.packed_metadata, None, None, None, *tensors, *self.rest)
+                    return
+        args = (*tensors, *self.scalars)
+        with device_guard(tensors[0].device):
+            triton_launch(self.fn, self.grid, *args, num_warps=self.num_warps, num_stages=self.num_stages,
+                          **self.constexprs)
+            if kernel is None:
+                self.calls += 1
+                if self.calls == 2:
+                    self._capture(args)
+
+    def _capture(self, args: tuple) -> None:
+        """Keep the compiled kernel :func:`triton_launch` cached for ``args`` (none where it launches through Triton)."""
+        fast = _FAST.get(id(self.fn))
+        if fast is None or not args[0].is_cuda:
+            return
+        found = fast.compiled(self.grid, args, self.constexprs, (self.num_warps, self.num_stages))
+        if found is not None:
+            self.kernel, tail = found
+            self.rest = (*self.scalars, *tail)
+            self.index = torch._C._cuda_getDevice()
+            self.knobs = fast.runtime_knobs
 
 
 @functools.cache

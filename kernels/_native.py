@@ -41,10 +41,11 @@ def add(slot: Any, ov: Any) -> None:
     symbol, key = slot.op.symbol, slot.key
 
     def cond(*args: Any, **kwargs: Any) -> bool:
-        return not slot.reentered() and ov.accept(args, kwargs)  # an impl calling its own op: not itself again
+        # an impl calling its own op: not itself again
+        return not slot.reentered() and ov.take(args, kwargs) is not None
 
-    def impl(*args: Any, **kwargs: Any) -> Any:
-        return slot.run_guarded(ov, args, kwargs)
+    def impl(*args: Any, **kwargs: Any) -> Any:  # the plan the cond's take memoised, where it did
+        return slot.run_guarded(ov, args, kwargs, ov.planned(args, kwargs))
 
     cond.__qualname__ = f"accel cond of {ov.name}"
     impl.__qualname__ = f"accel impl of {ov.name}"

@@ -29,7 +29,7 @@ import torch
 from accel import _compat
 from accel.errors import KernelFallbackWarning, KernelRegistrationError, UnknownKernelError
 
-from . import _tolerance
+from . import _plans, _tolerance, _tuning
 
 __all__ = [
     "Explanation",
@@ -54,6 +54,7 @@ REGISTRY_ENV = "ACCEL_KERNELS_REGISTRY"
 _PATHS = ("auto", "native", "accel")
 
 _LOCK = threading.RLock()
+_UNSET = object()
 
 
 # --------------------------------------------------------------------------- ops
@@ -259,7 +260,8 @@ class _Override:
     """One registration. Counters are plain ints (updated without a lock: cheap, approximate under threads)."""
 
     __slots__ = ("name", "op", "dsl", "backends", "keys", "impl", "cond", "fallback", "routed", "declined",
-                 "failed", "verified", "max_error", "denied", "cond_warned", "native_nodes", "order", "check")
+                 "failed", "verified", "max_error", "denied", "cond_warned", "native_nodes", "order", "check",
+                 "cacheable", "plans", "plans_gen")
 
     def __init__(self, name: str, op: _Op, dsl: str, backends: tuple[str, ...], keys: dict[str, str],
                  impl: Callable, cond: Callable | None, fallback: Callable | None, order: int) -> None:
@@ -271,8 +273,64 @@ class _Override:
         self.cond_warned = False
         self.native_nodes: dict[str, Any] = {}
         self.check = _output_check(op)
+        #: the cond's answers by argument signature (:mod:`accel.kernels._plans`), where it promises
+        #: they depend on nothing else; emptied on a deny and when the tuning tables change
+        self.cacheable = cond is not None and getattr(cond, "cacheable", False) is True
+        self.plans: dict[tuple, Any] = {}
+        self.plans_gen = -1
 
     # -- the per-call path (keep lean: no dict building, no inspect) ------------
+    def take(self, args: tuple, kwargs: dict, sig: Any = _UNSET) -> Callable | None:
+        """The function that answers this call (the impl, or its plan for this signature), or ``None``
+        where the override declines it. ``sig``: :func:`accel.kernels._plans.signature` of ``args``
+        when the caller has it (accel's router computes it once for all overrides of a call)."""
+        if not self.cacheable or kwargs:
+            return self.impl if self.accept(args, kwargs) else None
+        if sig is _UNSET:
+            sig = _plans.signature(args)
+        if sig is None:
+            return self.impl if self.accept(args, kwargs) else None
+        plans = self.plans
+        if self.plans_gen != _tuning.GENERATION:
+            plans.clear()
+            self.plans_gen = _tuning.GENERATION
+        try:
+            hit = plans.get(sig)
+        except TypeError:  # an unhashable argument: no memo for this call
+            return self.impl if self.accept(args, kwargs) else None
+        if hit is not None:
+            if hit is _plans.DECLINE:
+                self.declined += 1
+                return None
+            return hit
+        if not self.accept(args, kwargs):
+            self._remember(sig, _plans.DECLINE)
+            return None
+        try:
+            fn = _plans.plan_of(self.impl, args)
+        except Exception as exc:  # noqa: BLE001 - as an impl raising: fall back, never crash
+            self._deny(args, f"raised {type(exc).__name__} while planning: {exc}")
+            return None
+        self._remember(sig, fn)
+        return fn
+
+    def planned(self, args: tuple, kwargs: dict) -> Callable | None:
+        """What :meth:`take` memoised for this call's signature (a plan or the impl), else ``None``.
+        No cond runs and nothing is counted (torch's native registry asks the cond, then calls the impl)."""
+        if not self.cacheable or kwargs:
+            return None
+        sig = _plans.signature(args)
+        try:
+            hit = None if sig is None else self.plans.get(sig)
+        except TypeError:
+            return None
+        return None if hit is _plans.DECLINE else hit
+
+    def _remember(self, sig: tuple, answer: Any) -> None:
+        if len(self.plans) >= _plans.MAX_ENTRIES:
+            self.plans.clear()
+        self.plans[sig] = answer
+
     def accept(self, args: tuple, kwargs: dict) -> bool:
         """Whether this override takes the call: not a failed shape, and ``cond`` says yes."""
         if self.denied and _shape_key(args) in self.denied:
@@ -305,10 +363,11 @@ class _Override:
                           f"a bool and not raise.", KernelFallbackWarning, stacklevel=3)
         return False
 
-    def run(self, args: tuple, kwargs: dict, call_aten: Callable) -> Any:
-        """Run ``impl``; on an exception (or, when verifying, a wrong answer) return ATen's result instead."""
+    def run(self, args: tuple, kwargs: dict, call_aten: Callable, fn: Callable | None = None) -> Any:
+        """Run ``fn`` (what :meth:`take` returned; default the impl); on an exception (or, when verifying,
+        a wrong answer) return ATen's result instead."""
         try:
-            out = self.impl(*args, **kwargs)
+            out = (fn or self.impl)(*args, **kwargs)
         except Exception as exc:  # noqa: BLE001 - compile failures, unsupported shapes: fall back, never crash
             self._deny(args, f"raised {type(exc).__name__}: {exc}")
             return call_aten(*args, **kwargs)
@@ -341,6 +400,7 @@ class _Override:
     def _deny(self, args: tuple, what: str) -> None:
         self.failed += 1
         self.denied.add(_shape_key(args))
+        self.plans.clear()
         warnings.warn(f"accel.kernels: {self.name!r} ({self.dsl}) for {self.op.qualname} with inputs "
                       f"[{_describe_shapes(args)}] {what}. ATen's result was used, and these shapes run ATen "
                       f"from now on. Report it, or accel.kernels.unregister({self.name!r}).",
@@ -454,12 +514,12 @@ class _Slot:
         #: inside it (an impl handing a case back to ATen) skips accel's overrides: no infinite recursion.
         self.inside = _Inside()
 
-    def run_guarded(self, ov: _Override, args: tuple, kwargs: dict) -> Any:
+    def run_guarded(self, ov: _Override, args: tuple, kwargs: dict, fn: Callable | None = None) -> Any:
         """``ov.run`` with :attr:`inside` set for its duration."""
         inside = self.inside
         inside.on = True
         try:
-            return ov.run(args, kwargs, self.call_aten)
+            return ov.run(args, kwargs, self.call_aten, fn)
         finally:
             inside.on = False
 
@@ -932,6 +992,7 @@ def reset_counters(name: str | None = None, /) -> None:
             o.routed = o.declined = o.failed = o.verified = 0
             o.max_error = 0.0
             o.denied.clear()
+            o.plans.clear()  # answers memoised while a shape was deny-listed
 
 
 # ------------------------------------------------------------------------ explain

@@ -19,6 +19,8 @@ from typing import Any
 
 import torch
 
+from . import _plans
+
 NAME = "accel"
 
 #: The warning torch emits once when a Python kernel replaces a registered one.
@@ -66,33 +68,49 @@ def _floor_gate(live: tuple) -> Any:
     return below
 
 
-def _make_router(slot: Any, live: tuple) -> Any:
-    original = slot.original
-    fallback = slot.fallback
-    inside, run = slot.inside, slot.run_guarded  # an impl calling its own op gets ATen (no recursion)
-    below = _floor_gate(live)
+class _Unboxed:
+    """``call_boxed`` for the Python fallback of a key where ATen has no kernel (the keyset is not needed)."""
 
-    if original is not None and below is not None:
+    __slots__ = ("fn",)
+
+    def __init__(self, fn: Any) -> None:
+        self.fn = fn
+
+    def call_boxed(self, keyset: Any, *args: Any, **kwargs: Any) -> Any:
+        return self.fn(*args, **kwargs)
+
+
+def _make_router(slot: Any, live: tuple) -> Any:
+    """The kernel at ``slot``'s key: skip overrides while one of this slot's impls runs (an impl calling
+    its own op gets ATen: no recursion), send calls under the floor gate to ATen, else the first
+    override that takes the call answers it (its memoised plan where its cond is cacheable: the
+    signature is computed once per call for all of them), else ATen."""
+    inside, run = slot.inside, slot.run_guarded
+    below = _floor_gate(live)
+    if below is None:
+        def below(args: tuple) -> bool:
+            return False
+    aten = slot.original if slot.original is not None else _Unboxed(slot.fallback)
+
+    if all(ov.cacheable for ov in live):
+        signature = _plans.signature
+
+        def router(keyset: Any, *args: Any, **kwargs: Any) -> Any:
+            if not inside.on and not below(args):
+                sig = signature(args)
+                for ov in live:
+                    fn = ov.take(args, kwargs, sig)
+                    if fn is not None:
+                        return run(ov, args, kwargs, fn)
+            return aten.call_boxed(keyset, *args, **kwargs)
+    else:
         def router(keyset: Any, *args: Any, **kwargs: Any) -> Any:
             if not inside.on and not below(args):
                 for ov in live:
-                    if ov.accept(args, kwargs):
-                        return run(ov, args, kwargs)
-            return original.call_boxed(keyset, *args, **kwargs)
-    elif original is not None:
-        def router(keyset: Any, *args: Any, **kwargs: Any) -> Any:
-            if not inside.on:
-                for ov in live:
-                    if ov.accept(args, kwargs):
-                        return run(ov, args, kwargs)
-            return original.call_boxed(keyset, *args, **kwargs)
-    else:
-        def router(keyset: Any, *args: Any, **kwargs: Any) -> Any:
-            if not inside.on and (below is None or not below(args)):
-                for ov in live:
-                    if ov.accept(args, kwargs):
-                        return run(ov, args, kwargs)
-            return fallback(*args, **kwargs)
+                    fn = ov.take(args, kwargs)
+                    if fn is not None:
+                        return run(ov, args, kwargs, fn)
+            return aten.call_boxed(keyset, *args, **kwargs)
 
     return router
 

@@ -150,3 +150,36 @@ def test_torch_compile_on_cuda_is_correct_with_overrides_installed(record_proper
     y.backward(torch.randn_like(y))
     assert _tolerance.compare(y.detach(), reference.fused_rms_norm(x.detach(), [4096], w.detach(), 1e-6)[0])[1] is None
     record_property("routed_under_inductor", {o.name: o.routed for o in ak.overrides() if o.name in names})
+
+
+@pytest.mark.parametrize("op", ["rms_norm", "layer_norm", "softmax"])
+def test_planned_routed_calls_launch_directly_and_match_aten(op, monkeypatch):
+    """The Triton impls' plans (accel.kernels._plans): from the third call of one signature the plan's
+    LaunchPlan launches the captured kernel itself; every call, outputs poisoned, matches ATen."""
+    _impl("triton")
+    from accel.kernels import _plans, _registry, _tuning
+    from accel.kernels.ops.layer_norm import triton_impl as ln_t
+    from accel.kernels.ops.softmax import triton_impl as sm_t
+
+    monkeypatch.setitem(_tuning.MIN_NUMEL, "triton", 0)
+    _launch.poison_outputs = True
+    names = {"rms_norm": triton_impl, "layer_norm": ln_t, "softmax": sm_t}[op].register(["cuda"])
+    n = 4096
+    w = torch.randn(n, dtype=torch.bfloat16, device="cuda")
+    b = torch.randn(n, dtype=torch.bfloat16, device="cuda")
+    run = {"rms_norm": lambda x: F.rms_norm(x, (n,), w, 1e-6), "layer_norm": lambda x: F.layer_norm(x, (n,), w, b),
+           "softmax": lambda x: torch.softmax(x, -1)}[op]
+    for _ in range(4):
+        x = torch.randn(300, n, dtype=torch.bfloat16, device="cuda", requires_grad=True)
+        dy = torch.randn(300, n, dtype=torch.bfloat16, device="cuda")
+        y = run(x)
+        y.backward(dy)
+        with ak.disabled():
+            x2 = x.detach().requires_grad_()
+            y2 = run(x2)
+            y2.backward(dy)
+        assert _tolerance.compare((y, x.grad), (y2, x2.grad))[1] is None
+    fwd = _registry._OVERRIDES[names[0]]
+    assert fwd.routed == 4 and fwd.failed == 0
+    plans = [p for p in fwd.plans.values() if p is not _plans.DECLINE]
+    assert len(plans) == 1 and plans[0].launch.kernel is not None, "the plan launched its captured kernel"

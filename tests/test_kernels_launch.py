@@ -214,3 +214,52 @@ def test_tuple_arguments_are_keyed_by_their_elements(fast):
     for t in (torch.zeros(8, dtype=torch.bfloat16), torch.zeros(8, dtype=torch.bfloat16), torch.zeros(8)):
         _launch.triton_launch(fast, (1,), y, (t,), 8, 16, 1e-5, BLOCK_N=8, ROWS=1)
     assert _kinds(fast) == ["triton", "direct", "triton"]  # a tuple of another dtype: a new compile
+
+
+def test_a_launch_plan_captures_the_compiled_kernel_on_its_second_call(fast):
+    """LaunchPlan: compile through Triton, then triton_launch's direct call, then its own direct call with
+    the same launcher arguments (scalars, then constexprs in signature order)."""
+    x, y = _cuda(torch.zeros(64, 128, dtype=torch.bfloat16)), _cuda(torch.zeros(64, 128, dtype=torch.bfloat16))
+    plan = _launch.LaunchPlan(fast, (32,), (64, 128, 1e-5), num_warps=4, BLOCK_N=128, ROWS=2)
+    for _ in range(4):
+        plan(x, y)
+    assert _kinds(fast) == ["triton", "direct", "direct", "direct"]
+    assert plan.kernel is fast.compiled
+    assert fast.calls[2][1] == fast.calls[1][1] == fast.calls[3][1] \
+        == (32, 1, 1, 1234, "fn-handle", ("meta",), None, None, None, x, y, 64, 128, 1e-5, 128, 2)
+
+
+def test_a_launch_plan_used_once_captures_nothing(fast):
+    x = _cuda(torch.zeros(16, 16))
+    plan = _launch.LaunchPlan(fast, (1,), (16, 16, 1e-5), BLOCK_N=16, ROWS=1)
+    plan(x, x)
+    assert plan.kernel is None and _kinds(fast) == ["triton"]
+
+
+def test_a_launch_plan_goes_through_triton_under_a_hook_or_on_another_device(fast, monkeypatch):
+    from triton import knobs
+
+    x = _cuda(torch.zeros(16, 16))
+    plan = _launch.LaunchPlan(fast, (1,), (16, 16, 1e-5), BLOCK_N=16, ROWS=1)
+    plan(x, x)
+    plan(x, x)
+    assert plan.kernel is not None
+    monkeypatch.setattr(torch._C, "_cuda_getDevice", lambda: 1, raising=False)  # another current device
+    plan(x, x)
+    assert _kinds(fast) == ["triton", "direct", "triton"], "device 1 has its own compile through Triton"
+    monkeypatch.setattr(torch._C, "_cuda_getDevice", lambda: 0, raising=False)
+    hook = knobs.runtime.launch_enter_hook
+    if hook is None:
+        monkeypatch.setattr(knobs.runtime, "launch_enter_hook", lambda *a: None)
+    else:
+        monkeypatch.setattr(hook, "calls", [lambda *a: None])
+    plan(x, x)
+    assert _kinds(fast)[-1] == "triton"
+
+
+def test_a_launch_plan_on_cpu_tensors_runs_through_triton_every_time(fast):
+    x = torch.zeros(16, 16)  # the interpreter's case: nothing compiled to capture
+    plan = _launch.LaunchPlan(fast, (1,), (16, 16, 1e-5), BLOCK_N=16, ROWS=1)
+    for _ in range(3):
+        plan(x, x)
+    assert plan.kernel is None and _kinds(fast) == ["triton"] * 3

@@ -6,7 +6,7 @@ Importing this module imports no Triton. Launch configs: the tuning table's
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -14,7 +14,7 @@ import torch
 from accel.kernels._conds import Limits, tuned_config
 from accel.kernels._triton_configs import next_power_of_2
 from accel.kernels._launch import (
-    device_guard, empty, empty_like, lazy_module, row_count,
+    LaunchPlan, device_guard, empty, empty_like, lazy_module, row_count,
     rows_view, shaped_like, sm_count, triton_launch,
 )
 from accel.kernels._pair import register_pair
@@ -34,25 +34,26 @@ LIMITS = Limits(max_n_fwd=65536, max_n_bwd=16384)
 _k = lazy_module(__package__ + ".triton_kernel")  # imports the DSL at the first launch
 
 
+def fwd_launch(cfg: Mapping[str, Any], m: int, n: int, eps: float, has_w: bool, has_b: bool) -> LaunchPlan:
+    """The forward's launch for ``m`` rows of ``n`` with config ``cfg``; call it with
+    ``(x, w, b, y, mean, rstd)`` (``x`` in place of a missing ``w`` or ``b``)."""
+    k = _k()
+    if cfg["looped"]:
+        return LaunchPlan(k.layer_norm_fwd_looped, (m,), (n, eps), BLOCK_N=cfg["block_n"], HAS_W=has_w, HAS_B=has_b,
+                          num_warps=cfg["num_warps"])
+    rows = cfg["rows"]
+    return LaunchPlan(k.layer_norm_fwd_rows, (-(-m // rows),), (m, n, eps), BLOCK_N=max(cfg["block_n"], next_power_of_2(n)),
+                      ROWS=rows, HAS_W=has_w, HAS_B=has_b, num_warps=cfg["num_warps"])
+
+
 def launch_fwd(x, w, b, y, mean, rstd, eps: float, cfg: Mapping[str, Any], m: int | None = None,
                n: int | None = None) -> None:
     """Run the forward on ``x`` (``[M, N]``, or contiguous with ``m``, ``n`` given) with launch config ``cfg``
-    (``w``/``b`` may be ``None``)."""
-    k = _k()
+    (``w``/``b`` may be ``None``; the tuner's entry point)."""
     if m is None:
         m, n = x.shape
-    ww = w if w is not None else x
-    bb = b if b is not None else x
-    with device_guard(x.device):
-        if cfg["looped"]:
-            triton_launch(k.layer_norm_fwd_looped, (m,), x, ww, bb, y, mean, rstd, n, eps, BLOCK_N=cfg["block_n"],
-                                          HAS_W=w is not None, HAS_B=b is not None, num_warps=cfg["num_warps"])
-        else:
-            rows = cfg["rows"]
-            triton_launch(k.layer_norm_fwd_rows, (-(-m // rows),), x, ww, bb, y, mean, rstd, m, n, eps,
-                                                    BLOCK_N=max(cfg["block_n"], next_power_of_2(n)),
-                                                    ROWS=rows, HAS_W=w is not None, HAS_B=b is not None,
-                                                    num_warps=cfg["num_warps"])
+    fwd_launch(cfg, m, n, eps, w is not None, b is not None)(x, w if w is not None else x, b if b is not None else x,
+                                                          y, mean, rstd)
 
 
 def launch_bwd(dy, x, w, mean, rstd, dx, want: Sequence[bool], cfg: Mapping[str, Any], has_b: bool):
@@ -78,18 +79,35 @@ def native_layer_norm(input: torch.Tensor, normalized_shape: Sequence[int], weig
     """``aten::native_layer_norm`` in Triton; same results as :func:`.reference.native_layer_norm`.
 
     Contiguous input (the cond checks it), read as ``[M, N]`` rows without a view; the
-    outputs are allocated in their final shapes (few host calls per routed call).
+    outputs are allocated in their final shapes. The registry calls :func:`plan_fwd`'s result
+    instead, once per argument signature (``native_layer_norm.plan``).
     """
+    return plan_fwd(input, normalized_shape, weight, bias, eps)(input, normalized_shape, weight, bias, eps)
+
+
+def plan_fwd(input: torch.Tensor, normalized_shape: Sequence[int], weight: torch.Tensor | None,
+             bias: torch.Tensor | None, eps: float) -> Callable[..., tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """:func:`native_layer_norm` for every call with these arguments' signature (rows, statistics dtype
+    and shape, tuning-table config and launch fixed here: a call is three allocations and a launch)."""
     n = row_count(normalized_shape)
     m = input.numel() // n
-    device = input.device
-    y = empty_like(input)
+    has_w, has_b = weight is not None, bias is not None
+    launch = fwd_launch(tuned_config("layer_norm_fwd", DSL, input, m, n, _k().default_config), m, n, float(eps),
+                        has_w, has_b)
     sdt = reference.stat_dtype(input, weight, bias)
-    shape = reference.stat_shape(input, normalized_shape)
-    mean, rstd = empty(shape, sdt, device), empty(shape, sdt, device)
-    launch_fwd(input, weight, bias, y, mean, rstd, float(eps),
-               tuned_config("layer_norm_fwd", DSL, input, m, n, _k().default_config), m, n)
-    return y, mean, rstd
+    shape, device = reference.stat_shape(input, normalized_shape), input.device
+
+    def run(input, normalized_shape, weight, bias, eps):
+        y = empty_like(input)
+        mean, rstd = empty(shape, sdt, device), empty(shape, sdt, device)
+        launch(input, weight if has_w else input, bias if has_b else input, y, mean, rstd)
+        return y, mean, rstd
+
+    run.launch = launch  # type: ignore[attr-defined]  # (tests look at its capture)
+    return run
+
+
+native_layer_norm.plan = plan_fwd  # type: ignore[attr-defined]
 
 
 def native_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask):

@@ -7,7 +7,7 @@ first call. :func:`register` installs both ops as accel overrides.
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -18,7 +18,7 @@ from accel.kernels._triton_configs import next_power_of_2
 
 from . import reference
 from accel.kernels._launch import (
-    device_guard, empty, empty_like, lazy_module, row_count,
+    LaunchPlan, device_guard, empty, empty_like, lazy_module, row_count,
     rows_view, shaped_like, sm_count, triton_launch,
 )
 from ._pair import register_pair
@@ -50,36 +50,54 @@ def fused_rms_norm(input: torch.Tensor, normalized_shape: Sequence[int], weight:
     """``aten::_fused_rms_norm`` in Triton; same arguments and results as :func:`.reference.fused_rms_norm`.
 
     Input must be contiguous (the cond checks it): the kernel reads it as ``[M, N]`` rows
-    without a view, and the outputs are allocated in their final shapes (few host calls:
-    this runs on every routed call).
+    without a view, and the outputs are allocated in their final shapes. The registry calls
+    :func:`plan_fwd`'s result instead, once per argument signature (``fused_rms_norm.plan``).
     """
-    k = _kernels()
+    return plan_fwd(input, normalized_shape, weight, eps)(input, normalized_shape, weight, eps)
+
+
+def plan_fwd(input: torch.Tensor, normalized_shape: Sequence[int], weight: torch.Tensor | None = None,
+             eps: float | None = None) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
+    """:func:`fused_rms_norm` for every call with these arguments' signature (shapes, dtypes, device,
+    alignment, ``eps``): rows, launch config (tuning table) and launch fixed here, so a call is two
+    allocations and a :class:`~accel.kernels._launch.LaunchPlan` call."""
     n = row_count(normalized_shape)
     m = input.numel() // n
-    device = input.device
-    y = empty_like(input)
-    rstd = empty(reference.stat_shape(input, normalized_shape), torch.float32, device)
-    eps = _FP32_EPS if eps is None else float(eps)
-    launch_fwd(input, weight, y, rstd, eps, tuned_config("rms_norm_fwd", DSL, input, m, n, k.default_config), m, n)
-    return y, rstd
+    has_w = weight is not None
+    launch = fwd_launch(tuned_config("rms_norm_fwd", DSL, input, m, n, _kernels().default_config), m, n,
+                        _FP32_EPS if eps is None else float(eps), has_w)
+    stat, device, f32 = reference.stat_shape(input, normalized_shape), input.device, torch.float32
+
+    def run(input, normalized_shape, weight=None, eps=None):
+        y = empty_like(input)
+        rstd = empty(stat, f32, device)
+        launch(input, weight if has_w else input, y, rstd)
+        return y, rstd
+
+    run.launch = launch  # type: ignore[attr-defined]  # (tests look at its capture)
+    return run
+
+
+fused_rms_norm.plan = plan_fwd  # type: ignore[attr-defined]
+
+
+def fwd_launch(cfg: Mapping[str, Any], m: int, n: int, eps: float, has_w: bool) -> LaunchPlan:
+    """The forward's launch for ``m`` rows of ``n`` with config ``cfg`` (``looped``, ``block_n``, ``rows``,
+    ``num_warps``); call it with ``(x, w, y, rstd)`` (``w`` is ``x`` without a weight)."""
+    k = _kernels()
+    if cfg["looped"]:
+        return LaunchPlan(k.rms_norm_fwd_looped, (m,), (n, eps), BLOCK_N=cfg["block_n"], HAS_W=has_w,
+                          num_warps=cfg["num_warps"])
+    rows = cfg["rows"]
+    return LaunchPlan(k.rms_norm_fwd_rows, (-(-m // rows),), (m, n, eps), BLOCK_N=max(cfg["block_n"], next_power_of_2(n)),
+                      ROWS=rows, HAS_W=has_w, num_warps=cfg["num_warps"])
 
 
 def launch_fwd(x: torch.Tensor, weight: torch.Tensor | None, y: torch.Tensor, rstd: torch.Tensor, eps: float,
                cfg: Mapping[str, Any], m: int, n: int) -> None:
     """Run the forward on contiguous ``x`` (``m`` rows of ``n``) into ``y`` and ``rstd`` (fp32, ``m`` values)
-    with launch config ``cfg`` (``looped``, ``block_n``, ``rows``, ``num_warps``; used by the tuner too)."""
-    k = _kernels()
-    has_w = weight is not None
-    w = weight if has_w else x
-    with device_guard(x.device):
-        if cfg["looped"]:
-            triton_launch(k.rms_norm_fwd_looped, (m,), x, w, y, rstd, n, eps, BLOCK_N=cfg["block_n"], HAS_W=has_w,
-                          num_warps=cfg["num_warps"])
-        else:
-            rows = cfg["rows"]
-            triton_launch(k.rms_norm_fwd_rows, (-(-m // rows),), x, w, y, rstd, m, n, eps,
-                          BLOCK_N=max(cfg["block_n"], next_power_of_2(n)), ROWS=rows, HAS_W=has_w,
-                          num_warps=cfg["num_warps"])
+    with launch config ``cfg`` (the tuner's entry point)."""
+    fwd_launch(cfg, m, n, eps, weight is not None)(x, weight if weight is not None else x, y, rstd)
 
 
 def fused_rms_norm_backward(grad_out: torch.Tensor, input: torch.Tensor, normalized_shape: Sequence[int],

@@ -21,13 +21,18 @@ from .conditions import make_conds
 __all__ = ["make_ops"]
 
 Config = Callable[[str, torch.Tensor, int, int], Mapping[str, Any]]
+Launch = Callable[[Mapping[str, Any], int, int], Callable[..., None]]
 
 
 def make_ops(dsl: str, limits: Any, launch_fwd: Callable[..., None], launch_bwd: Callable[..., None],
-             config: Config) -> tuple[Callable[..., torch.Tensor], Callable[..., torch.Tensor], Callable[..., list]]:
+             config: Config, plans: tuple[Launch, Launch] | None = None,
+             ) -> tuple[Callable[..., torch.Tensor], Callable[..., torch.Tensor], Callable[..., list]]:
     """``(softmax, softmax_backward_data, register)`` for one DSL.
 
     Shapes: input/output/grad ``[..., N]`` contiguous, softmax over the last dim; fp32 math.
+    ``plans``: ``(fwd_launch, bwd_launch)``, each ``(cfg, m, n) -> launch``, where the DSL can
+    fix a launch once per argument signature: the ops then carry ``plan``
+    (:mod:`accel.kernels._plans`), and a routed call is one allocation and that launch.
     """
 
     def softmax(input: torch.Tensor, dim: int, half_to_float: bool) -> torch.Tensor:
@@ -50,6 +55,36 @@ def make_ops(dsl: str, limits: Any, launch_fwd: Callable[..., None], launch_bwd:
         dx = empty_like(output)
         launch_bwd(grad_output, output, dx, config("softmax_bwd", output, m, n), m, n)
         return dx
+
+    if plans is not None:
+        fwd_launch, bwd_launch = plans
+
+        def plan_fwd(input: torch.Tensor, dim: int, half_to_float: bool) -> Callable[..., torch.Tensor]:
+            n = input.shape[-1]
+            m = input.numel() // n
+            launch = fwd_launch(config("softmax_fwd", input, m, n), m, n)
+
+            def run(input, dim, half_to_float):
+                y = empty_like(input)
+                launch(input, y)
+                return y
+            run.launch = launch  # type: ignore[attr-defined]
+            return run
+
+        def plan_bwd(grad_output: torch.Tensor, output: torch.Tensor, dim: int,
+                     input_dtype: torch.dtype) -> Callable[..., torch.Tensor]:
+            n = output.shape[-1]
+            m = output.numel() // n
+            launch = bwd_launch(config("softmax_bwd", output, m, n), m, n)
+
+            def run(grad_output, output, dim, input_dtype):
+                dx = empty_like(output)
+                launch(grad_output, output, dx)
+                return dx
+            run.launch = launch  # type: ignore[attr-defined]
+            return run
+
+        softmax.plan, softmax_backward_data.plan = plan_fwd, plan_bwd  # type: ignore[attr-defined]
 
     def register(backends: Sequence[str] = ("cuda",), *, suffix: str = "") -> list[str]:
         """Register the forward and backward as accel overrides for ``backends``

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from accel.kernels._conds import Limits, tuned_config
-from accel.kernels._launch import device_guard, lazy_module, triton_launch
+from accel.kernels._launch import LaunchPlan, lazy_module
 from accel.kernels._triton_configs import next_power_of_2
 from accel.kernels.ops.rms_norm.triton_impl import available
 
@@ -33,39 +33,46 @@ def _config(op: str, x: torch.Tensor, m: int, n: int) -> Mapping[str, Any]:
     return tuned_config(op, DSL, x, m, n, _kernels().default_config)
 
 
+def fwd_launch(cfg: Mapping[str, Any], m: int, n: int) -> LaunchPlan:
+    """The forward's launch for ``m`` rows of ``n`` with config ``cfg`` (``looped``, ``block_n``, ``rows``,
+    ``num_warps``, and optionally ``hints`` (L2 cache hints of the looped kernels) and ``num_stages``
+    (Triton's software pipelining of the looped kernels' chunk loads)); call it with ``(x, y)``."""
+    k = _kernels()
+    if cfg["looped"]:
+        return LaunchPlan(k.softmax_fwd_looped, (m,), (n,), BLOCK_N=cfg["block_n"], HINTS=cfg.get("hints", False),
+                          num_warps=cfg["num_warps"], num_stages=cfg.get("num_stages"))
+    rows = cfg["rows"]
+    return LaunchPlan(k.softmax_fwd_rows, (-(-m // rows),), (m, n), BLOCK_N=max(cfg["block_n"], next_power_of_2(n)),
+                      ROWS=rows, num_warps=cfg["num_warps"])
+
+
+def bwd_launch(cfg: Mapping[str, Any], m: int, n: int) -> LaunchPlan:
+    """The backward's launch (configs as :func:`fwd_launch`); call it with ``(dy, y, dx)``."""
+    k = _kernels()
+    if cfg["looped"]:
+        return LaunchPlan(k.softmax_bwd_looped, (m,), (n,), BLOCK_N=cfg["block_n"], HINTS=cfg.get("hints", False),
+                          num_warps=cfg["num_warps"], num_stages=cfg.get("num_stages"))
+    rows = cfg["rows"]
+    return LaunchPlan(k.softmax_bwd_rows, (-(-m // rows),), (m, n), BLOCK_N=max(cfg["block_n"], next_power_of_2(n)),
+                      ROWS=rows, num_warps=cfg["num_warps"])
+
+
 def launch_fwd(x: torch.Tensor, y: torch.Tensor, cfg: Mapping[str, Any], m: int | None = None,
                n: int | None = None) -> None:
     """Run the forward on ``x`` (``[M, N]``, or any contiguous shape with ``m``, ``n`` given) into ``y``
-    with launch config ``cfg`` (used by the tuner too): ``looped``, ``block_n``, ``rows``, ``num_warps``,
-    and optionally ``hints`` (L2 cache hints of the looped kernels) and ``num_stages`` (Triton's software
-    pipelining of the looped kernels' chunk loads)."""
-    k = _kernels()
+    with launch config ``cfg`` (the tuner's entry point)."""
     if m is None:
         m, n = x.shape
-    with device_guard(x.device):
-        if cfg["looped"]:
-            triton_launch(k.softmax_fwd_looped, (m,), x, y, n, BLOCK_N=cfg["block_n"], HINTS=cfg.get("hints", False),
-                          num_warps=cfg["num_warps"], num_stages=cfg.get("num_stages"))
-        else:
-            rows = cfg["rows"]
-            triton_launch(k.softmax_fwd_rows, (-(-m // rows),), x, y, m, n,
-                          BLOCK_N=max(cfg["block_n"], next_power_of_2(n)), ROWS=rows, num_warps=cfg["num_warps"])
+    fwd_launch(cfg, m, n)(x, y)
 
 
 def launch_bwd(dy: torch.Tensor, y: torch.Tensor, dx: torch.Tensor, cfg: Mapping[str, Any], m: int | None = None,
                n: int | None = None) -> None:
     """Run the backward on ``[M, N]`` tensors (or any contiguous shape with ``m``, ``n``) with config ``cfg``."""
-    k = _kernels()
     if m is None:
         m, n = y.shape
-    with device_guard(y.device):
-        if cfg["looped"]:
-            triton_launch(k.softmax_bwd_looped, (m,), dy, y, dx, n, BLOCK_N=cfg["block_n"],
-                          HINTS=cfg.get("hints", False), num_warps=cfg["num_warps"], num_stages=cfg.get("num_stages"))
-        else:
-            rows = cfg["rows"]
-            triton_launch(k.softmax_bwd_rows, (-(-m // rows),), dy, y, dx, m, n,
-                          BLOCK_N=max(cfg["block_n"], next_power_of_2(n)), ROWS=rows, num_warps=cfg["num_warps"])
+    bwd_launch(cfg, m, n)(dy, y, dx)
 
 
-softmax, softmax_backward_data, register = make_ops(DSL, LIMITS, launch_fwd, launch_bwd, _config)
+softmax, softmax_backward_data, register = make_ops(DSL, LIMITS, launch_fwd, launch_bwd, _config,
+                                                    plans=(fwd_launch, bwd_launch))

@@ -1,0 +1,62 @@
+"""Per-signature memo of an override's answer: a routed call with a known signature runs no cond.
+
+A cond that carries ``cacheable = True`` promises that its answer depends only on
+:func:`signature` of the call's arguments and on the tuning tables (a change of
+those, :data:`accel.kernels._tuning.GENERATION`, empties the memo). For such an
+override, the registry (:meth:`accel.kernels._registry._Override.take`) runs the
+cond once per signature and keeps its answer: ``DECLINE``, or the function that
+answers the call. That function is ``impl.plan(*args)`` where the impl has a
+``plan`` attribute (the built-in Triton impls: the launch config, output shapes
+and compiled kernel fixed once, :class:`accel.kernels._launch.LaunchPlan`), else
+the impl itself.
+
+Why: on the H200's host a routed RMSNorm call cost 39 µs where ATen's costs 17
+(``benchmarks/results/h200/session4/launch_cost-runF.md``); the cond, two tuning
+table lookups and Triton's per-call specialization key were about half of it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+__all__ = ["DECLINE", "MAX_ENTRIES", "signature"]
+
+#: The memo's answer for a signature the cond declined.
+DECLINE = object()
+#: Signatures kept per override before the memo is emptied (a bound for callers that vary a float
+#: argument or the alignment of their tensors call after call).
+MAX_ENTRIES = 256
+
+_Tensor = torch.Tensor
+_SCALARS = (int, float, bool, type(None))
+
+
+def signature(args: tuple) -> tuple | None:
+    """What a cacheable cond may depend on: per tensor argument its dtype, device, shape, strides
+    and ``data_ptr() % 16``; a list or tuple of numbers as a tuple; any other argument itself
+    (ints, floats, bools, ``None``, dtypes, strings). ``None`` (not memoisable) when a sequence
+    holds anything but numbers (a list of tensors would be keyed by identity).
+
+    Costs about 1.5 µs for two tensors on a 2026 CPU host (``/tmp`` harness of session 5,
+    recorded in ``benchmarks/results/README.md``).
+    """
+    parts = []
+    for a in args:
+        if isinstance(a, _Tensor):
+            parts.append((a.dtype, a.device, a.shape, a.stride(), a.data_ptr() & 15))
+        elif type(a) is list or type(a) is tuple:
+            for v in a:
+                if type(v) not in _SCALARS:
+                    return None
+            parts.append(tuple(a))
+        else:
+            parts.append(a)
+    return tuple(parts)
+
+
+def plan_of(impl: Any, args: tuple) -> Any:
+    """``impl.plan(*args)`` where the impl offers one, else ``impl`` (may raise: the caller's fail-safe decides)."""
+    make = getattr(impl, "plan", None)
+    return impl if make is None else make(*args)

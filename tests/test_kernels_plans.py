@@ -1,0 +1,195 @@
+"""Per-signature memo of cacheable conds and impl plans (accel.kernels._plans), on both registry paths.
+
+A cond with ``cacheable = True`` runs once per argument signature; an impl with ``plan``
+is planned once per signature and the plan answers the calls; tuning-table changes, the
+fail-safe and reset_counters forget the memo. Tested at the CPU key with counting impls.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+import accel.kernels as ak
+from accel.errors import KernelFallbackWarning
+from accel.kernels import _plans, _tuning
+from accel.kernels.ops.rms_norm import reference
+
+from _kernel_helpers import Counting, _clean_registry, path  # noqa: F401 (fixtures)
+
+FWD = "aten::_fused_rms_norm"
+
+
+def _call(x, w=None, eps=1e-6):
+    return torch.ops.aten._fused_rms_norm(x, [x.shape[-1]], w, eps)
+
+
+def _info(name):
+    return next(o for o in ak.overrides() if o.name == name)
+
+
+class _Cond:
+    """A cond that counts its calls and takes rows of at least ``min_n``."""
+
+    cacheable = True
+
+    def __init__(self, min_n: int = 0) -> None:
+        self.calls, self.min_n = 0, min_n
+
+    def __call__(self, x, normalized_shape, weight=None, eps=None):
+        self.calls += 1
+        return x.shape[-1] >= self.min_n
+
+
+class _Planned:
+    """An impl with ``plan``: records each planning and answers through the reference."""
+
+    def __init__(self, fail_plan: bool = False, fail_run: bool = False) -> None:
+        self.planned, self.runs, self.direct = [], 0, 0
+        self.fail_plan, self.fail_run = fail_plan, fail_run
+
+    def __call__(self, *args):
+        self.direct += 1
+        return reference.fused_rms_norm(*args)
+
+    def plan(self, x, normalized_shape, weight=None, eps=None):
+        if self.fail_plan:
+            raise RuntimeError("no config for this shape")
+        self.planned.append((tuple(x.shape), eps))
+
+        def run(*args):
+            self.runs += 1
+            if self.fail_run:
+                raise RuntimeError("launch failed")
+            return reference.fused_rms_norm(*args)
+        return run
+
+
+def test_a_cacheable_cond_runs_once_per_signature_and_the_plan_answers(path):
+    cond, impl = _Cond(), _Planned()
+    ak.register(FWD, impl=impl, cond=cond, backends=["cpu"], dsl="eager", name="p")
+    x, w = torch.randn(4, 32), torch.randn(32)
+    for _ in range(3):
+        torch.testing.assert_close(_call(x, w)[0], reference.fused_rms_norm(x, [32], w, 1e-6)[0])
+    assert cond.calls == 1 and impl.planned == [((4, 32), 1e-6)] and impl.runs == 3 and impl.direct == 0
+    assert _info("p").routed == 3
+    _call(torch.randn(8, 32), w)  # another shape: another signature
+    _call(x, w, eps=1e-5)  # another eps: another signature (scalars are keyed by value)
+    assert cond.calls == 3 and len(impl.planned) == 3 and impl.runs == 5
+
+
+def test_a_declined_signature_is_remembered_and_still_counted(path):
+    cond = _Cond(min_n=64)
+    impl = Counting(reference.fused_rms_norm)
+    ak.register(FWD, impl=impl, cond=cond, backends=["cpu"], dsl="eager", name="d")
+    x = torch.randn(4, 32)
+    for _ in range(3):
+        _call(x)
+    assert cond.calls == 1 and impl.calls == 0 and _info("d").declined == 3
+
+
+def test_a_cond_without_the_promise_runs_every_call(path):
+    calls = []
+
+    def cond(x, normalized_shape, weight=None, eps=None):
+        calls.append(1)
+        return True
+
+    impl = _Planned()
+    ak.register(FWD, impl=impl, cond=cond, backends=["cpu"], dsl="eager", name="n")
+    for _ in range(3):
+        _call(torch.randn(4, 32))
+    assert len(calls) == 3 and impl.direct == 3 and impl.planned == []
+
+
+def test_a_tuning_table_change_forgets_the_memo(path):
+    cond = _Cond()
+    ak.register(FWD, impl=_Planned(), cond=cond, backends=["cpu"], dsl="eager", name="t")
+    x = torch.randn(4, 32)
+    _call(x)
+    _call(x)
+    _tuning.reload()  # a new table may route this signature elsewhere
+    _call(x)
+    assert cond.calls == 2
+
+
+def test_a_plan_that_raises_falls_back_once_and_denies_the_shape(path):
+    cond, impl = _Cond(), _Planned(fail_plan=True)
+    ak.register(FWD, impl=impl, cond=cond, backends=["cpu"], dsl="eager", name="fp")
+    x = torch.randn(4, 32)
+    with pytest.warns(KernelFallbackWarning, match="while planning: no config for this shape"):
+        y = _call(x)[0]
+    torch.testing.assert_close(y, reference.fused_rms_norm(x, [32], None, 1e-6)[0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", KernelFallbackWarning)
+        _call(x)  # denied: ATen, no second warning
+    info = _info("fp")
+    assert info.failed == 1 and info.denied_shapes == 1 and info.routed == 0 and impl.direct == 0
+
+
+def test_a_plan_run_that_raises_forgets_the_memo_and_denies_the_shape(path):
+    cond, impl = _Cond(), _Planned(fail_run=True)
+    ak.register(FWD, impl=impl, cond=cond, backends=["cpu"], dsl="eager", name="fr")
+    x = torch.randn(4, 32)
+    with pytest.warns(KernelFallbackWarning, match="launch failed"):
+        _call(x)
+    _call(x)
+    assert impl.runs == 1, "the denied shape must not reach the memoised plan again"
+    ak.reset_counters("fr")  # forgets the failed shapes: the kernel gets its chance again
+    with pytest.warns(KernelFallbackWarning, match="launch failed"):
+        _call(x)
+    assert impl.runs == 2
+
+
+def test_two_cacheable_overrides_share_one_signature_per_call(path):
+    """The first declines (memoised), the second answers through its plan; both counted per call."""
+    first, second = _Cond(min_n=64), _Cond()
+    impl = _Planned()
+    ak.register(FWD, impl=Counting(reference.fused_rms_norm), cond=first, backends=["cpu"], dsl="a", name="a")
+    ak.register(FWD, impl=impl, cond=second, backends=["cpu"], dsl="b", name="b")
+    x = torch.randn(4, 32)
+    for _ in range(4):
+        _call(x)
+    assert (first.calls, second.calls, impl.runs) == (1, 1, 4)
+    assert _info("a").declined == 4 and _info("b").routed == 4
+
+
+def test_signature_keys_what_a_cond_may_read():
+    base = torch.zeros(65, 32, dtype=torch.bfloat16)
+    x = base[:64]
+    sig = _plans.signature((x, [32], None, 1e-6))
+    assert sig == _plans.signature((torch.zeros(64, 32, dtype=torch.bfloat16), [32], None, 1e-6))
+    different = [
+        (base.view(-1)[1:2049].view(64, 32), [32], None, 1e-6),  # 2-byte offset: alignment differs
+        (x.float(), [32], None, 1e-6),  # dtype
+        (torch.zeros(32, 64, dtype=torch.bfloat16).t(), [32], None, 1e-6),  # same shape, other strides
+        (x, [32], None, 1e-5),  # a scalar's value
+        (x, [32], x[0], 1e-6),  # a weight
+    ]
+    for args in different:
+        assert _plans.signature(args) != sig
+    assert _plans.signature((x, [x, x])) is None, "a list of tensors would be keyed by identity"
+    assert _plans.signature((x, (1, 2.5, None, True))) == _plans.signature((x, [1, 2.5, None, True]))
+
+
+def test_the_memo_is_bounded(path, monkeypatch):
+    monkeypatch.setattr(_plans, "MAX_ENTRIES", 4)
+    cond = _Cond()
+    ak.register(FWD, impl=_Planned(), cond=cond, backends=["cpu"], dsl="eager", name="m")
+    from accel.kernels._registry import _OVERRIDES
+
+    for i in range(10):
+        _call(torch.randn(2, 16), eps=1e-6 * (i + 1))
+    assert len(_OVERRIDES["m"].plans) <= 4 and cond.calls == 10
+
+
+def test_builtin_conds_promise_cacheable():
+    from accel.kernels.ops.layer_norm.conditions import make_conds as ln
+    from accel.kernels.ops.rms_norm.conditions import Limits, make_conds as rms
+    from accel.kernels.ops.softmax.conditions import make_conds as sm
+
+    limits = Limits(1024, 1024)
+    for conds in (rms("triton", ["cuda"], limits), ln("triton", ["cuda"], limits), sm("triton", ["cuda"], limits)):
+        assert all(c.cacheable is True for c in conds)
