@@ -11,7 +11,9 @@ before the host issues the next, so time per call is host time). Rows:
 - ``triton planned call``: the Triton impl's plan for this signature (``impl.plan``, built
   once), called directly: what a routed call runs after its cond (:mod:`accel.kernels._plans`);
 - ``<dsl> cond``: the cond alone;
-- ``router, 8 elements``: the issue's router-cost row (conds decline, ATen runs).
+- ``router, 8 elements``: the issue's router-cost row (conds decline, ATen runs);
+- ``bare torch.library router, 8 elements``: the floor of any Python router on this host, a
+  ``torch.library`` kernel at the CUDA key doing nothing but call the captured ATen kernel.
 
 Usage: ``python benchmarks/launch_cost.py [--out DIR]`` (writes ``launch_cost.{md,json}``).
 """
@@ -123,6 +125,12 @@ def main(argv: list[str] | None = None) -> int:
         with ak.disabled():
             add("rms_norm", "aten op, 8 elements", lambda: rms(x8, [8], w8, 1e-6))
         add("rms_norm", "router, 8 elements", lambda: rms(x8, [8], w8, 1e-6))
+        with ak.disabled():  # the floor of any Python router, for scale: nothing but the captured ATen kernel
+            bare = _bare_router(rms, "CUDA")
+            try:
+                add("rms_norm", "bare torch.library router, 8 elements", lambda: rms(x8, [8], w8, 1e-6))
+            finally:
+                bare._destroy()
         add("other", "torch.empty_like(x)", lambda: torch.empty_like(x))
         add("other", "torch.cuda.current_device()", torch.cuda.current_device)
     finally:
@@ -144,6 +152,22 @@ def main(argv: list[str] | None = None) -> int:
         if args.profile:
             (args.out / "launch_profile.txt").write_text(profile_text)
     return 0
+
+
+def _bare_router(op, key: str):
+    """A ``torch.library`` kernel at ``key`` that only calls the ATen kernel it replaced (returns its Library)."""
+    import warnings
+
+    original = torch.library.get_kernel(op, key)
+    lib = torch.library.Library(op.namespace, "IMPL", key)
+
+    def router(keyset, *args, **kwargs):
+        return original.call_boxed(keyset, *args, **kwargs)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # "Overriding a previously registered kernel"
+        lib.impl(op._schema.name.split("::")[1], router, key, with_keyset=True)
+    return lib
 
 
 def profile(fn, label: str, calls: int = 3000, top: int = 30) -> str:
