@@ -286,3 +286,17 @@ def test_every_rms_norm_triton_forward_candidate_config_is_correct_interpreted()
     assert {r["cfg"]["looped"] for r in report} == {False, True} and len({json.dumps(r["cfg"]) for r in report}) > 6
     bad = [r for r in report if r["y"] is not None or r["r"] is not None]
     assert not bad, bad[:5]
+
+
+def test_triton_forward_uses_int64_offsets_only_where_int32_would_overflow():
+    """The rows kernel's ``WIDE`` constexpr: int32 offsets while every program's (masked) offsets stay
+    below 2**31, int64 from there (a plan object only: nothing launches)."""
+    pytest.importorskip("triton")
+    rt = triton_impl
+    cfg = {"looped": False, "block_n": 4096, "rows": 2, "num_warps": 8}
+    assert rt.fwd_launch(cfg, 32768, 4096, 1e-6, True).constexprs["WIDE"] is False
+    # rows up to m + 1 (the last program's masked row): (m + 2) * 4096 must stay below 2**31
+    assert rt.fwd_launch(cfg, (1 << 31) // 4096 - 3, 4096, 1e-6, True).constexprs["WIDE"] is False
+    assert rt.fwd_launch(cfg, (1 << 31) // 4096 - 2, 4096, 1e-6, True).constexprs["WIDE"] is True
+    assert rt.fwd_launch({**cfg, "hints": False}, 8, 4096, 1e-6, True).constexprs["HINTS"] is False
+    assert rt.fwd_launch(cfg, 8, 4096, 1e-6, True).constexprs["HINTS"] is True

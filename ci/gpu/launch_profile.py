@@ -29,7 +29,8 @@ grid = (-(-m // rows),)
 
 
 def launch():
-    return k.rms_norm_fwd_rows[grid](x, w, y, rstd, m, n, 1e-6, BLOCK_N=bn, ROWS=rows, HAS_W=True, num_warps=warps)
+    return k.rms_norm_fwd_rows[grid](x, w, y, rstd, m, n, 1e-6, BLOCK_N=bn, ROWS=rows, HAS_W=True, HINTS=True,
+                                   WIDE=False, num_warps=warps)
 
 
 print("triton", triton.__version__, "kernel[grid] us/call", round(per_call(launch), 2))

@@ -37,20 +37,31 @@ MAX_BLOCK_N = 16384
 
 @triton.jit
 def rms_norm_fwd_rows(X, W, Y, RSTD, M, N, eps,
-                      BLOCK_N: tl.constexpr, ROWS: tl.constexpr, HAS_W: tl.constexpr):
-    """``ROWS`` rows of ``[M, N]`` per program, each row whole in registers."""
+                      BLOCK_N: tl.constexpr, ROWS: tl.constexpr, HAS_W: tl.constexpr, HINTS: tl.constexpr,
+                      WIDE: tl.constexpr):
+    """``ROWS`` rows of ``[M, N]`` per program, each row whole in registers. ``HINTS``: L2 eviction hints
+    (``x`` evict-first, ``w`` evict-last); ``WIDE``: int64 offsets (``M * N >= 2**31``)."""
     pid = tl.program_id(0)
     rows = pid * ROWS + tl.arange(0, ROWS)
     cols = tl.arange(0, BLOCK_N)
     row_ok = rows < M
     col_ok = cols < N
     mask = row_ok[:, None] & col_ok[None, :]
-    offs = rows[:, None].to(tl.int64) * N + cols[None, :]
-    x = tl.load(X + offs, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
+    if WIDE:
+        offs = rows[:, None].to(tl.int64) * N + cols[None, :]
+    else:
+        offs = rows[:, None] * N + cols[None, :]
+    if HINTS:
+        x = tl.load(X + offs, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
+    else:
+        x = tl.load(X + offs, mask=mask, other=0.0).to(tl.float32)
     rstd = tl.rsqrt(tl.sum(x * x, axis=1) / N + eps)
     y = x * rstd[:, None]
     if HAS_W:
-        w = tl.load(W + cols, mask=col_ok, other=0.0, eviction_policy="evict_last").to(tl.float32)
+        if HINTS:
+            w = tl.load(W + cols, mask=col_ok, other=0.0, eviction_policy="evict_last").to(tl.float32)
+        else:
+            w = tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32)
         y = y * w[None, :]
     tl.store(Y + offs, y.to(Y.dtype.element_ty), mask=mask)
     tl.store(RSTD + rows, rstd, mask=row_ok)
@@ -125,11 +136,13 @@ def fwd_config(n: int) -> tuple[int, int, int, bool]:
 
 def candidate_configs(n: int) -> list[dict]:
     """Forward configs ``accel bench --tune`` times (default first): rows in registers, 1-16 rows per
-    program, 4/8/16 warps with 4-64 elements per thread; chunked (looped) above :data:`MAX_BLOCK_N`."""
+    program, 4/8/16 warps with 4-64 elements per thread, with and without L2 eviction hints
+    (``hints``, default on); chunked (looped) above :data:`MAX_BLOCK_N`."""
     block_n = next_power_of_2(n)
     out = [default_config(n)]
     if block_n <= MAX_BLOCK_N:
-        out += row_candidates(block_n, max_elements=32768, warp_choices=(4, 8, 16), per_thread=(4, 64))
+        rows = row_candidates(block_n, max_elements=32768, warp_choices=(4, 8, 16), per_thread=(4, 64))
+        out += rows + [{**c, "hints": False} for c in rows]
     else:
         out += [{"looped": True, "block_n": chunk, "rows": 1, "num_warps": nw}
                 for chunk in (2048, 4096, 8192) for nw in (4, 8, 16) if 4 <= chunk // (32 * nw) <= 64]
