@@ -298,5 +298,5 @@ def test_triton_forward_uses_int64_offsets_only_where_int32_would_overflow():
     # rows up to m + 1 (the last program's masked row): (m + 2) * 4096 must stay below 2**31
     assert rt.fwd_launch(cfg, (1 << 31) // 4096 - 3, 4096, 1e-6, True).constexprs["WIDE"] is False
     assert rt.fwd_launch(cfg, (1 << 31) // 4096 - 2, 4096, 1e-6, True).constexprs["WIDE"] is True
-    assert rt.fwd_launch({**cfg, "hints": False}, 8, 4096, 1e-6, True).constexprs["HINTS"] is False
-    assert rt.fwd_launch(cfg, 8, 4096, 1e-6, True).constexprs["HINTS"] is True
+    assert rt.fwd_launch({**cfg, "hints": True}, 8, 4096, 1e-6, True).constexprs["HINTS"] is True
+    assert rt.fwd_launch(cfg, 8, 4096, 1e-6, True).constexprs["HINTS"] is False

@@ -83,7 +83,7 @@ fused_rms_norm.plan = plan_fwd  # type: ignore[attr-defined]
 
 def fwd_launch(cfg: Mapping[str, Any], m: int, n: int, eps: float, has_w: bool) -> LaunchPlan:
     """The forward's launch for ``m`` rows of ``n`` with config ``cfg`` (``looped``, ``block_n``, ``rows``,
-    ``num_warps``, optionally ``hints``: L2 eviction hints, default on); call it with ``(x, w, y, rstd)``
+    ``num_warps``, optionally ``hints``: L2 eviction hints, default off); call it with ``(x, w, y, rstd)``
     (``w`` is ``x`` without a weight). int32 offsets where every program's (masked) offsets stay below ``2**31``."""
     k = _kernels()
     if cfg["looped"]:
@@ -91,7 +91,7 @@ def fwd_launch(cfg: Mapping[str, Any], m: int, n: int, eps: float, has_w: bool) 
                           num_warps=cfg["num_warps"])
     rows, block_n = cfg["rows"], max(cfg["block_n"], next_power_of_2(n))
     return LaunchPlan(k.rms_norm_fwd_rows, (-(-m // rows),), (m, n, eps), BLOCK_N=block_n, ROWS=rows, HAS_W=has_w,
-                      HINTS=cfg.get("hints", True), WIDE=(m + rows) * block_n >= 1 << 31, num_warps=cfg["num_warps"])
+                      HINTS=cfg.get("hints", False), WIDE=(m + rows) * block_n >= 1 << 31, num_warps=cfg["num_warps"])
 
 
 def launch_fwd(x: torch.Tensor, weight: torch.Tensor | None, y: torch.Tensor, rstd: torch.Tensor, eps: float,
