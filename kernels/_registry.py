@@ -734,7 +734,15 @@ def register(
             and must not raise (a raising cond, or a result with no truth value
             such as a 3-element tensor, counts as ``False`` and warns once). It may carry a
             ``why_not`` attribute (same signature, returns a reason string or
-            ``None``) that :func:`explain` shows.
+            ``None``) that :func:`explain` shows, and ``cacheable = True``: a promise that
+            its answer depends only on the arguments' signature (per tensor dtype,
+            device, shape, strides and ``data_ptr() % 16``; other arguments by value:
+            :func:`accel.kernels._plans.signature`) and the tuning tables; it then runs
+            once per signature, and an ``impl`` carrying ``plan`` (same signature,
+            returns the function that answers every call of that signature) is
+            planned once per signature too. The built-in kernels do both: a routed
+            call then skips the cond, the table lookups and Triton's launch-key build
+            (H200 host: routed RMSNorm 24.7 µs per call vs 39.4 before, session 5).
         name: unique registration name (a non-empty string); default ``"<dsl>:<op>"``.
         fallback: kernel to use instead of ATen where a dispatch key has no ATen
             kernel for ``op`` (``aten::_fused_rms_norm_backward`` on CPU, whose
