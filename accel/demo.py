@@ -27,11 +27,15 @@ from torch import nn
 import accel
 from accel.errors import AccelError
 
-__all__ = ["DigitsTransformer", "DemoError", "load_data", "run"]
+__all__ = ["DigitsTransformer", "DemoError", "DemoArgumentError", "load_data", "run"]
 
 
 class DemoError(AccelError, RuntimeError):
     """The demo could not run (missing optional dependency, bad arguments)."""
+
+
+class DemoArgumentError(DemoError, ValueError):
+    """Bad ``epochs`` or ``batch`` (the CLI answers it as bad input: exit code 2)."""
 
 
 class Attention(nn.Module):
@@ -318,13 +322,14 @@ def run(device: object = None, *, epochs: int = 12, batch: int = 64, lr: float =
     .. note:: With ``kernels`` on an accelerator, the overrides stay registered after the call.
 
     Raises:
-        DemoError: bad ``epochs``/``batch``, or scikit-learn missing.
+        DemoArgumentError: bad ``epochs``/``batch`` (a :class:`DemoError` and a ``ValueError``).
+        DemoError: scikit-learn missing.
         accel.errors.AccelError: device selection failed.
     """
     if epochs < 2 or batch < 1:
         problems = ([f"epochs={epochs}: need >= 2 (the resume check stops halfway); pass e.g. --epochs 12"]
                     if epochs < 2 else []) + ([f"batch={batch}: need >= 1"] if batch < 1 else [])
-        raise DemoError(f"accel demo: {'; '.join(problems)}.")
+        raise DemoArgumentError(f"accel demo: {'; '.join(problems)}.")
     t_start = time.perf_counter()
     sel = accel.selection(device)
     dev = sel.device

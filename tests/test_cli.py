@@ -126,6 +126,35 @@ def test_demo_rejects_bad_epochs(capsys):
     assert "epochs=1: need >= 2" in err and "batch" not in err  # only what is wrong, in CLI terms
 
 
+@pytest.mark.parametrize("argv, command, message", [
+    (["info", "--json", "--bogus"], "info", "unrecognized arguments: --bogus. See 'accel info --help'."),
+    (["demo", "--epochs", "x", "--json"], "demo", "argument --epochs: invalid int value: 'x'. See 'accel demo --help'."),
+    (["nosuch", "--json"], None, "argument COMMAND: invalid choice: 'nosuch'"),
+])
+def test_command_line_errors_are_reported_like_every_error(capsys, argv, command, message):
+    """argparse's refusals: exit 2, one ``accel CMD: error:`` line, and the JSON error object with --json."""
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    head = f"accel {command}" if command else "accel"
+    assert captured.err.startswith(f"{head}: error: ") and message in captured.err
+    error = json.loads(captured.out)["error"]
+    assert error == {"type": "UsageError", "message": error["message"], "command": command}
+    assert message in error["message"]
+    assert main([a for a in argv if a != "--json"]) == 2 and capsys.readouterr().out == ""
+
+
+def test_an_error_message_naming_a_sentence_is_not_taken_for_its_source(capsys, monkeypatch):
+    """Only 'accel CMD [--opt ...]: ' counts as the message's own source prefix."""
+    from accel.cli import _report
+    from accel.errors import FeatureUnavailableError
+
+    _report(FeatureUnavailableError("accel demo needs scikit-learn (pip install scikit-learn): not installed"),
+            "accel demo", "demo", False, 1)
+    assert capsys.readouterr().err.startswith("accel demo: error: accel demo needs scikit-learn")
+    _report(FeatureUnavailableError("accel bench --tune: no GPU"), "accel bench", "bench", False, 1)
+    assert capsys.readouterr().err == "accel bench --tune: error: no GPU\n"
+
+
 def test_no_subcommand_prints_help(capsys):
     assert main([]) == 2
     assert "usage: accel" in capsys.readouterr().out

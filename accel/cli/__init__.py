@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import re
 import sys
 
 __all__ = ["main"]
@@ -17,11 +18,21 @@ __all__ = ["main"]
 SUBCOMMANDS = ("info", "doctor", "demo", "kernels", "bench")
 
 
+class _UsageError(Exception):
+    """A command line argparse refused (raised instead of argparse's print-and-exit, so it is reported
+    like every other error: one ``accel CMD: error:`` line, and JSON on stdout with ``--json``)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # type: ignore[override]
+        raise _UsageError(message)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The full argument parser (every subcommand module that exists in this install)."""
     from accel import __version__
 
-    parser = argparse.ArgumentParser(prog="accel", description="One PyTorch script, every accelerator.")
+    parser = _Parser(prog="accel", description="One PyTorch script, every accelerator.")
     parser.add_argument("--version", action="version", version=f"accel {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in SUBCOMMANDS:
@@ -38,18 +49,28 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``accel`` console script. Returns the process exit code.
 
-    Exit codes: 0 success; 1 the command ran and reports a failure (its own help says when);
-    2 usage or an :class:`~accel.errors.AccelError` (one ``accel CMD: error: ...`` line on stderr
-    and, with ``--json``, ``{"error": {"type", "message", "command"}}`` on stdout). A reader that
-    closes stdout early (``accel info | head -1``) ends the command quietly: with its own exit code
-    when the output was buffered (JSON), else 0 (2 for an error), as if the rest had been read.
+    Exit codes: 0 success; 1 the command ran and reports a failure (its own help says when), or
+    this machine cannot do what was asked (an :class:`~accel.errors.AccelError` that is not a
+    ``ValueError``/``TypeError``/``LookupError``: no GPU for ``accel bench``, a backend not
+    available, scikit-learn missing); 2 bad input (a command line argparse refuses, or an
+    :class:`~accel.errors.AccelError` that is a ``ValueError``/``TypeError``/``LookupError``). Errors print
+    ``accel CMD: error: ...`` on stderr and, with ``--json``, ``{"error": {"type", "message",
+    "command"}}`` on stdout. A reader that closes stdout early (``accel info | head -1``) ends the
+    command quietly: with its own exit code when the output was buffered (JSON), else 0 (the
+    error's code for an error), as if the rest had been read.
     """
+    argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except _UsageError as exc:
+        command = next((a for a in argv if a in SUBCOMMANDS), None)
+        head = f"accel {command}" if command else "accel"
+        return _report(_UsageError(f"{exc}. See '{head} --help'."), head, command, "--json" in argv, 2)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    from accel.cli._output import print_json, quiet_stdout
+    from accel.cli._output import quiet_stdout
     from accel.errors import AccelError
 
     try:
@@ -61,19 +82,31 @@ def main(argv: list[str] | None = None) -> int:
                 quiet_stdout()
             return rc
         except AccelError as exc:
-            msg = str(exc)
-            head = f"accel {args.command}"
-            if msg.startswith(head) and ": " in msg:  # the message names its source: "accel bench --tune: ..."
-                head, shown = msg.split(": ", 1)
-            else:
-                shown = msg
-            print(f"{head}: error: {shown}", file=sys.stderr)
-            if getattr(args, "json", False):  # machines reading stdout get the error as JSON too
-                print_json({"error": {"type": type(exc).__name__, "message": shown, "command": args.command}})
-            return 2
+            # ValueError/TypeError/LookupError kinds say what input was wrong; the others, what this
+            # machine cannot do (no GPU, a backend not available, a missing optional dependency)
+            code = 2 if isinstance(exc, (ValueError, TypeError, LookupError)) else 1
+            return _report(exc, f"accel {args.command}", args.command, getattr(args, "json", False), code)
     except BrokenPipeError:  # `accel info | head -1`: the reader left; not an error of ours
         quiet_stdout()
         return 0
+
+
+#: A message that names its own source ("accel bench --tune: ..."): the command and its options only.
+_SOURCE = re.compile(r"accel [a-z]+( --?[a-z][\w-]*)*")
+
+
+def _report(exc: Exception, head: str, command: str | None, as_json: bool, code: int) -> int:
+    """Print ``head: error: message`` on stderr (and the JSON error object on stdout); return ``code``."""
+    from accel.cli._output import print_json
+
+    msg = str(exc)
+    source, sep, rest = msg.partition(": ")
+    if sep and source.startswith(head) and _SOURCE.fullmatch(source):
+        head, msg = source, rest
+    print(f"{head}: error: {msg}", file=sys.stderr)
+    if as_json:  # machines reading stdout get the error as JSON too
+        print_json({"error": {"type": type(exc).__name__.lstrip("_"), "message": msg, "command": command}})
+    return code
 
 
 if __name__ == "__main__":  # pragma: no cover
