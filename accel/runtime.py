@@ -131,14 +131,22 @@ class Event(metaclass=_EventType):
                                      interprocess=interprocess)
 
 
-def _zero() -> int:
-    """Always ``0``: the CPU and MPS have one device, index 0."""
-    return 0
+def _constant(value: int, name: str, doc: str):
+    """A function of no arguments returning ``value``, named and documented as the public ``accel.<name>``
+    it is on this backend (``help(accel.device_count)`` and a wrong call's TypeError name it)."""
+
+    def constant() -> int:
+        return value
+
+    constant.__name__ = constant.__qualname__ = name
+    constant.__module__ = "accel"
+    constant.__doc__ = doc
+    return constant
 
 
-def _one() -> int:
-    """Always ``1``: the CPU counts as one device."""
-    return 1
+_DEVICE_COUNT_DOC = ("Visible devices of the active backend: ``1`` on the CPU and MPS, else the backend's count "
+                     "(from its probe: never initialises a device). Takes no argument, as torch's.")
+_CURRENT_INDEX_DOC = "Index of the current device of the active backend: always ``0`` on the CPU and MPS (one device)."
 
 
 def _true() -> bool:
@@ -173,18 +181,18 @@ class _Runtime:
         #: (not a stream, another device type, a device that is not visible) before changing anything.
         self.set_stream_checks = False
         if t == "cpu":
-            self.device_count = _one
+            self.device_count = _constant(1, "device_count", _DEVICE_COUNT_DOC)
             self.is_initialized = _false
-            self.current = _zero
+            self.current = _constant(0, "current_device_index", _CURRENT_INDEX_DOC)
             self.set_device = _noop
             self.sync = self.sync_device = _noop
             self.get_stream = self._cpu_stream
             self.set_stream = _noop
         elif t == "mps":
-            count = self.count  # one device when MPS is usable: the probe's answer (faked vendors included)
-            self.device_count = lambda: count
+            # one device when MPS is usable: the probe's answer (faked vendors included)
+            self.device_count = _constant(self.count, "device_count", _DEVICE_COUNT_DOC)
             self.is_initialized = _true  # MPS has no lazy initialisation
-            self.current = _zero
+            self.current = _constant(0, "current_device_index", _CURRENT_INDEX_DOC)
             self.set_device = _noop
             self.sync = op("synchronize", acc.synchronize)
             self.sync_device = lambda index: self.sync()

@@ -451,3 +451,16 @@ def test_a_misspelt_device_is_called_a_misspelling(cpu):
         accel.synchronize("gpu")
     with pytest.raises(DeviceMismatchError, match="device 'cuda' is of type 'cuda', but the active backend is 'cpu'"):
         accel.synchronize("cuda")
+
+
+def test_cpu_runtime_functions_are_named_and_documented_as_the_public_api():
+    """On the CPU the resolved device_count/current_device_index are constants; help() and a wrong call
+    name them as accel's public functions (not an internal stub)."""
+    from accel.testing import fake_backend
+
+    with fake_backend("cpu"):
+        assert accel.device_count() == 1 and accel.current_device_index() == 0
+        assert accel.device_count.__name__ == "device_count" and "Visible devices" in accel.device_count.__doc__
+        assert accel.current_device_index.__name__ == "current_device_index"
+        with pytest.raises(TypeError, match=r"device_count\(\) takes 0 positional arguments"):
+            accel.device_count("cuda")
