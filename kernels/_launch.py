@@ -321,11 +321,12 @@ class LaunchPlan:
         if fast is None or not args[0].is_cuda:
             return
         found = fast.compiled(self.grid, args, self.constexprs, (self.num_warps, self.num_stages))
-        if found is not None:
-            self.kernel, tail = found
+        if found is not None:  # ``kernel`` last: another thread sees it only with the rest in place
+            kernel, tail = found
             self.rest = (*self.scalars, *tail)
             self.index = torch._C._cuda_getDevice()
             self.knobs = fast.runtime_knobs
+            self.kernel = kernel
 
 
 @functools.cache

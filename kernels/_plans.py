@@ -35,7 +35,8 @@ _SCALARS = (int, float, bool, type(None))
 
 def signature(args: tuple) -> tuple | None:
     """What a cacheable cond may depend on: per tensor argument its dtype, device, shape, strides
-    and ``data_ptr() % 16``; a list or tuple of numbers as a tuple; any other argument itself
+    and ``data_ptr() % 16`` (read with ``const_data_ptr``: a copy-on-write input stays shared); a
+    list or tuple of numbers as a tuple; any other argument itself
     (ints, floats, bools, ``None``, dtypes, strings). ``None`` (not memoisable) when a sequence
     holds anything but numbers (a list of tensors would be keyed by identity).
 
@@ -45,7 +46,7 @@ def signature(args: tuple) -> tuple | None:
     parts = []
     for a in args:
         if isinstance(a, _Tensor):
-            parts.append((a.dtype, a.device, a.shape, a.stride(), a.data_ptr() & 15))
+            parts.append((a.dtype, a.device, a.shape, a.stride(), a.const_data_ptr() & 15))
         elif type(a) is list or type(a) is tuple:
             for v in a:
                 if type(v) not in _SCALARS:

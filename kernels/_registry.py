@@ -291,9 +291,10 @@ class _Override:
         if sig is None:
             return self.impl if self.accept(args, kwargs) else None
         plans = self.plans
-        if self.plans_gen != _tuning.GENERATION:
+        gen = _tuning.GENERATION
+        if self.plans_gen != gen:
             plans.clear()
-            self.plans_gen = _tuning.GENERATION
+            self.plans_gen = gen
         try:
             hit = plans.get(sig)
         except TypeError:  # an unhashable argument: no memo for this call
@@ -304,14 +305,17 @@ class _Override:
                 return None
             return hit
         if not self.accept(args, kwargs):
-            self._remember(sig, _plans.DECLINE)
+            self._remember(sig, _plans.DECLINE, gen)
             return None
         try:
             fn = _plans.plan_of(self.impl, args)
         except Exception as exc:  # noqa: BLE001 - as an impl raising: fall back, never crash
             self._deny(args, f"raised {type(exc).__name__} while planning: {exc}")
             return None
-        self._remember(sig, fn)
+        if not callable(fn):
+            self._deny(args, f"planned {_type_name(fn)}, not a function answering the call")
+            return None
+        self._remember(sig, fn, gen)
         return fn
 
     def planned(self, args: tuple, kwargs: dict) -> Callable | None:
@@ -326,7 +330,11 @@ class _Override:
             return None
         return None if hit is _plans.DECLINE else hit
 
-    def _remember(self, sig: tuple, answer: Any) -> None:
+    def _remember(self, sig: tuple, answer: Any, gen: int) -> None:
+        """Keep ``answer`` for ``sig`` unless the tuning tables changed since the cond read them (generation
+        ``gen``): an answer computed against an older table must not outlive the change."""
+        if gen != _tuning.GENERATION:
+            return
         if len(self.plans) >= _plans.MAX_ENTRIES:
             self.plans.clear()
         self.plans[sig] = answer
@@ -509,6 +517,7 @@ class _Slot:
         self.original: Any = None  # the ATen kernel (SafeKernelFunction) under the override, or None
         self.fallback: Callable | None = None  # where ATen has no kernel at this key
         self.live: tuple[_Override, ...] = ()
+        self.installed = False  # the path installed this slot once (ATen's kernel captured)
         self.state: Any = None  # the path's own bookkeeping
         #: Re-entrancy guard per thread: while an impl of this slot runs, a call of the same op from
         #: inside it (an impl handing a case back to ATen) skips accel's overrides: no infinite recursion.
@@ -674,8 +683,12 @@ def _sync(op: _Op, key: str) -> None:
     live = tuple(sorted((o for o in _OVERRIDES.values()
                          if o.op.qualname == op.qualname and key in o.keys.values() and o.disabled_reason(key) is None),
                         key=lambda o: o.order))
-    slot.live = live
-    slot.path.install(slot, live)
+    if live != slot.live or not slot.installed:
+        # only when this slot's live overrides change: reinstalling swaps the dispatcher's kernel for
+        # the op, which must not happen under other threads' calls of ops that did not change
+        slot.live = live
+        slot.path.install(slot, live)
+        slot.installed = True
     registered_here = [o for o in _OVERRIDES.values() if o.op.qualname == op.qualname and key in o.keys.values()]
     if not registered_here:
         slot.path.release(slot)
@@ -855,6 +868,7 @@ def unregister(name: str, /) -> None:
             raise UnknownKernelError(f"accel.kernels.unregister: no override named {name!r}. Registered: "
                                      f"{', '.join(_OVERRIDES) or 'none'}. See accel.kernels.overrides().")
         del _OVERRIDES[name]
+        ov.plans.clear()  # torch's native registry may keep the node's closures (and so ov) alive
         _STATE.disabled["name"].discard(name)  # a later registration of this name starts enabled
         for key in dict.fromkeys(ov.keys.values()):
             slot = _SLOTS.get((ov.op.qualname, key))
@@ -888,6 +902,12 @@ def disable(*, op: object = None, dsl: str | None = None, backend: str | None = 
     """Switch accel's overrides off: by op, DSL, backend or name; with no argument, all of them.
 
     Disabled overrides are uninstalled from the dispatcher (no per-call cost).
+
+    .. note:: Switching overrides on or off replaces the dispatcher's kernel of each op whose set of
+       live overrides changes (only those). Do it while no other thread is running those ops:
+       torch's dispatcher does not support swapping a Python kernel under a concurrent call
+       (seen as an INTERNAL ASSERT in ``SafePyObject`` or a crash). The same holds for
+       :func:`register`, :func:`unregister` and :func:`disabled`.
     Registrations stay; :func:`enable` switches them back on. Affects accel's
     registrations only (``torch.backends.python_native`` also reaches them on
     the native path).
@@ -937,7 +957,8 @@ def enable(*, op: object = None, dsl: str | None = None, backend: str | None = N
 @contextlib.contextmanager
 def disabled(*, op: object = None, dsl: str | None = None, backend: str | None = None,
              name: str | None = None) -> Iterator[None]:
-    """Context manager: :func:`disable` inside the block, the previous state restored after.
+    """Context manager: :func:`disable` inside the block; on exit the filters this block added are removed
+    (filters already set before it, or set by another thread or an outer block, stay as they are).
 
     Example:
         >>> import accel.kernels as ak
@@ -945,16 +966,19 @@ def disabled(*, op: object = None, dsl: str | None = None, backend: str | None =
         ...     pass  # ATen's RMSNorm runs here
     """
     with _LOCK:
-        saved = (_STATE.disabled_all, {k: set(v) for k, v in _STATE.disabled.items()})
+        items = _filters(op, dsl, backend, name, "disabled")
+        # undo exactly what this block adds: another thread's (or an outer block's) filters stay
+        added_all = not items and not _STATE.disabled_all
+        added = [(kind, value) for kind, value in items if value not in _STATE.disabled[kind]]
         disable(op=op, dsl=dsl, backend=backend, name=name)
     try:
         yield
     finally:
         with _LOCK:
-            _STATE.disabled_all = saved[0]
-            for k, v in saved[1].items():
-                _STATE.disabled[k].clear()
-                _STATE.disabled[k].update(v)
+            if added_all:
+                _STATE.disabled_all = False
+            for kind, value in added:
+                _STATE.disabled[kind].discard(value)
             _STATE.disabled["name"].intersection_update(_OVERRIDES)  # unregistered inside the block: dropped
             _sync_all()
 

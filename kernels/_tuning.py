@@ -121,6 +121,11 @@ class _Policy(dict):
         super().clear()
         _forget_floors()
 
+    def popitem(self):
+        out = super().popitem()
+        _forget_floors()
+        return out
+
     def setdefault(self, key, default=None):
         out = super().setdefault(key, default)
         _forget_floors()

@@ -193,3 +193,48 @@ def test_builtin_conds_promise_cacheable():
     limits = Limits(1024, 1024)
     for conds in (rms("triton", ["cuda"], limits), ln("triton", ["cuda"], limits), sm("triton", ["cuda"], limits)):
         assert all(c.cacheable is True for c in conds)
+
+
+def test_an_answer_computed_against_an_older_table_is_not_memoised(path):
+    """The tuning tables change while the cond runs (another thread's table write): its answer is used
+    once but not kept, so the next call asks the cond again against the new table."""
+    class Racing(_Cond):
+        def __call__(self, *args):
+            if self.calls == 0:
+                _tuning.reload()  # the table changes under the first call
+            return super().__call__(*args)
+
+    cond = Racing()
+    ak.register(FWD, impl=_Planned(), cond=cond, backends=["cpu"], dsl="eager", name="race")
+    x = torch.randn(4, 32)
+    _call(x)
+    _call(x)
+    _call(x)
+    assert cond.calls == 2, "asked again after the change, then memoised"
+
+
+def test_a_plan_that_is_not_a_function_is_a_failure_not_a_silent_decline(path):
+    class NoneImpl(_Planned):
+        def plan(self, *args):
+            return None  # a forgotten return
+
+    ak.register(FWD, impl=NoneImpl(), cond=_Cond(), backends=["cpu"], dsl="eager", name="none")
+    with pytest.warns(KernelFallbackWarning, match="planned None, not a function"):
+        _call(torch.randn(4, 32))
+    assert _info("none").failed == 1
+
+
+def test_signature_leaves_copy_on_write_inputs_shared():
+    x = torch._lazy_clone(torch.randn(4, 32))
+    _plans.signature((x, [32], None, 1e-6))
+    assert torch._C._is_cow_tensor(x)
+
+
+def test_every_change_of_the_miss_policy_forgets_the_memo():
+    generation = _tuning.GENERATION
+    saved = dict(_tuning.MIN_NUMEL)
+    try:
+        _tuning.MIN_NUMEL.popitem()
+        assert _tuning.GENERATION > generation
+    finally:
+        _tuning.MIN_NUMEL.update(saved)

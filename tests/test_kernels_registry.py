@@ -512,3 +512,42 @@ def test_router_floor_gate_follows_min_numel_changes_and_survives_a_bad_table(mo
         _tuning.MIN_NUMEL.clear()
         _tuning.MIN_NUMEL.update(saved)
         _tuning.reload()
+
+
+def test_switching_one_op_leaves_the_other_ops_dispatcher_kernels_alone(path, monkeypatch):
+    """disable/enable reinstall only the slots whose live overrides change (a reinstall swaps the
+    dispatcher's kernel, which must not happen under other threads' calls of unrelated ops)."""
+    _register_pair()
+    ak.register("aten::_softmax", impl=lambda x, dim, h: torch.softmax(x, dim), backends=["cpu"], dsl="eager",
+                name="sm")
+    installed = []
+    for module in {s.path for s in _registry._SLOTS.values()}:
+        real = module.install
+        monkeypatch.setattr(module, "install", lambda slot, live, real=real: (installed.append(slot.op.symbol),
+                                                                              real(slot, live))[1])
+    ak.disable(op="aten::_softmax")
+    ak.enable(op="aten::_softmax")
+    assert installed == ["_softmax", "_softmax"]
+    x = torch.randn(3, 16)
+    _call(x)
+    torch.ops.aten._softmax(x, -1, False)
+    assert _info("f").routed == 1 and _info("sm").routed == 1
+
+
+def test_overlapping_disabled_blocks_undo_only_their_own_filter(path):
+    """Two disabled() blocks whose lifetimes overlap (two threads, or coroutines): each exit removes
+    only what its block added, so both ops are on again at the end."""
+    _register_pair()
+    ak.register("aten::_softmax", impl=lambda x, dim, h: torch.softmax(x, dim), backends=["cpu"], dsl="eager",
+                name="sm")
+    a = ak.disabled(op="aten::_softmax")
+    b = ak.disabled(op="aten::_fused_rms_norm")
+    a.__enter__()
+    b.__enter__()
+    a.__exit__(None, None, None)
+    assert _info("sm").active and not _info("f").active, "b's filter holds after a's block ends"
+    b.__exit__(None, None, None)
+    assert _info("sm").active and _info("f").active
+    with ak.disabled(op="aten::_softmax"):
+        ak.disable(op="aten::_fused_rms_norm")  # set inside the block by other code: not the block's to undo
+    assert _info("sm").active and not _info("f").active

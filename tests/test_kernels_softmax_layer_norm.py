@@ -388,3 +388,16 @@ def test_routed_layer_norm_forward_then_aten_backward_mixed_dtypes_interpreted()
         assert r["counts"]["layer_norm_fwd.triton"][0] == 1, r
         assert r["counts"]["layer_norm_bwd.triton"] == [0, 1], r
         assert max(r["err"]) < 1e-2, r
+
+
+def test_softmax_conds_leave_0_dim_inputs_to_aten(monkeypatch):
+    from accel.kernels import _tuning
+    from accel.kernels.ops.softmax.conditions import make_conds
+    from accel.kernels.ops.rms_norm.conditions import Limits
+
+    monkeypatch.setitem(_tuning.MIN_NUMEL, "triton", 0)  # past the size floor: the shape check decides
+
+    fwd, bwd = make_conds("triton", ["cpu"], Limits(65536, 65536))
+    x = torch.tensor(1.5)
+    assert not fwd(x, -1, False) and "0-dim input" in fwd.why_not(x, -1, False)
+    assert not bwd(x, x, -1, x.dtype) and "0-dim input" in bwd.why_not(x, x, -1, x.dtype)

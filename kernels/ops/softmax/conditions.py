@@ -26,6 +26,7 @@ __all__ = ["make_conds"]
 
 _EXTRA = {
     "dim": "softmax over a dim other than the last",
+    "scalar": "0-dim input (a softmax of one value is left to ATen)",
     "half_to_float": "half_to_float=True (fp32 output of a half input) is left to ATen",
     "numel_big": "too many elements for the {dsl} kernel (int32 indexing)",
     "grad": "grad_output differs from output in shape/dtype, or is not contiguous, or input_dtype differs",
@@ -45,6 +46,8 @@ def make_conds(dsl: str, backends: Sequence[str], limits: Limits) -> tuple[Calla
         key = entry_reason(input, numel, "softmax_fwd", dsl, devices, limits.max_numel)
         if key is not None:
             return key
+        if input.dim() == 0:
+            return "scalar"
         if not _last(dim, input.dim()):
             return "dim"
         if half_to_float:
@@ -59,6 +62,8 @@ def make_conds(dsl: str, backends: Sequence[str], limits: Limits) -> tuple[Calla
         key = entry_reason(output, numel, "softmax_bwd", dsl, devices, limits.max_numel)
         if key is not None:
             return key
+        if output.dim() == 0:
+            return "scalar"
         if not _last(dim, output.dim()):
             return "dim"
         n = output.shape[-1] if output.dim() else 1
