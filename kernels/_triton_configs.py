@@ -7,7 +7,7 @@ winners per arch live in the tuning table (:mod:`accel.kernels._tuning`).
 
 from __future__ import annotations
 
-__all__ = ["next_power_of_2", "warps", "row_config", "row_candidates", "unique_configs"]
+__all__ = ["next_power_of_2", "warps", "row_config", "row_candidates", "unique_configs", "wide"]
 
 #: Elements per program above which 8, then 16 warps are used (enough loads in flight to
 #: cover HBM latency without spilling registers; the usual Triton row-kernel choice).
@@ -17,6 +17,13 @@ NORM_WARP_STEPS = (2048, 8192)
 def next_power_of_2(n: int) -> int:
     """Smallest power of two >= ``n`` (``n >= 1``); same as ``triton.next_power_of_2``."""
     return 1 << (max(1, int(n)) - 1).bit_length()
+
+
+def wide(m: int, rows: int, block_n: int) -> bool:
+    """Whether a rows kernel over ``m`` rows, ``rows`` per program, ``block_n`` columns needs int64 offsets
+    (its ``WIDE`` constexpr): the last program's masked rows reach row ``m + rows - 1``, and its column
+    offsets ``block_n - 1``, so int32 suffices while ``(m + rows) * block_n < 2**31``."""
+    return (m + rows) * block_n >= 1 << 31
 
 
 def warps(elements: int, steps: tuple[int, int] = NORM_WARP_STEPS) -> int:

@@ -288,7 +288,7 @@ def test_every_rms_norm_triton_forward_candidate_config_is_correct_interpreted()
     assert not bad, bad[:5]
 
 
-def test_triton_forward_uses_int64_offsets_only_where_int32_would_overflow():
+def test_triton_forward_uses_int64_offsets_only_where_int32_would_overflow():  # accel.kernels._triton_configs.wide
     """The rows kernel's ``WIDE`` constexpr: int32 offsets while every program's (masked) offsets stay
     below 2**31, int64 from there (a plan object only: nothing launches)."""
     pytest.importorskip("triton")

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from accel.kernels._conds import Limits, tuned_config
-from accel.kernels._triton_configs import next_power_of_2
+from accel.kernels._triton_configs import next_power_of_2, wide
 from accel.kernels._launch import (
     LaunchPlan, device_guard, empty, empty_like, lazy_module, row_count,
     rows_view, shaped_like, sm_count, triton_launch,
@@ -35,15 +35,17 @@ _k = lazy_module(__package__ + ".triton_kernel")  # imports the DSL at the first
 
 
 def fwd_launch(cfg: Mapping[str, Any], m: int, n: int, eps: float, has_w: bool, has_b: bool) -> LaunchPlan:
-    """The forward's launch for ``m`` rows of ``n`` with config ``cfg``; call it with
+    """The forward's launch for ``m`` rows of ``n`` with config ``cfg`` (``hints``: L2 eviction hints, default
+    off: :mod:`accel.kernels._triton_lib`); call it with
     ``(x, w, b, y, mean, rstd)`` (``x`` in place of a missing ``w`` or ``b``)."""
     k = _k()
     if cfg["looped"]:
         return LaunchPlan(k.layer_norm_fwd_looped, (m,), (n, eps), BLOCK_N=cfg["block_n"], HAS_W=has_w, HAS_B=has_b,
                           num_warps=cfg["num_warps"])
-    rows = cfg["rows"]
-    return LaunchPlan(k.layer_norm_fwd_rows, (-(-m // rows),), (m, n, eps), BLOCK_N=max(cfg["block_n"], next_power_of_2(n)),
-                      ROWS=rows, HAS_W=has_w, HAS_B=has_b, num_warps=cfg["num_warps"])
+    rows, block_n = cfg["rows"], max(cfg["block_n"], next_power_of_2(n))
+    return LaunchPlan(k.layer_norm_fwd_rows, (-(-m // rows),), (m, n, eps), BLOCK_N=block_n, ROWS=rows, HAS_W=has_w,
+                      HAS_B=has_b, HINTS=cfg.get("hints", False), WIDE=wide(m, rows, block_n),
+                      num_warps=cfg["num_warps"])
 
 
 def launch_fwd(x, w, b, y, mean, rstd, eps: float, cfg: Mapping[str, Any], m: int | None = None,

@@ -30,6 +30,7 @@ import functools
 import triton
 import triton.language as tl
 
+from accel.kernels._triton_lib import load_once, load_reused, row_offsets
 from accel.kernels._triton_configs import next_power_of_2, row_candidates, row_config, unique_configs, warps
 
 __all__ = ["MAX_BLOCK_N", "layer_norm_fwd_rows", "layer_norm_fwd_looped", "layer_norm_bwd_rows", "default_config",
@@ -41,24 +42,24 @@ MAX_BLOCK_N = 16384
 
 @triton.jit
 def layer_norm_fwd_rows(X, W, B, Y, MEAN, RSTD, M, N, eps, BLOCK_N: tl.constexpr, ROWS: tl.constexpr,
-                        HAS_W: tl.constexpr, HAS_B: tl.constexpr):
-    """``ROWS`` rows per program, each whole in registers."""
+                        HAS_W: tl.constexpr, HAS_B: tl.constexpr, HINTS: tl.constexpr, WIDE: tl.constexpr):
+    """``ROWS`` rows per program, each whole in registers (``HINTS``, ``WIDE``: :mod:`accel.kernels._triton_lib`)."""
     pid = tl.program_id(0)
     rows = pid * ROWS + tl.arange(0, ROWS)
     cols = tl.arange(0, BLOCK_N)
     row_ok = rows < M
     col_ok = cols < N
     mask = row_ok[:, None] & col_ok[None, :]
-    offs = rows[:, None].to(tl.int64) * N + cols[None, :]
-    x = tl.load(X + offs, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
+    offs = row_offsets(rows, cols, N, WIDE)
+    x = load_once(X + offs, mask, 0.0, HINTS).to(tl.float32)
     mean = tl.sum(x, axis=1) / N
     xc = tl.where(mask, x - mean[:, None], 0.0)
     rstd = tl.rsqrt(tl.sum(xc * xc, axis=1) / N + eps)
     y = xc * rstd[:, None]
     if HAS_W:
-        y = y * tl.load(W + cols, mask=col_ok, other=0.0, eviction_policy="evict_last").to(tl.float32)[None, :]
+        y = y * load_reused(W + cols, col_ok, 0.0, HINTS).to(tl.float32)[None, :]
     if HAS_B:
-        y = y + tl.load(B + cols, mask=col_ok, other=0.0, eviction_policy="evict_last").to(tl.float32)[None, :]
+        y = y + load_reused(B + cols, col_ok, 0.0, HINTS).to(tl.float32)[None, :]
     tl.store(Y + offs, y.to(Y.dtype.element_ty), mask=mask)
     tl.store(MEAN + rows, mean.to(MEAN.dtype.element_ty), mask=row_ok)
     tl.store(RSTD + rows, rstd.to(RSTD.dtype.element_ty), mask=row_ok)
@@ -158,5 +159,6 @@ def candidate_configs(n: int, direction: str = "fwd") -> list[dict]:
     else:
         out = [default_config(n)]
         if block_n <= MAX_BLOCK_N:
-            out += row_candidates(block_n, max_elements=32768, warp_choices=(4, 8, 16), per_thread=(4, 64))
+            rows = row_candidates(block_n, max_elements=32768, warp_choices=(4, 8, 16), per_thread=(4, 64))
+            out += rows + [{**c, "hints": True} for c in rows]  # L2 hints: accel.kernels._triton_lib
     return unique_configs(out)

@@ -14,7 +14,7 @@ import torch
 
 from accel._compat import module_version
 from accel.kernels._conds import tuned_config
-from accel.kernels._triton_configs import next_power_of_2
+from accel.kernels._triton_configs import next_power_of_2, wide
 
 from . import reference
 from accel.kernels._launch import (
@@ -91,7 +91,7 @@ def fwd_launch(cfg: Mapping[str, Any], m: int, n: int, eps: float, has_w: bool) 
                           num_warps=cfg["num_warps"])
     rows, block_n = cfg["rows"], max(cfg["block_n"], next_power_of_2(n))
     return LaunchPlan(k.rms_norm_fwd_rows, (-(-m // rows),), (m, n, eps), BLOCK_N=block_n, ROWS=rows, HAS_W=has_w,
-                      HINTS=cfg.get("hints", False), WIDE=(m + rows) * block_n >= 1 << 31, num_warps=cfg["num_warps"])
+                      HINTS=cfg.get("hints", False), WIDE=wide(m, rows, block_n), num_warps=cfg["num_warps"])
 
 
 def launch_fwd(x: torch.Tensor, weight: torch.Tensor | None, y: torch.Tensor, rstd: torch.Tensor, eps: float,

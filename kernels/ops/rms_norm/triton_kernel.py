@@ -26,6 +26,7 @@ import functools
 import triton
 import triton.language as tl
 
+from accel.kernels._triton_lib import load_once, load_reused, row_offsets
 from accel.kernels._triton_configs import next_power_of_2, row_candidates, row_config, unique_configs, warps
 
 __all__ = ["rms_norm_fwd_rows", "rms_norm_fwd_looped", "rms_norm_bwd_rows", "fwd_config", "default_config",
@@ -39,30 +40,20 @@ MAX_BLOCK_N = 16384
 def rms_norm_fwd_rows(X, W, Y, RSTD, M, N, eps,
                       BLOCK_N: tl.constexpr, ROWS: tl.constexpr, HAS_W: tl.constexpr, HINTS: tl.constexpr,
                       WIDE: tl.constexpr):
-    """``ROWS`` rows of ``[M, N]`` per program, each row whole in registers. ``HINTS``: L2 eviction hints
-    (``x`` evict-first, ``w`` evict-last); ``WIDE``: int64 offsets (``M * N >= 2**31``)."""
+    """``ROWS`` rows of ``[M, N]`` per program, each row whole in registers (``HINTS``, ``WIDE``:
+    :mod:`accel.kernels._triton_lib`)."""
     pid = tl.program_id(0)
     rows = pid * ROWS + tl.arange(0, ROWS)
     cols = tl.arange(0, BLOCK_N)
     row_ok = rows < M
     col_ok = cols < N
     mask = row_ok[:, None] & col_ok[None, :]
-    if WIDE:
-        offs = rows[:, None].to(tl.int64) * N + cols[None, :]
-    else:
-        offs = rows[:, None] * N + cols[None, :]
-    if HINTS:
-        x = tl.load(X + offs, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
-    else:
-        x = tl.load(X + offs, mask=mask, other=0.0).to(tl.float32)
+    offs = row_offsets(rows, cols, N, WIDE)
+    x = load_once(X + offs, mask, 0.0, HINTS).to(tl.float32)
     rstd = tl.rsqrt(tl.sum(x * x, axis=1) / N + eps)
     y = x * rstd[:, None]
     if HAS_W:
-        if HINTS:
-            w = tl.load(W + cols, mask=col_ok, other=0.0, eviction_policy="evict_last").to(tl.float32)
-        else:
-            w = tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32)
-        y = y * w[None, :]
+        y = y * load_reused(W + cols, col_ok, 0.0, HINTS).to(tl.float32)[None, :]
     tl.store(Y + offs, y.to(Y.dtype.element_ty), mask=mask)
     tl.store(RSTD + rows, rstd, mask=row_ok)
 

@@ -14,7 +14,7 @@ import torch
 
 from accel.kernels._conds import Limits, tuned_config
 from accel.kernels._launch import LaunchPlan, lazy_module
-from accel.kernels._triton_configs import next_power_of_2
+from accel.kernels._triton_configs import next_power_of_2, wide
 from accel.kernels.ops.rms_norm.triton_impl import available
 
 from ._ops import make_ops
@@ -35,15 +35,15 @@ def _config(op: str, x: torch.Tensor, m: int, n: int) -> Mapping[str, Any]:
 
 def fwd_launch(cfg: Mapping[str, Any], m: int, n: int) -> LaunchPlan:
     """The forward's launch for ``m`` rows of ``n`` with config ``cfg`` (``looped``, ``block_n``, ``rows``,
-    ``num_warps``, and optionally ``hints`` (L2 cache hints of the looped kernels) and ``num_stages``
+    ``num_warps``, and optionally ``hints`` (L2 cache hints, default off) and ``num_stages``
     (Triton's software pipelining of the looped kernels' chunk loads)); call it with ``(x, y)``."""
     k = _kernels()
     if cfg["looped"]:
         return LaunchPlan(k.softmax_fwd_looped, (m,), (n,), BLOCK_N=cfg["block_n"], HINTS=cfg.get("hints", False),
                           num_warps=cfg["num_warps"], num_stages=cfg.get("num_stages"))
-    rows = cfg["rows"]
-    return LaunchPlan(k.softmax_fwd_rows, (-(-m // rows),), (m, n), BLOCK_N=max(cfg["block_n"], next_power_of_2(n)),
-                      ROWS=rows, num_warps=cfg["num_warps"])
+    rows, block_n = cfg["rows"], max(cfg["block_n"], next_power_of_2(n))
+    return LaunchPlan(k.softmax_fwd_rows, (-(-m // rows),), (m, n), BLOCK_N=block_n, ROWS=rows,
+                      HINTS=cfg.get("hints", False), WIDE=wide(m, rows, block_n), num_warps=cfg["num_warps"])
 
 
 def bwd_launch(cfg: Mapping[str, Any], m: int, n: int) -> LaunchPlan:
@@ -52,9 +52,9 @@ def bwd_launch(cfg: Mapping[str, Any], m: int, n: int) -> LaunchPlan:
     if cfg["looped"]:
         return LaunchPlan(k.softmax_bwd_looped, (m,), (n,), BLOCK_N=cfg["block_n"], HINTS=cfg.get("hints", False),
                           num_warps=cfg["num_warps"], num_stages=cfg.get("num_stages"))
-    rows = cfg["rows"]
-    return LaunchPlan(k.softmax_bwd_rows, (-(-m // rows),), (m, n), BLOCK_N=max(cfg["block_n"], next_power_of_2(n)),
-                      ROWS=rows, num_warps=cfg["num_warps"])
+    rows, block_n = cfg["rows"], max(cfg["block_n"], next_power_of_2(n))
+    return LaunchPlan(k.softmax_bwd_rows, (-(-m // rows),), (m, n), BLOCK_N=block_n, ROWS=rows,
+                      HINTS=cfg.get("hints", False), WIDE=wide(m, rows, block_n), num_warps=cfg["num_warps"])
 
 
 def launch_fwd(x: torch.Tensor, y: torch.Tensor, cfg: Mapping[str, Any], m: int | None = None,

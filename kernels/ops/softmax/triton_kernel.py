@@ -23,6 +23,7 @@ import functools
 import triton
 import triton.language as tl
 
+from accel.kernels._triton_lib import load_once, row_offsets
 from accel.kernels._triton_configs import next_power_of_2, row_candidates, row_config, unique_configs
 
 __all__ = ["MAX_BLOCK_N", "default_config", "softmax_fwd_rows", "softmax_fwd_looped", "softmax_bwd_rows",
@@ -36,14 +37,16 @@ _LOG2E = 1.4426950408889634
 
 
 @triton.jit
-def softmax_fwd_rows(X, Y, M, N, BLOCK_N: tl.constexpr, ROWS: tl.constexpr):
-    """``ROWS`` rows of ``[M, N]`` per program, each whole in registers."""
+def softmax_fwd_rows(X, Y, M, N, BLOCK_N: tl.constexpr, ROWS: tl.constexpr, HINTS: tl.constexpr,
+                     WIDE: tl.constexpr):
+    """``ROWS`` rows of ``[M, N]`` per program, each whole in registers (``HINTS``, ``WIDE``:
+    :mod:`accel.kernels._triton_lib`)."""
     pid = tl.program_id(0)
     rows = pid * ROWS + tl.arange(0, ROWS)
     cols = tl.arange(0, BLOCK_N)
     mask = (rows < M)[:, None] & (cols < N)[None, :]
-    offs = rows[:, None].to(tl.int64) * N + cols[None, :]
-    x = tl.load(X + offs, mask=mask, other=-float("inf"), eviction_policy="evict_first").to(tl.float32)
+    offs = row_offsets(rows, cols, N, WIDE)
+    x = load_once(X + offs, mask, -float("inf"), HINTS).to(tl.float32)
     mx = tl.max(x, axis=1)
     e = tl.exp2((x - mx[:, None]) * 1.4426950408889634)
     y = e / tl.sum(e, axis=1)[:, None]
@@ -89,15 +92,16 @@ def softmax_fwd_looped(X, Y, N, BLOCK_N: tl.constexpr, HINTS: tl.constexpr):
 
 
 @triton.jit
-def softmax_bwd_rows(DY, Y, DX, M, N, BLOCK_N: tl.constexpr, ROWS: tl.constexpr):
+def softmax_bwd_rows(DY, Y, DX, M, N, BLOCK_N: tl.constexpr, ROWS: tl.constexpr, HINTS: tl.constexpr,
+                     WIDE: tl.constexpr):
     """``dx = y * (dy - sum(dy*y))`` for ``ROWS`` rows per program, rows whole in registers."""
     pid = tl.program_id(0)
     rows = pid * ROWS + tl.arange(0, ROWS)
     cols = tl.arange(0, BLOCK_N)
     mask = (rows < M)[:, None] & (cols < N)[None, :]
-    offs = rows[:, None].to(tl.int64) * N + cols[None, :]
-    y = tl.load(Y + offs, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
-    dy = tl.load(DY + offs, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
+    offs = row_offsets(rows, cols, N, WIDE)
+    y = load_once(Y + offs, mask, 0.0, HINTS).to(tl.float32)
+    dy = load_once(DY + offs, mask, 0.0, HINTS).to(tl.float32)
     dot = tl.sum(y * dy, axis=1)
     tl.store(DX + offs, (y * (dy - dot[:, None])).to(DX.dtype.element_ty), mask=mask)
 
@@ -143,7 +147,8 @@ def default_config(n: int) -> dict:
 def candidate_configs(n: int) -> list[dict]:
     """The configs ``accel bench --tune`` times for rows of ``n`` elements (default first).
 
-    Rows in registers (1-16 rows per program, 4-32 warps, 4-128 elements per thread);
+    Rows in registers (1-16 rows per program, 4-32 warps, 4-128 elements per thread, without
+    and with ``evict_first`` hints: :mod:`accel.kernels._triton_lib`);
     for rows of 8192+ also the looped kernels, with and without L2 cache hints (``hints``),
     and a few with software-pipelined chunk loads (``num_stages`` 2/3). (A low-register
     formulation that evaluated ``exp2(x*log2e - (max*log2e + log2(sum)))`` was measured in
@@ -162,7 +167,8 @@ def candidate_configs(n: int) -> list[dict]:
     block_n = next_power_of_2(n)
     out = [default_config(n)]
     if block_n <= MAX_BLOCK_N:
-        out += row_candidates(block_n, max_elements=65536, warp_choices=(4, 8, 16, 32), per_thread=(4, 128))
+        rows = row_candidates(block_n, max_elements=65536, warp_choices=(4, 8, 16, 32), per_thread=(4, 128))
+        out += rows + [{**c, "hints": True} for c in rows]
     if block_n >= 8192:
         for chunk in (2048, 4096, 8192, 16384):
             for warps in (4, 8, 16, 32):

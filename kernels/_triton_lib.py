@@ -1,0 +1,47 @@
+"""``@triton.jit`` helpers shared by the row-wise kernels (imported by the kernel modules only: it imports Triton).
+
+Two launch choices every rows kernel (RMSNorm, softmax, LayerNorm forward; softmax
+backward) takes as constexprs, so the tuner can measure them per shape:
+
+- ``WIDE``: int64 element offsets. Needed only where ``rows * N`` can reach 2**31;
+  int32 offsets elsewhere (fewer address instructions). :func:`accel.kernels._triton_configs.wide`
+  decides it per launch.
+- ``HINTS``: L2 eviction hints (``evict_first`` on data read once, ``evict_last`` on the
+  weight every program rereads). Measured on the H200 (session 5 run C): the RMSNorm rows
+  kernel was 1-5 % faster *without* them on every tuned shape, so they are off unless a
+  tuned config (``"hints": True``) says otherwise.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+__all__ = ["row_offsets", "load_once", "load_reused"]
+
+
+@triton.jit
+def row_offsets(rows, cols, N, WIDE: tl.constexpr):
+    """``[ROWS, BLOCK_N]`` element offsets ``rows * N + cols`` (int64 where ``WIDE``)."""
+    if WIDE:
+        return rows[:, None].to(tl.int64) * N + cols[None, :]
+    else:
+        return rows[:, None] * N + cols[None, :]
+
+
+@triton.jit
+def load_once(ptr, mask, other, HINTS: tl.constexpr):
+    """A load of data this kernel reads once (``evict_first`` where ``HINTS``)."""
+    if HINTS:
+        return tl.load(ptr, mask=mask, other=other, eviction_policy="evict_first")
+    else:
+        return tl.load(ptr, mask=mask, other=other)
+
+
+@triton.jit
+def load_reused(ptr, mask, other, HINTS: tl.constexpr):
+    """A load of data every program rereads, such as a weight (``evict_last`` where ``HINTS``)."""
+    if HINTS:
+        return tl.load(ptr, mask=mask, other=other, eviction_policy="evict_last")
+    else:
+        return tl.load(ptr, mask=mask, other=other)
