@@ -283,6 +283,13 @@ def stream_class() -> type:
 def event_class() -> type:
     """The generic event class: ``torch.Event`` (present in every supported torch)."""
     return torch.Event
+
+
+def address_reader(cls: type = torch.Tensor):
+    """``cls.const_data_ptr`` where the Python binding has it (it reads a copy-on-write tensor's
+    address without materialising a copy), else ``cls.data_ptr`` (torch 2.11, the H200's image,
+    has no ``const_data_ptr`` method: measured there, session 5)."""
+    return getattr(cls, "const_data_ptr", None) or cls.data_ptr
 # -- issue 8: compile options, low-precision GEMM, distributed, TunableOp --------------
 # These import torch._inductor / torch.distributed lazily, at first call: never at
 # ``import accel``.

@@ -21,6 +21,8 @@ from typing import Any
 
 import torch
 
+from accel import _compat
+
 __all__ = ["DECLINE", "MAX_ENTRIES", "signature"]
 
 #: The memo's answer for a signature the cond declined.
@@ -30,31 +32,36 @@ DECLINE = object()
 MAX_ENTRIES = 256
 
 _Tensor = torch.Tensor
+_address = _compat.address_reader()
 _SCALARS = (int, float, bool, type(None))
 
 
 def signature(args: tuple) -> tuple | None:
     """What a cacheable cond may depend on: per tensor argument its dtype, device, shape, strides
-    and ``data_ptr() % 16`` (read with ``const_data_ptr``: a copy-on-write input stays shared); a
-    list or tuple of numbers as a tuple; any other argument itself
-    (ints, floats, bools, ``None``, dtypes, strings). ``None`` (not memoisable) when a sequence
-    holds anything but numbers (a list of tensors would be keyed by identity).
+    and ``data_ptr() % 16`` (read with ``const_data_ptr`` where torch has it: a copy-on-write input
+    stays shared, :func:`accel._compat.address_reader`); a list or tuple of numbers as a tuple; any
+    other argument itself (ints, floats, bools, ``None``, dtypes, strings). ``None`` (not
+    memoisable) when a sequence holds anything but numbers (a list of tensors would be keyed by
+    identity) or when anything about the arguments cannot be read: never an exception, this runs
+    inside the user's op call.
 
-    Costs about 1.5 µs for two tensors on a 2026 CPU host (``/tmp`` harness of session 5,
-    recorded in ``benchmarks/results/README.md``).
+    Costs about 1.5 µs for two tensors on a 2026 CPU host (``/tmp`` harness of session 5).
     """
-    parts = []
-    for a in args:
-        if isinstance(a, _Tensor):
-            parts.append((a.dtype, a.device, a.shape, a.stride(), a.const_data_ptr() & 15))
-        elif type(a) is list or type(a) is tuple:
-            for v in a:
-                if type(v) not in _SCALARS:
-                    return None
-            parts.append(tuple(a))
-        else:
-            parts.append(a)
-    return tuple(parts)
+    try:
+        parts = []
+        for a in args:
+            if isinstance(a, _Tensor):
+                parts.append((a.dtype, a.device, a.shape, a.stride(), _address(a) & 15))
+            elif type(a) is list or type(a) is tuple:
+                for v in a:
+                    if type(v) not in _SCALARS:
+                        return None
+                parts.append(tuple(a))
+            else:
+                parts.append(a)
+        return tuple(parts)
+    except Exception:  # noqa: BLE001 - an argument we cannot describe: no memo, the cond decides
+        return None
 
 
 def plan_of(impl: Any, args: tuple) -> Any:

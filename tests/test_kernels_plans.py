@@ -238,3 +238,24 @@ def test_every_change_of_the_miss_policy_forgets_the_memo():
         assert _tuning.GENERATION > generation
     finally:
         _tuning.MIN_NUMEL.update(saved)
+
+
+def test_signature_never_raises_and_reads_addresses_on_every_torch(monkeypatch):
+    """torch 2.11 (the H200's image) has no Tensor.const_data_ptr: the reader falls back to data_ptr;
+    and an argument whose facts cannot be read gives no memo instead of an exception in the user's call."""
+    from accel import _compat
+
+    class Torch211Tensor:  # the binding of torch 2.11: data_ptr only
+        data_ptr = torch.Tensor.data_ptr
+
+    monkeypatch.setattr(_plans, "_address", _compat.address_reader(Torch211Tensor))
+    assert _plans._address is torch.Tensor.data_ptr
+    x = torch.randn(4, 32)
+    assert _plans.signature((x, [32]))[0][-1] == x.data_ptr() & 15
+
+    class Unreadable(torch.Tensor):
+        @property
+        def shape(self):
+            raise RuntimeError("no shape here")
+
+    assert _plans.signature((torch.Tensor._make_subclass(Unreadable, x),)) is None
