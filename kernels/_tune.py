@@ -76,7 +76,7 @@ def _build(family: str, direction: str, dtype: torch.dtype, m: int, n: int, devi
             y = torch.ops.aten._softmax.default(x, -1, False)
         if direction == "fwd":
             aten = lambda: torch.ops.aten._softmax.default(x, -1, False)  # noqa: E731
-            cands["triton"] = (lambda c: (st.launch_fwd(x, out, c), out)[1], tk.candidate_configs(n, "fwd"))
+            cands["triton"] = (lambda c: (st.launch_fwd(x, out, c), out)[1], tk.candidate_configs(n))
             if helion_ok and n <= sh.LIMITS.max_n_fwd:
                 from accel.kernels.ops.softmax import helion_kernel as hk
 
@@ -84,7 +84,7 @@ def _build(family: str, direction: str, dtype: torch.dtype, m: int, n: int, devi
         else:
             aten = lambda: torch.ops.aten._softmax_backward_data.default(dy, y, -1, dtype)  # noqa: E731
             cands["triton"] = (lambda c: (st.launch_bwd(dy, y, out, c), out)[1],
-                               tk.candidate_configs(n, "bwd"))
+                               tk.candidate_configs(n))
             if helion_ok and n <= sh.LIMITS.max_n_bwd:
                 from accel.kernels.ops.softmax import helion_kernel as hk
 

@@ -290,8 +290,6 @@ def test_every_softmax_triton_candidate_config_is_correct_interpreted():
     report = _triton_interpreted(CONFIG_SCRIPT)
     kinds = {(r["cfg"]["looped"], bool(r["cfg"].get("hints")), "num_stages" in r["cfg"]) for r in report}
     assert {(False, False, False), (True, False, False), (True, True, False), (True, True, True)} <= kinds
-    # the split forward: a row over 2 and 4 programs (n=9000 over 4 parts of 4096: the last part is empty)
-    assert {r["cfg"].get("split") for r in report if r["n"] == 9000} >= {2, 4}
     bad = [r for r in report if r["fwd"] is not None or r["bwd"] is not None]
     assert not bad, bad[:5]
 

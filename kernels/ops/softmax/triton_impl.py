@@ -35,14 +35,9 @@ def _config(op: str, x: torch.Tensor, m: int, n: int) -> Mapping[str, Any]:
 
 def fwd_launch(cfg: Mapping[str, Any], m: int, n: int) -> LaunchPlan:
     """The forward's launch for ``m`` rows of ``n`` with config ``cfg`` (``looped``, ``block_n``, ``rows``,
-    ``num_warps``, and optionally ``hints`` (L2 cache hints, default off), ``split`` (the row over that many
-    programs; ``block_n`` is then the streamed chunk) and ``num_stages``
+    ``num_warps``, and optionally ``hints`` (L2 cache hints, default off) and ``num_stages``
     (Triton's software pipelining of the looped kernels' chunk loads)); call it with ``(x, y)``."""
     k = _kernels()
-    split = cfg.get("split", 1)
-    if split > 1:  # one row over ``split`` programs, each with its part in registers
-        return LaunchPlan(k.softmax_fwd_split, (m * split,), (n,), SPLIT=split, BLOCK_N=next_power_of_2(-(-n // split)),
-                          CHUNK=cfg["block_n"], HINTS=cfg.get("hints", False), num_warps=cfg["num_warps"])
     if cfg["looped"]:
         return LaunchPlan(k.softmax_fwd_looped, (m,), (n,), BLOCK_N=cfg["block_n"], HINTS=cfg.get("hints", False),
                           num_warps=cfg["num_warps"], num_stages=cfg.get("num_stages"))

@@ -26,8 +26,7 @@ import triton.language as tl
 from accel.kernels._triton_lib import load_once, row_offsets
 from accel.kernels._triton_configs import next_power_of_2, row_candidates, row_config, unique_configs
 
-__all__ = ["MAX_BLOCK_N", "default_config", "softmax_fwd_rows", "softmax_fwd_looped", "softmax_fwd_split",
-           "softmax_bwd_rows",
+__all__ = ["MAX_BLOCK_N", "default_config", "softmax_fwd_rows", "softmax_fwd_looped", "softmax_bwd_rows",
            "softmax_bwd_looped", "candidate_configs"]
 
 #: Longest row held whole in registers (elements): 32768 fp32 values over 16 warps = 64 per thread.
@@ -93,51 +92,6 @@ def softmax_fwd_looped(X, Y, N, BLOCK_N: tl.constexpr, HINTS: tl.constexpr):
 
 
 @triton.jit
-def softmax_fwd_split(X, Y, N, SPLIT: tl.constexpr, BLOCK_N: tl.constexpr, CHUNK: tl.constexpr, HINTS: tl.constexpr):
-    """One row over ``SPLIT`` programs (``pid = row * SPLIT + part``; the parts of a row are neighbours,
-    so they run together and share the row through L2): each holds its ``BLOCK_N``-element part in
-    registers, streams the other parts in ``CHUNK``-element chunks for the row's max and sum (online,
-    per lane), and writes its part - one DRAM read of ``x`` when the partner's loads hit L2, no
-    second pass over its own part. ``HINTS``: own part loaded ``evict_last`` (the partners reread
-    it), ``y`` stored streaming. A part past the row's end (``N`` not filling ``SPLIT`` parts) is
-    all masked: its max is ``-inf`` and it contributes nothing.
-    """
-    pid = tl.program_id(0)
-    row = (pid // SPLIT).to(tl.int64)
-    part = pid % SPLIT
-    base = row * N
-    cols = part * BLOCK_N + tl.arange(0, BLOCK_N)
-    ok = cols < N
-    if HINTS:
-        mine = tl.load(X + base + cols, mask=ok, other=-float("inf"), eviction_policy="evict_last")
-    else:
-        mine = tl.load(X + base + cols, mask=ok, other=-float("inf"))
-    mine = mine.to(tl.float32)
-    m1 = tl.max(mine, axis=0)
-    s1 = tl.sum(tl.where(mine == -float("inf"), 0.0, tl.exp2((mine - m1) * 1.4426950408889634)), axis=0)
-    m = tl.full([CHUNK], -float("inf"), tl.float32)
-    s = tl.zeros([CHUNK], dtype=tl.float32)
-    for other in tl.static_range(1, SPLIT):
-        first = ((part + other) % SPLIT) * BLOCK_N
-        for start in range(0, BLOCK_N, CHUNK):
-            c = first + start + tl.arange(0, CHUNK)
-            x = tl.load(X + base + c, mask=c < N, other=-float("inf")).to(tl.float32)
-            m_new = tl.maximum(m, x)
-            keep = m_new == -float("inf")
-            s = s * tl.where(keep, 0.0, tl.exp2((m - m_new) * 1.4426950408889634)) \
-                + tl.where(keep, 0.0, tl.exp2((x - m_new) * 1.4426950408889634))
-            m = m_new
-    mx = tl.maximum(m1, tl.max(m, axis=0))
-    total = s1 * tl.exp2((m1 - mx) * 1.4426950408889634) \
-        + tl.sum(tl.where(m == -float("inf"), 0.0, s * tl.exp2((m - mx) * 1.4426950408889634)), axis=0)
-    y = (tl.exp2((mine - mx) * 1.4426950408889634) / total).to(Y.dtype.element_ty)
-    if HINTS:
-        tl.store(Y + base + cols, y, mask=ok, cache_modifier=".cs")
-    else:
-        tl.store(Y + base + cols, y, mask=ok)
-
-
-@triton.jit
 def softmax_bwd_rows(DY, Y, DX, M, N, BLOCK_N: tl.constexpr, ROWS: tl.constexpr, HINTS: tl.constexpr,
                      WIDE: tl.constexpr):
     """``dx = y * (dy - sum(dy*y))`` for ``ROWS`` rows per program, rows whole in registers."""
@@ -190,14 +144,13 @@ def default_config(n: int) -> dict:
     return row_config(n, MAX_BLOCK_N, SOFTMAX_WARP_STEPS)
 
 
-def candidate_configs(n: int, direction: str = "fwd") -> list[dict]:
+def candidate_configs(n: int) -> list[dict]:
     """The configs ``accel bench --tune`` times for rows of ``n`` elements (default first).
 
     Rows in registers (1-16 rows per program, 4-32 warps, 4-128 elements per thread, without
     and with ``evict_first`` hints: :mod:`accel.kernels._triton_lib`);
     for rows of 8192+ also the looped kernels, with and without L2 cache hints (``hints``),
-    and a few with software-pipelined chunk loads (``num_stages`` 2/3); for forward rows of 16384+
-    the split kernel (``split``: one row over 2 or 4 programs, :func:`softmax_fwd_split`). (A low-register
+    and a few with software-pipelined chunk loads (``num_stages`` 2/3). (A low-register
     formulation that evaluated ``exp2(x*log2e - (max*log2e + log2(sum)))`` was measured in
     session 3: never the fastest on the H200, and it loses precision for large logits; removed.)
     (Thread-block clusters, ``num_ctas`` 2/4 - one row over a cluster's CTAs, as quack's long-row
@@ -226,13 +179,4 @@ def candidate_configs(n: int, direction: str = "fwd") -> list[dict]:
             for stages in (2, 3):
                 out.append({"looped": True, "block_n": chunk, "rows": 1, "num_warps": warps, "hints": True,
                             "num_stages": stages})
-    if block_n >= 16384 and direction == "fwd":  # one row over 2 or 4 programs (softmax_fwd_split)
-        for split in (2, 4):
-            part = block_n // split
-            for chunk in (2048, 4096):
-                for warps in (4, 8, 16, 32):
-                    if part // (32 * warps) <= 64 and chunk // (32 * warps) >= 2:
-                        for hints in (False, True):
-                            out.append({"looped": False, "split": split, "block_n": chunk, "rows": 1,
-                                        "num_warps": warps, "hints": hints})
     return unique_configs(out)
