@@ -163,6 +163,11 @@ def candidate_configs(n: int) -> list[dict]:
     max in the looped forward - one block max per chunk, two exps per element instead of three - was
     slower too: best 311.8 us vs 291.6, ``session4/tune-runD-softmax.json``; the special-function unit
     is not what limits this kernel.)
+    (A split forward - one row over 2 or 4 neighbouring programs, each holding its part in
+    registers and streaming the other parts from L2 for the row's max and sum, so no second pass
+    over its own part - was measured in session 5 on 8192x32768: best 529.4 us vs the looped
+    kernel's 293.1 (split 2, 2048-element chunks, 16 warps; split 4 slower still); removed.
+    ``benchmarks/results/h200/session5/tune-runF-softmax.json``.)
     """
     block_n = next_power_of_2(n)
     out = [default_config(n)]
