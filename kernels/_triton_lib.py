@@ -17,7 +17,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-__all__ = ["row_offsets", "load_once", "load_reused"]
+__all__ = ["row_offsets", "hinted_load"]
 
 
 @triton.jit
@@ -30,18 +30,10 @@ def row_offsets(rows, cols, N, WIDE: tl.constexpr):
 
 
 @triton.jit
-def load_once(ptr, mask, other, HINTS: tl.constexpr):
-    """A load of data this kernel reads once (``evict_first`` where ``HINTS``)."""
+def hinted_load(ptr, mask, other, HINTS: tl.constexpr, POLICY: tl.constexpr):
+    """``tl.load`` with L2 eviction policy ``POLICY`` where ``HINTS`` (``"evict_first"`` for data this
+    kernel reads once, ``"evict_last"`` for data every program rereads, such as a weight), none otherwise."""
     if HINTS:
-        return tl.load(ptr, mask=mask, other=other, eviction_policy="evict_first")
-    else:
-        return tl.load(ptr, mask=mask, other=other)
-
-
-@triton.jit
-def load_reused(ptr, mask, other, HINTS: tl.constexpr):
-    """A load of data every program rereads, such as a weight (``evict_last`` where ``HINTS``)."""
-    if HINTS:
-        return tl.load(ptr, mask=mask, other=other, eviction_policy="evict_last")
+        return tl.load(ptr, mask=mask, other=other, eviction_policy=POLICY)
     else:
         return tl.load(ptr, mask=mask, other=other)

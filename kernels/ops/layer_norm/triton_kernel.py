@@ -30,7 +30,7 @@ import functools
 import triton
 import triton.language as tl
 
-from accel.kernels._triton_lib import load_once, load_reused, row_offsets
+from accel.kernels._triton_lib import hinted_load, row_offsets
 from accel.kernels._triton_configs import next_power_of_2, row_candidates, row_config, unique_configs, warps
 
 __all__ = ["MAX_BLOCK_N", "layer_norm_fwd_rows", "layer_norm_fwd_looped", "layer_norm_bwd_rows", "default_config",
@@ -51,15 +51,15 @@ def layer_norm_fwd_rows(X, W, B, Y, MEAN, RSTD, M, N, eps, BLOCK_N: tl.constexpr
     col_ok = cols < N
     mask = row_ok[:, None] & col_ok[None, :]
     offs = row_offsets(rows, cols, N, WIDE)
-    x = load_once(X + offs, mask, 0.0, HINTS).to(tl.float32)
+    x = hinted_load(X + offs, mask, 0.0, HINTS, "evict_first").to(tl.float32)
     mean = tl.sum(x, axis=1) / N
     xc = tl.where(mask, x - mean[:, None], 0.0)
     rstd = tl.rsqrt(tl.sum(xc * xc, axis=1) / N + eps)
     y = xc * rstd[:, None]
     if HAS_W:
-        y = y * load_reused(W + cols, col_ok, 0.0, HINTS).to(tl.float32)[None, :]
+        y = y * hinted_load(W + cols, col_ok, 0.0, HINTS, "evict_last").to(tl.float32)[None, :]
     if HAS_B:
-        y = y + load_reused(B + cols, col_ok, 0.0, HINTS).to(tl.float32)[None, :]
+        y = y + hinted_load(B + cols, col_ok, 0.0, HINTS, "evict_last").to(tl.float32)[None, :]
     tl.store(Y + offs, y.to(Y.dtype.element_ty), mask=mask)
     tl.store(MEAN + rows, mean.to(MEAN.dtype.element_ty), mask=row_ok)
     tl.store(RSTD + rows, rstd.to(RSTD.dtype.element_ty), mask=row_ok)

@@ -26,7 +26,7 @@ import functools
 import triton
 import triton.language as tl
 
-from accel.kernels._triton_lib import load_once, load_reused, row_offsets
+from accel.kernels._triton_lib import hinted_load, row_offsets
 from accel.kernels._triton_configs import next_power_of_2, row_candidates, row_config, unique_configs, warps
 
 __all__ = ["rms_norm_fwd_rows", "rms_norm_fwd_looped", "rms_norm_bwd_rows", "fwd_config", "default_config",
@@ -49,11 +49,11 @@ def rms_norm_fwd_rows(X, W, Y, RSTD, M, N, eps,
     col_ok = cols < N
     mask = row_ok[:, None] & col_ok[None, :]
     offs = row_offsets(rows, cols, N, WIDE)
-    x = load_once(X + offs, mask, 0.0, HINTS).to(tl.float32)
+    x = hinted_load(X + offs, mask, 0.0, HINTS, "evict_first").to(tl.float32)
     rstd = tl.rsqrt(tl.sum(x * x, axis=1) / N + eps)
     y = x * rstd[:, None]
     if HAS_W:
-        y = y * load_reused(W + cols, col_ok, 0.0, HINTS).to(tl.float32)[None, :]
+        y = y * hinted_load(W + cols, col_ok, 0.0, HINTS, "evict_last").to(tl.float32)[None, :]
     tl.store(Y + offs, y.to(Y.dtype.element_ty), mask=mask)
     tl.store(RSTD + rows, rstd, mask=row_ok)
 

@@ -23,7 +23,7 @@ import functools
 import triton
 import triton.language as tl
 
-from accel.kernels._triton_lib import load_once, row_offsets
+from accel.kernels._triton_lib import hinted_load, row_offsets
 from accel.kernels._triton_configs import next_power_of_2, row_candidates, row_config, unique_configs
 
 __all__ = ["MAX_BLOCK_N", "default_config", "softmax_fwd_rows", "softmax_fwd_looped", "softmax_bwd_rows",
@@ -46,7 +46,7 @@ def softmax_fwd_rows(X, Y, M, N, BLOCK_N: tl.constexpr, ROWS: tl.constexpr, HINT
     cols = tl.arange(0, BLOCK_N)
     mask = (rows < M)[:, None] & (cols < N)[None, :]
     offs = row_offsets(rows, cols, N, WIDE)
-    x = load_once(X + offs, mask, -float("inf"), HINTS).to(tl.float32)
+    x = hinted_load(X + offs, mask, -float("inf"), HINTS, "evict_first").to(tl.float32)
     mx = tl.max(x, axis=1)
     e = tl.exp2((x - mx[:, None]) * 1.4426950408889634)
     y = e / tl.sum(e, axis=1)[:, None]
@@ -100,8 +100,8 @@ def softmax_bwd_rows(DY, Y, DX, M, N, BLOCK_N: tl.constexpr, ROWS: tl.constexpr,
     cols = tl.arange(0, BLOCK_N)
     mask = (rows < M)[:, None] & (cols < N)[None, :]
     offs = row_offsets(rows, cols, N, WIDE)
-    y = load_once(Y + offs, mask, 0.0, HINTS).to(tl.float32)
-    dy = load_once(DY + offs, mask, 0.0, HINTS).to(tl.float32)
+    y = hinted_load(Y + offs, mask, 0.0, HINTS, "evict_first").to(tl.float32)
+    dy = hinted_load(DY + offs, mask, 0.0, HINTS, "evict_first").to(tl.float32)
     dot = tl.sum(y * dy, axis=1)
     tl.store(DX + offs, (y * (dy - dot[:, None])).to(DX.dtype.element_ty), mask=mask)
 
