@@ -715,7 +715,8 @@ def snapshot() -> dict[str, Any]:
         ``random``'s state (625 words as an ``int64`` tensor), NumPy's global
         ``RandomState`` (``None`` without NumPy; key as an ``int64`` tensor), the torch
         CPU state and one state per device of the active backend (``uint8`` CPU
-        tensors), with the backend name (``vendor``) and device count. Only tensors and
+        tensors), with the backend name (``vendor``) and ``device_count``: the number of
+        per-device states in ``devices`` (``0`` on the CPU, whose state is ``torch_cpu``). Only tensors and
         Python primitives: ``torch.save`` then ``torch.load`` (``weights_only=True``)
         need no allow-listing.
 

@@ -252,3 +252,13 @@ def test_a_reader_leaving_early_is_not_a_failure(argv, rc):
     err = proc.stderr.read()
     assert proc.wait(timeout=120) == rc, err
     assert "Traceback" not in err and "Exception ignored" not in err, err
+
+
+def test_info_shows_no_compatibility_verdict_for_a_dsl_that_is_not_installed(capsys, monkeypatch):
+    from accel import diagnostics
+
+    monkeypatch.setattr(diagnostics, "dsl_versions", lambda: {"triton": None, "helion": None, "cutedsl": None})
+    monkeypatch.setenv("COLUMNS", "200")
+    assert main(["info"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if "not installed │" in line]
+    assert len(rows) == 3 and all("n/a" in r and "True" not in r for r in rows)

@@ -45,7 +45,8 @@ def run(args: argparse.Namespace) -> int:
             rows.append(["error", dev["error"]])
         out.print(table(f"device ({dev['backend']}, {dev['vendor']})", ["fact", "value"], rows))
     out.print(table("DSL runtimes", ["dsl", "version", "compatible", "detail"],
-                    [[d, v["version"] or "not installed", v["compatible"], v["detail"]] for d, v in info["dsl"].items()]))
+                    [[d, v["version"] or "not installed", v["compatible"] if v["version"] else "n/a", v["detail"]]
+                     for d, v in info["dsl"].items()]))
     env_rows = [[k, v if v is not None else "(unset)"] for k, v in info["visible_devices"].items()]
     env_rows.append(["ACCEL_DEVICE", info["accel_device_env"] if info["accel_device_env"] is not None else "(unset)"])
     env_rows += [[k, v if v is not None else "(unset)"] for k, v in info["accel_env"].items()]
