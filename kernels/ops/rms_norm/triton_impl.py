@@ -18,8 +18,7 @@ from accel.kernels._triton_configs import next_power_of_2, wide
 
 from . import reference
 from accel.kernels._launch import (
-    LaunchPlan, device_guard, empty, empty_like, lazy_module, row_count,
-    rows_view, shaped_like, sm_count, triton_launch,
+    LaunchPlan, empty, empty_like, lazy_module, row_count, sm_count,
 )
 from ._pair import register_pair
 from .conditions import Limits
@@ -104,30 +103,55 @@ def launch_fwd(x: torch.Tensor, weight: torch.Tensor | None, y: torch.Tensor, rs
 def fused_rms_norm_backward(grad_out: torch.Tensor, input: torch.Tensor, normalized_shape: Sequence[int],
                             rstd: torch.Tensor, weight: torch.Tensor | None,
                             output_mask: Sequence[bool]) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-    """``aten::_fused_rms_norm_backward`` in Triton; same as :func:`.reference.fused_rms_norm_backward`."""
+    """``aten::_fused_rms_norm_backward`` in Triton; same as :func:`.reference.fused_rms_norm_backward`.
+
+    Contiguous ``grad_out`` and ``input`` (the cond checks both). The registry calls :func:`plan_bwd`'s
+    result instead, once per argument signature (``fused_rms_norm_backward.plan``)."""
+    return plan_bwd(grad_out, input, normalized_shape, rstd, weight, output_mask)(
+        grad_out, input, normalized_shape, rstd, weight, output_mask)
+
+
+def plan_bwd(grad_out: torch.Tensor, input: torch.Tensor, normalized_shape: Sequence[int], rstd: torch.Tensor,
+             weight: torch.Tensor | None, output_mask: Sequence[bool]) -> Callable[..., tuple]:
+    """:func:`fused_rms_norm_backward` for every call with these arguments' signature: the program grid
+    (a few programs per SM, each walking a range of rows and keeping its ``dw`` partial), outputs and
+    launch fixed here; a call is the allocations, the launch and, for ``dw``, the sum of the partials."""
     want_dx = bool(output_mask[0])
     want_dw = bool(output_mask[1]) and weight is not None
     if not (want_dx or want_dw):
-        return None, None
+        return _no_grads
     k = _kernels()
     n = row_count(normalized_shape)
-    x = rows_view(input, n)
-    dy = rows_view(grad_out, n)
-    m = x.shape[0]
+    m = input.numel() // n
     block_n, warps = k.bwd_config(n)
-    programs = max(1, min(m, sm_count(x.device) * (4 if block_n <= 4096 else 2)))
+    programs = max(1, min(m, sm_count(input.device) * (4 if block_n <= 4096 else 2)))
     per_program = -(-m // programs)
     programs = -(-m // per_program)
-    dx = empty_like(x) if want_dx else x
-    partial = empty((programs, n), torch.float32, x.device) if want_dw else x
-    w = weight if weight is not None else x
-    with device_guard(x.device):
-        triton_launch(k.rms_norm_bwd_rows, (programs,), dy, x, w, rstd, dx, partial, m, n, per_program, BLOCK_N=block_n,
-                                         HAS_W=weight is not None, WANT_DX=want_dx, WANT_DW=want_dw,
-                                         num_warps=warps)
-    grad_input = shaped_like(dx, input) if want_dx else None
-    grad_weight = partial.sum(0).to(weight.dtype).view(weight.shape) if want_dw else None
-    return grad_input, grad_weight
+    has_w, device, f32 = weight is not None, input.device, torch.float32
+    launch = LaunchPlan(k.rms_norm_bwd_rows, (programs,), (m, n, per_program), BLOCK_N=block_n, HAS_W=has_w,
+                        WANT_DX=want_dx, WANT_DW=want_dw, num_warps=warps)
+    w_shape = tuple(weight.shape) if has_w else None
+    reshape_dw = has_w and weight.dim() != 1
+
+    def run(grad_out, input, normalized_shape, rstd, weight, output_mask):
+        dx = empty_like(input) if want_dx else input
+        partial = empty((programs, n), f32, device) if want_dw else input
+        launch(grad_out, input, weight if has_w else input, rstd, dx, partial)
+        if not want_dw:
+            return dx, None
+        dw = partial.sum(0).to(weight.dtype)
+        return (dx if want_dx else None), (dw.view(w_shape) if reshape_dw else dw)
+
+    run.launch = launch  # type: ignore[attr-defined]  # (tests look at its capture)
+    return run
+
+
+def _no_grads(*args: Any) -> tuple[None, None]:
+    """The backward when ``output_mask`` asks for nothing (or ``dw`` without a weight)."""
+    return None, None
+
+
+fused_rms_norm_backward.plan = plan_bwd  # type: ignore[attr-defined]
 
 
 def register(backends: Sequence[str] = ("cuda",), *, suffix: str = "") -> list[str]:
