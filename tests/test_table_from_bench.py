@@ -58,6 +58,8 @@ def test_evidence_limits_rule_4_to_the_newest_reports_of_a_dsl():
     new = _report(_row(BIG, 1000, 1100, 1500, routed=1490, routed_to="rms_norm_fwd.helion"))
     assert _impls(tfb.build([old, new]))[BIG] == "aten"
     assert _impls(tfb.build([old, new], evidence={"helion": 1}))[BIG] == "helion"
+    # a window per op and direction overrides the DSL's: this op's host path did not change
+    assert _impls(tfb.build([old, new], evidence={"helion": 1, "helion.rms_norm_fwd": 2}))[BIG] == "aten"
 
 
 def test_the_last_tune_file_supplies_the_config():

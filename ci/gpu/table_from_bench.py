@@ -1,6 +1,6 @@
 """Build a shipped tuning table (kernels/tuning/<arch>.json) from ``accel bench`` JSON reports.
 
-    python ci/gpu/table_from_bench.py [--tuned TUNE.json ...] [--evidence DSL:N ...] OLDER.json ... NEWEST.json \
+    python ci/gpu/table_from_bench.py [--tuned TUNE.json ...] [--evidence DSL[.OP_DIR]:N ...] OLDER.json ... NEWEST.json \
         > kernels/tuning/sm_90.json
 
 Per (op, direction, dtype, shape) row, each implementation's GB/s is its best over the
@@ -29,7 +29,8 @@ Every entry keeps the GB/s as evidence. With ``--tuned``, a table written by
 ``[M, N]`` (the last file naming it wins): its best config of the entry's winner (``configs``),
 or its ``config`` where the tune picked the same implementation. ``--evidence DSL:N``: only the newest ``N`` reports supply rule
 4's evidence for ``DSL`` (when its host path changed between runs, older routed numbers measured
-other code).
+other code); ``--evidence DSL.OP_DIR:N`` (``triton.layer_norm_bwd:16``) sets the window of one op and
+direction, over the DSL's (its host path did not change with the rest).
 """
 
 from __future__ import annotations
@@ -79,7 +80,8 @@ def build(reports: list[dict], tuned: dict | None = None, evidence: dict[str, in
                 dsl = next((d for d in ("triton", "helion") if tail.startswith(d)), tail)
                 direct = row["impls"].get(dsl, {}).get("gbs")
                 m, n = row["shape"]
-                if age >= evidence.get(dsl, len(reports)):
+                window = evidence.get(f"{dsl}.{row['op']}_{row['direction']}", evidence.get(dsl, len(reports)))
+                if age >= window:
                     continue
                 if routed >= aten:
                     routed_held.setdefault(_key(row), set()).add(dsl)
