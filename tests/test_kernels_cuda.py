@@ -116,7 +116,6 @@ def test_install_routes_real_shapes_and_verify_agrees():
     assert names and all(o.active for o in ak.overrides())
     ak.set_verify(True)
     # 16384 x 8192: a shape the shipped sm_90 table routes to a kernel in both directions
-    # (4096 x 4096 backward goes to ATen there: the routed call is host-bound)
     x = torch.randn(16384, 8192, dtype=torch.bfloat16, device="cuda", requires_grad=True)
     w = torch.randn(8192, dtype=torch.bfloat16, device="cuda", requires_grad=True)
     y = F.rms_norm(x, (8192,), w, 1e-6)
