@@ -169,7 +169,9 @@ def collect(spec: object = None) -> dict[str, Any]:
     try:
         sel = accel.selection(spec)
     except AccelError as exc:
-        info["selection"] = {"error": str(exc)}
+        if spec is not None and isinstance(exc, (ValueError, TypeError, LookupError)):
+            raise  # a misspelt --device is bad input (the CLI exits 2), not a fact about this machine
+        info["selection"] = {"error": str(exc), "requested": None if spec is None else str(spec)}
         info["device"] = None
     else:
         info["selection"] = {"backend": sel.backend.name, "device": str(sel.device), "source": sel.source,
@@ -215,8 +217,13 @@ def checks(info: dict[str, Any]) -> list[Check]:
     build = info["torch"]
     sel = info["selection"]
     if "error" in sel:
-        out.append(Check("selection", False, sel["error"].splitlines()[0],
-                         "unset ACCEL_DEVICE or set it to an available backend, e.g. ACCEL_DEVICE=cpu"))
+        if sel.get("requested"):
+            fix = f"pass an available backend instead of --device {sel['requested']}, e.g. --device cpu"
+        elif os.environ.get("ACCEL_DEVICE"):
+            fix = "unset ACCEL_DEVICE or set it to an available backend, e.g. ACCEL_DEVICE=cpu"
+        else:
+            fix = "no backend is usable: see the probes above for why each was skipped"
+        out.append(Check("selection", False, sel["error"].splitlines()[0], fix))
     else:
         out.append(Check("selection", True, sel["reason"]))
     hw = _hardware_seen()

@@ -37,15 +37,20 @@ def _registry() -> Any:
 
 def add(slot: Any, ov: Any) -> None:
     """Create ``ov``'s node in the registry (not yet installed: :func:`install` places it)."""
+    from ._registry import _shape_key
+
     reg = _registry()
     symbol, key = slot.op.symbol, slot.key
 
     def cond(*args: Any, **kwargs: Any) -> bool:
         # an impl calling its own op: not itself again
-        return not slot.reentered() and ov.take(args, kwargs) is not None
+        return not slot.reentered() and ov.take(args, kwargs) is not None  # FALLBACK too: ATen via impl
 
     def impl(*args: Any, **kwargs: Any) -> Any:  # the plan the cond's take memoised, where it did
-        return slot.run_guarded(ov, args, kwargs, ov.planned(args, kwargs))
+        fn = ov.planned(args, kwargs)
+        if fn is None and ov.denied and _shape_key(args) in ov.denied:
+            return slot.call_aten(*args, **kwargs)  # planning failed in this call's cond: ATen answers
+        return slot.run_guarded(ov, args, kwargs, fn)
 
     cond.__qualname__ = f"accel cond of {ov.name}"
     impl.__qualname__ = f"accel impl of {ov.name}"

@@ -23,10 +23,12 @@ import torch
 
 from accel import _compat
 
-__all__ = ["DECLINE", "MAX_ENTRIES", "signature"]
+__all__ = ["DECLINE", "FALLBACK", "MAX_ENTRIES", "signature"]
 
 #: The memo's answer for a signature the cond declined.
 DECLINE = object()
+#: What ``take`` returns when planning failed for this call: the caller answers with ATen.
+FALLBACK = object()
 #: Signatures kept per override before the memo is emptied (a bound for callers that vary a float
 #: argument or the alignment of their tensors call after call).
 MAX_ENTRIES = 256

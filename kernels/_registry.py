@@ -54,6 +54,7 @@ REGISTRY_ENV = "ACCEL_KERNELS_REGISTRY"
 _PATHS = ("auto", "native", "accel")
 
 _LOCK = threading.RLock()
+_MEMO_LOCK = threading.Lock()  # only on memo misses and table changes, never on a memo hit
 _UNSET = object()
 
 
@@ -229,6 +230,17 @@ class _State:
     path_mode: str | None = None  # None: read REGISTRY_ENV at first use
     disabled_all: bool = False
     disabled: dict[str, set[str]] = {"op": set(), "dsl": set(), "backend": set(), "name": set()}
+    #: Filters held by active :func:`disabled` blocks, counted: ``(kind, value)`` or ``("all", None)`` ->
+    #: number of blocks holding it (kept apart from :func:`disable`'s, which a block never undoes).
+    held: dict[tuple[str, Any], int] = {}
+
+
+def _filters_in_force() -> tuple[bool, dict[str, set[str]]]:
+    """``(all disabled, filters by kind)``: :func:`disable`'s plus those held by active :func:`disabled` blocks."""
+    held = _STATE.held
+    kinds = {kind: values | {v for (k, v), n in held.items() if k == kind and n > 0}
+             for kind, values in _STATE.disabled.items()}
+    return _STATE.disabled_all or held.get(("all", None), 0) > 0, kinds
 
 
 _STATE = _State()
@@ -282,8 +294,10 @@ class _Override:
     # -- the per-call path (keep lean: no dict building, no inspect) ------------
     def take(self, args: tuple, kwargs: dict, sig: Any = _UNSET) -> Callable | None:
         """The function that answers this call (the impl, or its plan for this signature), or ``None``
-        where the override declines it. ``sig``: :func:`accel.kernels._plans.signature` of ``args``
-        when the caller has it (accel's router computes it once for all overrides of a call)."""
+        where the override declines it, or :data:`accel.kernels._plans.FALLBACK` where planning failed
+        (the fail-safe has warned and denied the shape: the caller returns ATen's result, as for an
+        impl that raises). ``sig``: :func:`accel.kernels._plans.signature` of ``args`` when the caller
+        has it (accel's router computes it once for all overrides of a call)."""
         if not self.cacheable or kwargs:
             return self.impl if self.accept(args, kwargs) else None
         if sig is _UNSET:
@@ -293,8 +307,9 @@ class _Override:
         plans = self.plans
         gen = _tuning.GENERATION
         if self.plans_gen != gen:
-            plans.clear()
-            self.plans_gen = gen
+            with _MEMO_LOCK:  # ordered with _remember's check-and-store
+                plans.clear()
+                self.plans_gen = gen
         try:
             hit = plans.get(sig)
         except TypeError:  # an unhashable argument: no memo for this call
@@ -311,10 +326,10 @@ class _Override:
             fn = _plans.plan_of(self.impl, args)
         except Exception as exc:  # noqa: BLE001 - as an impl raising: fall back, never crash
             self._deny(args, f"raised {type(exc).__name__} while planning: {exc}")
-            return None
+            return _plans.FALLBACK
         if not callable(fn):
             self._deny(args, f"planned {_type_name(fn)}, not a function answering the call")
-            return None
+            return _plans.FALLBACK
         self._remember(sig, fn, gen)
         return fn
 
@@ -333,11 +348,12 @@ class _Override:
     def _remember(self, sig: tuple, answer: Any, gen: int) -> None:
         """Keep ``answer`` for ``sig`` unless the tuning tables changed since the cond read them (generation
         ``gen``): an answer computed against an older table must not outlive the change."""
-        if gen != _tuning.GENERATION:
-            return
-        if len(self.plans) >= _plans.MAX_ENTRIES:
-            self.plans.clear()
-        self.plans[sig] = answer
+        with _MEMO_LOCK:  # a table change between the check and the store would keep a stale answer
+            if gen != _tuning.GENERATION or self.plans_gen != gen:
+                return
+            if len(self.plans) >= _plans.MAX_ENTRIES:
+                self.plans.clear()
+            self.plans[sig] = answer
 
     def accept(self, args: tuple, kwargs: dict) -> bool:
         """Whether this override takes the call: not a failed shape, and ``cond`` says yes."""
@@ -410,15 +426,16 @@ class _Override:
         self.denied.add(_shape_key(args))
         self.plans.clear()
         warnings.warn(f"accel.kernels: {self.name!r} ({self.dsl}) for {self.op.qualname} with inputs "
-                      f"[{_describe_shapes(args)}] {what}. ATen's result was used, and these shapes run ATen "
-                      f"from now on. Report it, or accel.kernels.unregister({self.name!r}).",
+                      f"[{_describe_shapes(args)}] {what}. ATen's result was used, and these shapes skip this "
+                      f"override from now on (ATen, or the next override, answers them). Report it, or "
+                      f"accel.kernels.unregister({self.name!r}).",
                       KernelFallbackWarning, stacklevel=3)
 
     # -- state --------------------------------------------------------------
     def disabled_reason(self, key: str) -> str | None:
         """Why accel's own filters keep this override off at ``key``, or ``None``."""
-        d = _STATE.disabled
-        if _STATE.disabled_all:
+        off_all, d = _filters_in_force()
+        if off_all:
             return "all accel kernels are disabled (accel.kernels.disable())"
         if self.name in d["name"]:
             return f"disabled by name (accel.kernels.disable(name={self.name!r}))"
@@ -723,7 +740,9 @@ def register(
     number of outputs; checked on every call, shapes and dtypes only under
     :func:`set_verify`), the ATen result is returned, one
     :class:`~accel.errors.KernelFallbackWarning` names op, shapes and problem, and
-    calls with those input shapes run ATen from then on.
+    calls with those input shapes skip this override from then on (ATen, or the next
+    override whose cond takes them, answers). The same holds when ``impl.plan`` raises or
+    returns something that is not a function (the call that found out gets ATen's result).
 
     .. note:: The fallback runs ATen on the same input tensors, so ``impl`` must not
        modify its inputs (unless the op itself is in-place): an impl that writes
@@ -957,8 +976,10 @@ def enable(*, op: object = None, dsl: str | None = None, backend: str | None = N
 @contextlib.contextmanager
 def disabled(*, op: object = None, dsl: str | None = None, backend: str | None = None,
              name: str | None = None) -> Iterator[None]:
-    """Context manager: :func:`disable` inside the block; on exit the filters this block added are removed
-    (filters already set before it, or set by another thread or an outer block, stay as they are).
+    """Context manager: :func:`disable`'s filter while the block runs. Blocks hold their filters apart
+    from :func:`disable`/:func:`enable` and count them: the filter lasts until the last block holding it
+    exits (overlapping blocks in threads or generators), an :func:`enable` inside the block does not end
+    it early, and a :func:`disable` made inside it stays after it.
 
     Example:
         >>> import accel.kernels as ak
@@ -967,19 +988,19 @@ def disabled(*, op: object = None, dsl: str | None = None, backend: str | None =
     """
     with _LOCK:
         items = _filters(op, dsl, backend, name, "disabled")
-        # undo exactly what this block adds: another thread's (or an outer block's) filters stay
-        added_all = not items and not _STATE.disabled_all
-        added = [(kind, value) for kind, value in items if value not in _STATE.disabled[kind]]
-        disable(op=op, dsl=dsl, backend=backend, name=name)
+        keys = [(kind, value) for kind, value in items] or [("all", None)]
+        held = _STATE.held
+        for key in keys:  # counted: overlapping blocks (threads, generators) each hold their own
+            held[key] = held.get(key, 0) + 1
+        _sync_all()
     try:
         yield
     finally:
         with _LOCK:
-            if added_all:
-                _STATE.disabled_all = False
-            for kind, value in added:
-                _STATE.disabled[kind].discard(value)
-            _STATE.disabled["name"].intersection_update(_OVERRIDES)  # unregistered inside the block: dropped
+            for key in keys:
+                held[key] -= 1
+                if held[key] <= 0:
+                    del held[key]
             _sync_all()
 
 

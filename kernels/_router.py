@@ -91,6 +91,7 @@ def _make_router(slot: Any, live: tuple) -> Any:
         def below(args: tuple) -> bool:
             return False
     aten = slot.original if slot.original is not None else _Unboxed(slot.fallback)
+    fallback = _plans.FALLBACK
 
     if all(ov.cacheable for ov in live):
         signature = _plans.signature
@@ -101,6 +102,8 @@ def _make_router(slot: Any, live: tuple) -> Any:
                 for ov in live:
                     fn = ov.take(args, kwargs, sig)
                     if fn is not None:
+                        if fn is fallback:  # planning failed: ATen answers, as for a raising impl
+                            break
                         return run(ov, args, kwargs, fn)
             return aten.call_boxed(keyset, *args, **kwargs)
     else:
@@ -109,6 +112,8 @@ def _make_router(slot: Any, live: tuple) -> Any:
                 for ov in live:
                     fn = ov.take(args, kwargs)
                     if fn is not None:
+                        if fn is fallback:
+                            break
                         return run(ov, args, kwargs, fn)
             return aten.call_boxed(keyset, *args, **kwargs)
 

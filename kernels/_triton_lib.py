@@ -17,7 +17,17 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-__all__ = ["row_offsets", "hinted_load"]
+__all__ = ["row_ids", "row_offsets", "hinted_load"]
+
+
+@triton.jit
+def row_ids(ROWS: tl.constexpr, WIDE: tl.constexpr):
+    """The ``ROWS`` row indices of this program, ``program_id * ROWS + [0, ROWS)`` (int64 where ``WIDE``:
+    with ``M >= 2**31`` rows the product itself overflows int32)."""
+    if WIDE:
+        return tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
+    else:
+        return tl.program_id(0) * ROWS + tl.arange(0, ROWS)
 
 
 @triton.jit

@@ -130,6 +130,8 @@ def test_demo_rejects_bad_epochs(capsys):
     (["info", "--json", "--bogus"], "info", "unrecognized arguments: --bogus. See 'accel info --help'."),
     (["demo", "--epochs", "x", "--json"], "demo", "argument --epochs: invalid int value: 'x'. See 'accel demo --help'."),
     (["nosuch", "--json"], None, "argument COMMAND: invalid choice: 'nosuch'"),
+    (["nosuch", "info", "--json"], None, "argument COMMAND: invalid choice: 'nosuch'"),  # the first word is the command
+    (["info", "--js", "--bogus"], "info", "unrecognized arguments: --bogus"),  # --js: argparse's abbreviation of --json
 ])
 def test_command_line_errors_are_reported_like_every_error(capsys, argv, command, message):
     """argparse's refusals: exit 2, one ``accel CMD: error:`` line, and the JSON error object with --json."""
@@ -140,7 +142,7 @@ def test_command_line_errors_are_reported_like_every_error(capsys, argv, command
     error = json.loads(captured.out)["error"]
     assert error == {"type": "UsageError", "message": error["message"], "command": command}
     assert message in error["message"]
-    assert main([a for a in argv if a != "--json"]) == 2 and capsys.readouterr().out == ""
+    assert main([a for a in argv if a not in ("--json", "--js")]) == 2 and capsys.readouterr().out == ""
 
 
 def test_an_error_message_naming_a_sentence_is_not_taken_for_its_source(capsys, monkeypatch):
@@ -262,3 +264,23 @@ def test_info_shows_no_compatibility_verdict_for_a_dsl_that_is_not_installed(cap
     assert main(["info"]) == 0
     rows = [line for line in capsys.readouterr().out.splitlines() if "not installed │" in line]
     assert len(rows) == 3 and all("n/a" in r and "True" not in r for r in rows)
+
+
+@pytest.mark.parametrize("command", ["info", "doctor"])
+def test_a_misspelt_device_argument_is_bad_input_for_info_and_doctor(capsys, command):
+    """--device gpu is a typo (exit 2, one error line); an unavailable backend is a fact doctor reports."""
+    assert main([command, "--device", "gpu"]) == 2
+    assert capsys.readouterr().err.startswith(f"accel {command}: error: argument 'gpu': unknown backend 'gpu'")
+
+
+def test_doctor_suggests_the_fix_that_matches_where_the_device_came_from(monkeypatch):
+    from accel import diagnostics
+
+    from accel import _probe
+
+    monkeypatch.delenv("ACCEL_DEVICE", raising=False)
+    missing = next((n for n, p in _probe.probes().items() if not p.available), None)
+    if missing is None:
+        pytest.skip("every backend is available here: no unavailable --device to ask for")
+    fix = {c.name: c.fix for c in diagnostics.checks(diagnostics.collect(missing))}["selection"]
+    assert f"--device {missing}" in fix and "ACCEL_DEVICE" not in fix

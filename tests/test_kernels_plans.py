@@ -259,3 +259,33 @@ def test_signature_never_raises_and_reads_addresses_on_every_torch(monkeypatch):
             raise RuntimeError("no shape here")
 
     assert _plans.signature((torch.Tensor._make_subclass(Unreadable, x),)) is None
+
+
+def test_a_miss_policy_change_makes_the_cond_run_again(path):
+    cond = _Cond()
+    ak.register(FWD, impl=_Planned(), cond=cond, backends=["cpu"], dsl="eager", name="pol")
+    x = torch.randn(4, 32)
+    _call(x)
+    _call(x)
+    saved = dict(_tuning.MIN_NUMEL)
+    try:
+        _tuning.MIN_NUMEL.popitem()
+        _call(x)
+    finally:
+        _tuning.MIN_NUMEL.update(saved)
+    assert cond.calls == 2
+
+
+def test_accel_router_computes_the_signature_once_per_call(monkeypatch):
+    from accel.kernels import _router
+
+    ak.use_registry("accel")
+    counted = []
+    real = _plans.signature
+    monkeypatch.setattr(_plans, "signature", lambda args: (counted.append(1), real(args))[1])
+    ak.register(FWD, impl=Counting(reference.fused_rms_norm), cond=_Cond(min_n=64), backends=["cpu"], dsl="a",
+                name="a")
+    ak.register(FWD, impl=_Planned(), cond=_Cond(), backends=["cpu"], dsl="b", name="b")
+    assert _router._plans.signature is not real
+    _call(torch.randn(4, 32))
+    assert counted == [1], "one signature for both overrides' memos"

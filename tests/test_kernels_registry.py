@@ -551,3 +551,52 @@ def test_overlapping_disabled_blocks_undo_only_their_own_filter(path):
     with ak.disabled(op="aten::_softmax"):
         ak.disable(op="aten::_fused_rms_norm")  # set inside the block by other code: not the block's to undo
     assert _info("sm").active and not _info("f").active
+
+
+def test_disabled_blocks_hold_their_filter_until_the_last_one_exits(path):
+    """Two blocks on the same filter, exited out of order (threads, generators): the op stays off until
+    the last exits; a disable() made inside a block outlives it; an enable() inside does not end it."""
+    _register_pair()
+    a, b = ak.disabled(op=FWD), ak.disabled(op=FWD)
+    a.__enter__()
+    b.__enter__()
+    a.__exit__(None, None, None)
+    assert not _info("f").active, "b still holds the filter"
+    b.__exit__(None, None, None)
+    assert _info("f").active
+    with ak.disabled(op=FWD):
+        ak.enable(op=FWD)
+        assert not _info("f").active, "enable() does not end the block's hold"
+        ak.disable(op=FWD)
+    assert not _info("f").active, "the explicit disable() made inside the block stays"
+    ak.enable(op=FWD)
+    with ak.disabled():
+        assert not _info("f").active
+    assert _info("f").active
+
+
+def test_a_plan_that_fails_gives_aten_not_the_next_override(path):
+    """The call whose planning failed gets ATen's result (what the warning says), not the next override's."""
+    class Failing:
+        def __call__(self, *args):
+            raise AssertionError("the plan is used, never the impl")
+
+        def plan(self, *args):
+            raise RuntimeError("no config")
+
+    class Cacheable:
+        cacheable = True
+
+        def __call__(self, *args):
+            return True
+
+    ak.register(FWD, impl=Failing(), cond=Cacheable(), backends=["cpu"], dsl="a", name="a")
+    other = Counting(lambda x, shape, w=None, eps=None: (torch.full_like(x, 2.0), torch.zeros(x.shape[0], 1)))
+    ak.register(FWD, impl=other, cond=Cacheable(), backends=["cpu"], dsl="b", name="b")
+    x = torch.randn(3, 16)
+    with pytest.warns(KernelFallbackWarning, match="while planning: no config"):
+        y = _call(x)[0]
+    torch.testing.assert_close(y, reference.fused_rms_norm(x, [16], None, 1e-6)[0])
+    assert other.calls == 0
+    _call(x)  # from now on the shape skips 'a': the next override answers
+    assert other.calls == 1

@@ -401,3 +401,41 @@ def test_softmax_conds_leave_0_dim_inputs_to_aten(monkeypatch):
     x = torch.tensor(1.5)
     assert not fwd(x, -1, False) and "0-dim input" in fwd.why_not(x, -1, False)
     assert not bwd(x, x, -1, x.dtype) and "0-dim input" in bwd.why_not(x, x, -1, x.dtype)
+
+
+WIDE_SCRIPT = textwrap.dedent("""
+    import json, torch
+    from accel.kernels import _tolerance
+    from accel.kernels.ops.rms_norm import triton_impl as rt, reference as rref
+    from accel.kernels.ops.layer_norm import triton_impl as lt
+    from accel.kernels.ops.softmax import triton_impl as st
+    out = []
+    m, n = 5, 256
+    x, w, b, dy = (torch.randn(m, n), torch.randn(n), torch.randn(n), torch.randn(m, n))
+    cfg = {"looped": False, "block_n": n, "rows": 2, "num_warps": 4}
+    for wide in (False, True):  # int64 row ids and offsets (WIDE) must give the same answer
+        for hints in (False, True):
+            c = {**cfg, "hints": hints}
+            y, r = torch.full_like(x, float("nan")), torch.full((m,), float("nan"))
+            p = rt.fwd_launch(c, m, n, 1e-6, True); p.constexprs["WIDE"] = wide; p(x, w, y, r)
+            out.append(["rms", wide, hints, _tolerance.compare(y, rref.fused_rms_norm(x, [n], w, 1e-6)[0])[1]])
+            y, mu, rs = torch.full_like(x, float("nan")), torch.empty(m), torch.empty(m)
+            p = lt.fwd_launch(c, m, n, 1e-5, True, True); p.constexprs["WIDE"] = wide; p(x, w, b, y, mu, rs)
+            out.append(["ln", wide, hints, _tolerance.compare(y, torch.nn.functional.layer_norm(x, (n,), w, b))[1]])
+            y = torch.full_like(x, float("nan"))
+            p = st.fwd_launch(c, m, n); p.constexprs["WIDE"] = wide; p(x, y)
+            ref = torch.softmax(x, -1)
+            out.append(["softmax", wide, hints, _tolerance.compare(y, ref)[1]])
+            dx = torch.full_like(x, float("nan"))
+            p = st.bwd_launch(c, m, n); p.constexprs["WIDE"] = wide; p(dy, ref, dx)
+            out.append(["softmax_bwd", wide, hints,
+                        _tolerance.compare(dx, torch.ops.aten._softmax_backward_data(dy, ref, -1, x.dtype))[1]])
+    print("REPORT" + json.dumps(out))
+""")
+
+
+def test_rows_kernels_with_int64_row_ids_and_offsets_are_correct_interpreted():
+    """``WIDE`` (``accel.kernels._triton_lib.row_ids``/``row_offsets``) is only chosen for >= 2**31 elements,
+    which no test can allocate: force it on small inputs, with and without hints, 2 rows per program."""
+    report = _triton_interpreted(WIDE_SCRIPT)
+    assert len(report) == 16 and all(problem is None for *_, problem in report), report

@@ -64,9 +64,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = parser.parse_args(argv)
     except _UsageError as exc:
-        command = next((a for a in argv if a in SUBCOMMANDS), None)
+        # the command is the first word that is not an option (accel's own options take no value)
+        first = next((a for a in argv if not a.startswith("-")), None)
+        command = first if first in SUBCOMMANDS else None
         head = f"accel {command}" if command else "accel"
-        return _report(_UsageError(f"{exc}. See '{head} --help'."), head, command, "--json" in argv, 2)
+        return _report(_UsageError(f"{exc}. See '{head} --help'."), head, command, _asks_json(argv), 2)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
@@ -89,6 +91,12 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `accel info | head -1`: the reader left; not an error of ours
         quiet_stdout()
         return 0
+
+
+def _asks_json(argv: list[str]) -> bool:
+    """Whether the command line asks for JSON: ``--json``, ``--json=...`` or an abbreviation argparse
+    would accept (``--js``)."""
+    return any(len(a) >= 4 and "--json".startswith(a.split("=", 1)[0]) for a in argv)
 
 
 #: A message that names its own source ("accel bench --tune: ..."): the command and its options only.

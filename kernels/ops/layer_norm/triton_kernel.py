@@ -30,7 +30,7 @@ import functools
 import triton
 import triton.language as tl
 
-from accel.kernels._triton_lib import hinted_load, row_offsets
+from accel.kernels._triton_lib import hinted_load, row_ids, row_offsets
 from accel.kernels._triton_configs import next_power_of_2, row_candidates, row_config, unique_configs, warps
 
 __all__ = ["MAX_BLOCK_N", "layer_norm_fwd_rows", "layer_norm_fwd_looped", "layer_norm_bwd_rows", "default_config",
@@ -44,8 +44,7 @@ MAX_BLOCK_N = 16384
 def layer_norm_fwd_rows(X, W, B, Y, MEAN, RSTD, M, N, eps, BLOCK_N: tl.constexpr, ROWS: tl.constexpr,
                         HAS_W: tl.constexpr, HAS_B: tl.constexpr, HINTS: tl.constexpr, WIDE: tl.constexpr):
     """``ROWS`` rows per program, each whole in registers (``HINTS``, ``WIDE``: :mod:`accel.kernels._triton_lib`)."""
-    pid = tl.program_id(0)
-    rows = pid * ROWS + tl.arange(0, ROWS)
+    rows = row_ids(ROWS, WIDE)
     cols = tl.arange(0, BLOCK_N)
     row_ok = rows < M
     col_ok = cols < N

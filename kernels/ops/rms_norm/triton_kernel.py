@@ -26,7 +26,7 @@ import functools
 import triton
 import triton.language as tl
 
-from accel.kernels._triton_lib import hinted_load, row_offsets
+from accel.kernels._triton_lib import hinted_load, row_ids, row_offsets
 from accel.kernels._triton_configs import next_power_of_2, row_candidates, row_config, unique_configs, warps
 
 __all__ = ["rms_norm_fwd_rows", "rms_norm_fwd_looped", "rms_norm_bwd_rows", "fwd_config", "default_config",
@@ -42,8 +42,7 @@ def rms_norm_fwd_rows(X, W, Y, RSTD, M, N, eps,
                       WIDE: tl.constexpr):
     """``ROWS`` rows of ``[M, N]`` per program, each row whole in registers (``HINTS``, ``WIDE``:
     :mod:`accel.kernels._triton_lib`)."""
-    pid = tl.program_id(0)
-    rows = pid * ROWS + tl.arange(0, ROWS)
+    rows = row_ids(ROWS, WIDE)
     cols = tl.arange(0, BLOCK_N)
     row_ok = rows < M
     col_ok = cols < N

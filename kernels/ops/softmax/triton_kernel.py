@@ -23,7 +23,7 @@ import functools
 import triton
 import triton.language as tl
 
-from accel.kernels._triton_lib import hinted_load, row_offsets
+from accel.kernels._triton_lib import hinted_load, row_ids, row_offsets
 from accel.kernels._triton_configs import next_power_of_2, row_candidates, row_config, unique_configs
 
 __all__ = ["MAX_BLOCK_N", "default_config", "softmax_fwd_rows", "softmax_fwd_looped", "softmax_bwd_rows",
@@ -41,8 +41,7 @@ def softmax_fwd_rows(X, Y, M, N, BLOCK_N: tl.constexpr, ROWS: tl.constexpr, HINT
                      WIDE: tl.constexpr):
     """``ROWS`` rows of ``[M, N]`` per program, each whole in registers (``HINTS``, ``WIDE``:
     :mod:`accel.kernels._triton_lib`)."""
-    pid = tl.program_id(0)
-    rows = pid * ROWS + tl.arange(0, ROWS)
+    rows = row_ids(ROWS, WIDE)
     cols = tl.arange(0, BLOCK_N)
     mask = (rows < M)[:, None] & (cols < N)[None, :]
     offs = row_offsets(rows, cols, N, WIDE)
@@ -95,8 +94,7 @@ def softmax_fwd_looped(X, Y, N, BLOCK_N: tl.constexpr, HINTS: tl.constexpr):
 def softmax_bwd_rows(DY, Y, DX, M, N, BLOCK_N: tl.constexpr, ROWS: tl.constexpr, HINTS: tl.constexpr,
                      WIDE: tl.constexpr):
     """``dx = y * (dy - sum(dy*y))`` for ``ROWS`` rows per program, rows whole in registers."""
-    pid = tl.program_id(0)
-    rows = pid * ROWS + tl.arange(0, ROWS)
+    rows = row_ids(ROWS, WIDE)
     cols = tl.arange(0, BLOCK_N)
     mask = (rows < M)[:, None] & (cols < N)[None, :]
     offs = row_offsets(rows, cols, N, WIDE)
