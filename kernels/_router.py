@@ -68,6 +68,10 @@ def _floor_gate(live: tuple) -> Any:
     return below
 
 
+def _no_signature(args: tuple) -> None:
+    return None
+
+
 class _Unboxed:
     """``call_boxed`` for the Python fallback of a key where ATen has no kernel (the keyset is not needed)."""
 
@@ -93,29 +97,19 @@ def _make_router(slot: Any, live: tuple) -> Any:
     aten = slot.original if slot.original is not None else _Unboxed(slot.fallback)
     fallback = _plans.FALLBACK
 
-    if all(ov.cacheable for ov in live):
-        signature = _plans.signature
+    # the signature once per call, for every cacheable override's memo (None: no override memoises)
+    signature = _plans.signature if any(ov.cacheable for ov in live) else _no_signature
 
-        def router(keyset: Any, *args: Any, **kwargs: Any) -> Any:
-            if not inside.on and not below(args):
-                sig = signature(args)
-                for ov in live:
-                    fn = ov.take(args, kwargs, sig)
-                    if fn is not None:
-                        if fn is fallback:  # planning failed: ATen answers, as for a raising impl
-                            break
-                        return run(ov, args, kwargs, fn)
-            return aten.call_boxed(keyset, *args, **kwargs)
-    else:
-        def router(keyset: Any, *args: Any, **kwargs: Any) -> Any:
-            if not inside.on and not below(args):
-                for ov in live:
-                    fn = ov.take(args, kwargs)
-                    if fn is not None:
-                        if fn is fallback:
-                            break
-                        return run(ov, args, kwargs, fn)
-            return aten.call_boxed(keyset, *args, **kwargs)
+    def router(keyset: Any, *args: Any, **kwargs: Any) -> Any:
+        if not inside.on and not below(args):
+            sig = signature(args)
+            for ov in live:
+                fn = ov.take(args, kwargs, sig)
+                if fn is not None:
+                    if fn is fallback:  # planning failed: ATen answers, as for a raising impl
+                        break
+                    return run(ov, args, kwargs, fn)
+        return aten.call_boxed(keyset, *args, **kwargs)
 
     return router
 
