@@ -1,0 +1,31 @@
+"""benchmarks/routed_host_cpu.py runs on a CPU-only machine and reports every op (its numbers are recorded, not asserted)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("triton")
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "routed_host_cpu.py"
+
+
+def test_routed_host_benchmark_reports_each_op():
+    code = (f"import runpy, sys, json; sys.argv = ['x', '--json', '--calls', '20']; "
+            f"runpy.run_path({str(SCRIPT)!r}, run_name='__main__')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False)
+    assert out.returncode == 0, out.stderr[-2000:]
+    report = json.loads(out.stdout)
+    assert [r["op"] for r in report["rows"]] == ["rms_norm", "layer_norm", "softmax"]
+    for row in report["rows"]:
+        assert all(row[k] > 0 for k in ("aten_us", "bare_router_us", "routed_us", "routed_memo_off_us")), row
+
+
+def test_routed_host_benchmark_refuses_a_bad_call_count():
+    out = subprocess.run([sys.executable, str(SCRIPT), "--calls", "0"], capture_output=True, text=True, timeout=120,
+                         check=False)
+    assert out.returncode == 2 and "--calls 0: need at least 1" in out.stderr
