@@ -19,8 +19,10 @@ from typing import Any
 
 import torch
 
+from accel.kernels._triton_configs import next_power_of_2, wide
+
 __all__ = ["lazy_module", "rows_view", "vector", "shaped_like", "row_count", "device_guard", "sm_count", "empty", "empty_like", "poison_outputs",
-           "triton_launch", "fast_launch_supported", "LaunchPlan"]
+           "triton_launch", "fast_launch_supported", "LaunchPlan", "row_launch"]
 
 #: Tests set this: every output buffer the impls allocate starts filled with NaN,
 #: so an element a kernel forgets to write cannot pass as a right answer.
@@ -150,6 +152,13 @@ def _no_hook(hook: Any) -> bool:
     return hook is None or (not getattr(hook, "calls", True) and type(hook).__name__ == "HookChain")
 
 
+def _hooks_set(runtime_knobs: Any) -> bool:
+    """Whether a launch enter/exit hook (a profiler) is set in Triton's ``knobs.runtime``: then launches
+    go through Triton's own path, which calls it."""
+    enter, leave = runtime_knobs.launch_enter_hook, runtime_knobs.launch_exit_hook
+    return (enter is not None or leave is not None) and not (_no_hook(enter) and _no_hook(leave))
+
+
 class _FastLaunch:
     """One ``@triton.jit`` function's compiled kernels by specialization key, launched directly."""
 
@@ -200,9 +209,7 @@ class _FastLaunch:
         return None if kernel is None else (kernel, found[1])
 
     def __call__(self, grid: tuple, args: tuple, constexprs: dict, options: dict, opt_key: tuple) -> None:
-        rk = self.runtime_knobs
-        enter, leave = rk.launch_enter_hook, rk.launch_exit_hook
-        if (enter is not None or leave is not None) and not (_no_hook(enter) and _no_hook(leave)):
+        if _hooks_set(self.runtime_knobs):
             self.fn[grid](*args, **constexprs, **options)  # profilers: Triton's own path
             return
         found = self._key(grid, args, constexprs, opt_key)
@@ -297,9 +304,7 @@ class LaunchPlan:
     def __call__(self, *tensors: torch.Tensor) -> None:
         kernel = self.kernel
         if kernel is not None:
-            rk = self.knobs
-            enter, leave = rk.launch_enter_hook, rk.launch_exit_hook
-            if (enter is None and leave is None) or (_no_hook(enter) and _no_hook(leave)):
+            if not _hooks_set(self.knobs):
                 index = self.index
                 if torch._C._cuda_getDevice() == index:
                     g = self.grid3
@@ -327,6 +332,25 @@ class LaunchPlan:
             self.index = torch._C._cuda_getDevice()
             self.knobs = fast.runtime_knobs
             self.kernel = kernel
+
+
+def row_launch(looped: Any, rows_kernel: Any, cfg: Any, m: int, n: int, scalars: tuple = (), *,
+               looped_hints: bool = False, **flags: Any) -> LaunchPlan:
+    """The launch of a row-wise op for ``m`` rows of ``n`` with tuning config ``cfg``: the ``looped`` kernel
+    (one row per program in ``cfg["block_n"]`` chunks; arguments ``(tensors..., n, *scalars)``) where
+    ``cfg["looped"]``, else ``rows_kernel`` (``cfg["rows"]`` rows per program, each whole in registers;
+    arguments ``(tensors..., m, n, *scalars)``, with ``HINTS`` and ``WIDE``: :mod:`accel.kernels._triton_lib`).
+    ``flags``: constexprs both kernels take (``HAS_W``, ...); ``looped_hints``: the looped kernel takes
+    ``HINTS`` and honours ``num_stages`` too (softmax's). ``hints`` defaults to off.
+    """
+    hints = cfg.get("hints", False)
+    if cfg["looped"]:
+        extra = {"HINTS": hints, "num_stages": cfg.get("num_stages")} if looped_hints else {}
+        return LaunchPlan(looped, (m,), (n, *scalars), BLOCK_N=cfg["block_n"], num_warps=cfg["num_warps"],
+                          **flags, **extra)
+    rows, block_n = cfg["rows"], max(cfg["block_n"], next_power_of_2(n))
+    return LaunchPlan(rows_kernel, (-(-m // rows),), (m, n, *scalars), BLOCK_N=block_n, ROWS=rows, HINTS=hints,
+                      WIDE=wide(m, rows, block_n), num_warps=cfg["num_warps"], **flags)
 
 
 @functools.cache

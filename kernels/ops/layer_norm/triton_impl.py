@@ -12,9 +12,9 @@ from typing import Any
 import torch
 
 from accel.kernels._conds import Limits, tuned_config
-from accel.kernels._triton_configs import next_power_of_2, wide
+from accel.kernels._triton_configs import next_power_of_2
 from accel.kernels._launch import (
-    LaunchPlan, device_guard, empty, empty_like, lazy_module, row_count,
+    LaunchPlan, device_guard, empty, empty_like, lazy_module, row_count, row_launch,
     rows_view, shaped_like, sm_count, triton_launch,
 )
 from accel.kernels._pair import register_pair
@@ -39,13 +39,7 @@ def fwd_launch(cfg: Mapping[str, Any], m: int, n: int, eps: float, has_w: bool, 
     off: :mod:`accel.kernels._triton_lib`); call it with
     ``(x, w, b, y, mean, rstd)`` (``x`` in place of a missing ``w`` or ``b``)."""
     k = _k()
-    if cfg["looped"]:
-        return LaunchPlan(k.layer_norm_fwd_looped, (m,), (n, eps), BLOCK_N=cfg["block_n"], HAS_W=has_w, HAS_B=has_b,
-                          num_warps=cfg["num_warps"])
-    rows, block_n = cfg["rows"], max(cfg["block_n"], next_power_of_2(n))
-    return LaunchPlan(k.layer_norm_fwd_rows, (-(-m // rows),), (m, n, eps), BLOCK_N=block_n, ROWS=rows, HAS_W=has_w,
-                      HAS_B=has_b, HINTS=cfg.get("hints", False), WIDE=wide(m, rows, block_n),
-                      num_warps=cfg["num_warps"])
+    return row_launch(k.layer_norm_fwd_looped, k.layer_norm_fwd_rows, cfg, m, n, (eps,), HAS_W=has_w, HAS_B=has_b)
 
 
 def launch_fwd(x, w, b, y, mean, rstd, eps: float, cfg: Mapping[str, Any], m: int | None = None,

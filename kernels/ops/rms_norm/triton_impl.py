@@ -14,11 +14,10 @@ import torch
 
 from accel._compat import module_version
 from accel.kernels._conds import tuned_config
-from accel.kernels._triton_configs import next_power_of_2, wide
 
 from . import reference
 from accel.kernels._launch import (
-    LaunchPlan, empty, empty_like, lazy_module, row_count, sm_count,
+    LaunchPlan, empty, empty_like, lazy_module, row_count, row_launch, sm_count,
 )
 from ._pair import register_pair
 from .conditions import Limits
@@ -85,12 +84,7 @@ def fwd_launch(cfg: Mapping[str, Any], m: int, n: int, eps: float, has_w: bool) 
     ``num_warps``, optionally ``hints``: L2 eviction hints, default off); call it with ``(x, w, y, rstd)``
     (``w`` is ``x`` without a weight). int32 offsets where every program's (masked) offsets stay below ``2**31``."""
     k = _kernels()
-    if cfg["looped"]:
-        return LaunchPlan(k.rms_norm_fwd_looped, (m,), (n, eps), BLOCK_N=cfg["block_n"], HAS_W=has_w,
-                          num_warps=cfg["num_warps"])
-    rows, block_n = cfg["rows"], max(cfg["block_n"], next_power_of_2(n))
-    return LaunchPlan(k.rms_norm_fwd_rows, (-(-m // rows),), (m, n, eps), BLOCK_N=block_n, ROWS=rows, HAS_W=has_w,
-                      HINTS=cfg.get("hints", False), WIDE=wide(m, rows, block_n), num_warps=cfg["num_warps"])
+    return row_launch(k.rms_norm_fwd_looped, k.rms_norm_fwd_rows, cfg, m, n, (eps,), HAS_W=has_w)
 
 
 def launch_fwd(x: torch.Tensor, weight: torch.Tensor | None, y: torch.Tensor, rstd: torch.Tensor, eps: float,

@@ -13,8 +13,7 @@ from typing import Any
 import torch
 
 from accel.kernels._conds import Limits, tuned_config
-from accel.kernels._launch import LaunchPlan, lazy_module
-from accel.kernels._triton_configs import next_power_of_2, wide
+from accel.kernels._launch import LaunchPlan, lazy_module, row_launch
 from accel.kernels.ops.rms_norm.triton_impl import available
 
 from ._ops import make_ops
@@ -33,29 +32,18 @@ def _config(op: str, x: torch.Tensor, m: int, n: int) -> Mapping[str, Any]:
     return tuned_config(op, DSL, x, m, n, _kernels().default_config)
 
 
-def _launch(looped: Any, rows_kernel: Any, cfg: Mapping[str, Any], m: int, n: int) -> LaunchPlan:
-    """The launch of the ``looped`` or the ``rows_kernel`` kernel (as ``cfg["looped"]`` says) for ``m`` rows of ``n``."""
-    hints = cfg.get("hints", False)
-    if cfg["looped"]:
-        return LaunchPlan(looped, (m,), (n,), BLOCK_N=cfg["block_n"], HINTS=hints, num_warps=cfg["num_warps"],
-                          num_stages=cfg.get("num_stages"))
-    rows, block_n = cfg["rows"], max(cfg["block_n"], next_power_of_2(n))
-    return LaunchPlan(rows_kernel, (-(-m // rows),), (m, n), BLOCK_N=block_n, ROWS=rows, HINTS=hints,
-                      WIDE=wide(m, rows, block_n), num_warps=cfg["num_warps"])
-
-
 def fwd_launch(cfg: Mapping[str, Any], m: int, n: int) -> LaunchPlan:
     """The forward's launch for ``m`` rows of ``n`` with config ``cfg`` (``looped``, ``block_n``, ``rows``,
     ``num_warps``, and optionally ``hints`` (L2 cache hints, default off) and ``num_stages``
     (Triton's software pipelining of the looped kernels' chunk loads)); call it with ``(x, y)``."""
     k = _kernels()
-    return _launch(k.softmax_fwd_looped, k.softmax_fwd_rows, cfg, m, n)
+    return row_launch(k.softmax_fwd_looped, k.softmax_fwd_rows, cfg, m, n, looped_hints=True)
 
 
 def bwd_launch(cfg: Mapping[str, Any], m: int, n: int) -> LaunchPlan:
     """The backward's launch (configs as :func:`fwd_launch`); call it with ``(dy, y, dx)``."""
     k = _kernels()
-    return _launch(k.softmax_bwd_looped, k.softmax_bwd_rows, cfg, m, n)
+    return row_launch(k.softmax_bwd_looped, k.softmax_bwd_rows, cfg, m, n, looped_hints=True)
 
 
 def launch_fwd(x: torch.Tensor, y: torch.Tensor, cfg: Mapping[str, Any], m: int | None = None,
