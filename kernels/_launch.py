@@ -22,7 +22,7 @@ import torch
 from accel.kernels._triton_configs import next_power_of_2, wide
 
 __all__ = ["lazy_module", "rows_view", "vector", "shaped_like", "row_count", "device_guard", "sm_count", "empty", "empty_like", "poison_outputs",
-           "triton_launch", "fast_launch_supported", "LaunchPlan", "row_launch"]
+           "triton_launch", "fast_launch_supported", "LaunchPlan", "row_launch", "SplitLaunch"]
 
 #: Tests set this: every output buffer the impls allocate starts filled with NaN,
 #: so an element a kernel forgets to write cannot pass as a right answer.
@@ -351,6 +351,43 @@ def row_launch(looped: Any, rows_kernel: Any, cfg: Any, m: int, n: int, scalars:
     rows, block_n = cfg["rows"], max(cfg["block_n"], next_power_of_2(n))
     return LaunchPlan(rows_kernel, (-(-m // rows),), (m, n, *scalars), BLOCK_N=block_n, ROWS=rows, HINTS=hints,
                       WIDE=wide(m, rows, block_n), num_warps=cfg["num_warps"], **flags)
+
+
+class SplitLaunch:
+    """A split-row kernel's launch (:mod:`accel.kernels._triton_lib`): ``launch(*tensors)`` allocates the
+    zeroed slots buffer (``m * split`` int64, from torch's allocator on the tensors' stream, so
+    concurrent calls never share one) and launches ``fn`` over ``groups * split`` programs with it after
+    the tensors. On a GPU the parts of a row wait for each other in one launch (``STAGE=0``); on the
+    CPU (``TRITON_INTERPRET=1``, where programs run one after another) it makes two launches, publish
+    then finish (``STAGE=1``, ``2``), which compute the same result.
+
+    Args:
+        fn: the ``@triton.jit`` split kernel; arguments ``(tensors..., slots, *scalars)`` and the constexprs
+            ``PART``, ``SPLIT``, ``STAGE`` and ``flags``.
+        cfg: ``{"split", "block_n" (the part), "num_warps"}``.
+        m: rows (one slot per row and part).
+        scalars: the kernel's scalar arguments after ``slots``.
+        groups: program groups of ``split`` parts (default ``m``: one row per group).
+        **flags: further constexprs of ``fn``.
+    """
+
+    __slots__ = ("count", "fused", "staged")
+
+    def __init__(self, fn: Any, cfg: Any, m: int, scalars: tuple, groups: int | None = None, **flags: Any) -> None:
+        split = cfg["split"]
+        self.count = m * split
+        grid = ((m if groups is None else groups) * split,)
+        options = dict(PART=cfg["block_n"], SPLIT=split, num_warps=cfg["num_warps"], **flags)
+        self.fused = LaunchPlan(fn, grid, scalars, STAGE=0, **options)
+        self.staged = tuple(LaunchPlan(fn, grid, scalars, STAGE=s, **options) for s in (1, 2))
+
+    def __call__(self, *tensors: torch.Tensor) -> None:
+        slots = torch.zeros(self.count, dtype=torch.int64, device=tensors[0].device)
+        if tensors[0].is_cuda:
+            self.fused(*tensors, slots)
+        else:
+            for launch in self.staged:
+                launch(*tensors, slots)
 
 
 @functools.cache

@@ -10,6 +10,14 @@ backward) takes as constexprs, so the tuner can measure them per shape:
   weight every program rereads). Measured on the H200 (session 5 run C): the RMSNorm rows
   kernel was 1-5 % faster *without* them on every tuned shape, so they are off unless a
   tuned config (``"hints": True``) says otherwise.
+
+Split-row kernels (one row over ``SPLIT`` programs, each holding its ``PART`` of the row in
+registers) exchange one pair of fp32 partial results per part through a zeroed int64
+*slots* buffer: :func:`split_place` says which (row group, part) a program is, :func:`publish`
+writes its pair, :func:`gather` waits for and reads the row's ``SPLIT`` pairs.
+``STAGE`` selects how: ``0`` one launch whose programs wait for the other parts of their
+row (GPU); ``1`` then ``2``, two launches (publish only; gather and finish), used where
+programs run one after another and a wait would never end (``TRITON_INTERPRET=1``).
 """
 
 from __future__ import annotations
@@ -17,7 +25,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-__all__ = ["row_ids", "row_offsets", "hinted_load"]
+__all__ = ["row_ids", "row_offsets", "hinted_load", "pack_pair", "unpack_pair", "split_place", "publish", "gather",
+           "widen"]
 
 
 @triton.jit
@@ -47,3 +56,66 @@ def hinted_load(ptr, mask, other, HINTS: tl.constexpr, POLICY: tl.constexpr):
         return tl.load(ptr, mask=mask, other=other, eviction_policy=POLICY)
     else:
         return tl.load(ptr, mask=mask, other=other)
+
+
+@triton.jit
+def pack_pair(a, b):
+    """Two fp32 scalars as one int64 (``a``'s bits high, ``b``'s low) that is never 0, the slots' "not yet
+    written" value: a ``b`` of +0.0 is written as -0.0 (equal as a number)."""
+    hi = a.to(tl.int32, bitcast=True).to(tl.int64) << 32
+    lo = b.to(tl.int32, bitcast=True)
+    lo = tl.where(lo == 0, -2147483648, lo)
+    return hi | lo.to(tl.uint32).to(tl.int64)
+
+
+@triton.jit
+def unpack_pair(v):
+    """The two fp32 values :func:`pack_pair` packed into ``v`` (elementwise on an int64 tensor)."""
+    a = (v >> 32).to(tl.int32).to(tl.float32, bitcast=True)
+    b = v.to(tl.int32).to(tl.float32, bitcast=True)
+    return a, b
+
+
+@triton.jit
+def split_place(SPLIT: tl.constexpr):
+    """``(group, part)`` of this program in a split-row launch of ``groups * SPLIT`` programs: the parts of a
+    group have consecutive program ids.
+
+    A part waits only for the other parts of its group. That never deadlocks while programs start in
+    program-id order (CUDA starts a 1-D grid so): only the last group started can be incomplete,
+    and every other resident program finishes. (Taking the place from an atomic ticket counter
+    instead, which holds whatever the start order, was measured 5-20 % slower on the H200:
+    ``benchmarks/results/h200/session6/split_smoke-runB.txt``.)
+    """
+    pid = tl.program_id(0)
+    return (pid // SPLIT).to(tl.int64), pid % SPLIT
+
+
+@triton.jit
+def publish(SLOTS, row, part, a, b, SPLIT: tl.constexpr):
+    """Write this part's pair ``(a, b)`` to its slot: one relaxed atomic exchange, visible GPU-wide (the slot
+    is its own flag, so nothing else needs ordering, and the program need not wait for it to land)."""
+    tl.atomic_xchg(SLOTS + row * SPLIT + part, pack_pair(a, b), sem="relaxed")
+
+
+@triton.jit
+def gather(SLOTS, row, SPLIT: tl.constexpr, STAGE: tl.constexpr):
+    """The ``[SPLIT]`` pairs ``(a, b)`` of ``row``'s parts; where ``STAGE == 0`` it first waits until every
+    part has published (volatile loads: each 8-byte slot is read whole, never a stale cached copy)."""
+    idx = row * SPLIT + tl.arange(0, SPLIT)
+    v = tl.load(SLOTS + idx, volatile=True)
+    if STAGE == 0:
+        while tl.sum((v == 0).to(tl.int32), axis=0) > 0:
+            v = tl.load(SLOTS + idx, volatile=True)
+    return unpack_pair(v)
+
+
+@triton.jit
+def widen(v):
+    """``v`` as fp32. For bf16 computed from the bits (``bits << 16``), an instruction chain the compiler
+    does not merge with an earlier ``v.to(tl.float32)``: a kernel that needs the values again after a
+    wait then keeps ``v``'s 16-bit registers live instead of the converted copy (half the registers)."""
+    if v.dtype == tl.bfloat16:
+        return (v.to(tl.int16, bitcast=True).to(tl.int32) << 16).to(tl.float32, bitcast=True)
+    else:
+        return v.to(tl.float32)

@@ -84,7 +84,7 @@ def _build(family: str, direction: str, dtype: torch.dtype, m: int, n: int, devi
         else:
             aten = lambda: torch.ops.aten._softmax_backward_data.default(dy, y, -1, dtype)  # noqa: E731
             cands["triton"] = (lambda c: (st.launch_bwd(dy, y, out, c), out)[1],
-                               tk.candidate_configs(n))
+                               tk.candidate_configs(n, "bwd"))
             if helion_ok and n <= sh.LIMITS.max_n_bwd:
                 from accel.kernels.ops.softmax import helion_kernel as hk
 

@@ -265,7 +265,7 @@ CONFIG_SCRIPT = textwrap.dedent("""
     _launch.poison_outputs = True
     out = []
     for n in (8192, 9000):
-        cfgs = tk.candidate_configs(n)
+        cfgs = tk.candidate_configs(n, "bwd")   # the forward's and the backward's ("compact")
         for dtype in (torch.float32, torch.bfloat16):
             x = torch.randn(3, n, dtype=dtype) * 4
             x[1, 5] = 30.0   # one dominant logit: exercises the max shift
@@ -328,11 +328,15 @@ LN_BWD_SCRIPT = textwrap.dedent("""
 
 def test_every_layer_norm_bwd_candidate_config_is_correct_interpreted():
     """Every backward config the tuner may ship (1-8 programs per SM, each walking a row range: 13 rows
-    over the interpreter's 4 "SMs") gives the reference dx, dw, db - and only the ones asked for -
-    for ragged short and long rows, fp32 and bf16, outputs NaN-poisoned."""
+    over the interpreter's 4 "SMs"; for long rows the split kernel, 13 rows in 1-4 groups of parts
+    with a ragged last part, published then finished in two launches) gives the reference dx, dw, db - and
+    only the ones asked for - for ragged short and long rows, fp32 and bf16, outputs NaN-poisoned."""
     report = _triton_interpreted(LN_BWD_SCRIPT)
-    assert {(r["n"], r["cfg"]["programs_per_sm"]) for r in report} == {(n, p) for n in (1000, 9000)
-                                                                       for p in (1, 2, 4, 8)}
+    rows_kernel = [r for r in report if "split" not in r["cfg"]]
+    assert {(r["n"], r["cfg"]["programs_per_sm"]) for r in rows_kernel} == {(n, p) for n in (1000, 9000)
+                                                                           for p in (1, 2, 4, 8)}
+    assert {(r["n"], r["cfg"]["split"], r["cfg"]["programs_per_sm"]) for r in report if "split" in r["cfg"]} == {
+        (9000, 2, p) for p in (1, 2, 4)}
     bad = [r for r in report if any(p is not None for p in r["problems"])]
     assert not bad, bad[:5]
 

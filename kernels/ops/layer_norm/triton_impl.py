@@ -14,7 +14,7 @@ import torch
 from accel.kernels._conds import Limits, tuned_config
 from accel.kernels._triton_configs import next_power_of_2
 from accel.kernels._launch import (
-    LaunchPlan, device_guard, empty, empty_like, lazy_module, row_count, row_launch,
+    LaunchPlan, SplitLaunch, device_guard, empty, empty_like, lazy_module, row_count, row_launch,
     rows_view, shaped_like, sm_count, triton_launch,
 )
 from accel.kernels._pair import register_pair
@@ -53,10 +53,22 @@ def launch_fwd(x, w, b, y, mean, rstd, eps: float, cfg: Mapping[str, Any], m: in
 
 
 def launch_bwd(dy, x, w, mean, rstd, dx, want: Sequence[bool], cfg: Mapping[str, Any], has_b: bool):
-    """Run the backward; returns ``(dw fp32 [N] or None, db fp32 [N] or None)``."""
+    """Run the backward; returns ``(dw fp32 [N] or None, db fp32 [N] or None)``.
+
+    ``cfg``: ``{"block_n", "num_warps", "programs_per_sm"}``: the rows kernel, or with ``"split"`` the split
+    kernel (:class:`accel.kernels._launch.SplitLaunch`; ``block_n`` is the part)."""
     k = _k()
     m, n = x.shape
     want_dx, want_dw, want_db = (bool(want[0]), bool(want[1]) and w is not None, bool(want[2]) and has_b)
+    if cfg.get("split"):
+        groups, rows = k.split_groups(m, cfg["split"], sm_count(x.device) * cfg["programs_per_sm"])
+        dw = empty((groups, n), torch.float32, x.device) if want_dw else x
+        db = empty((groups, n), torch.float32, x.device) if want_db else x
+        with device_guard(x.device):
+            SplitLaunch(k.layer_norm_bwd_split, cfg, m, (m, n, rows), groups, HAS_W=w is not None,
+                        WANT_DX=want_dx, WANT_DW=want_dw, WANT_DB=want_db)(
+                dy, x, w if w is not None else x, mean, rstd, dx if want_dx else x, dw, db)
+        return (dw.sum(0) if want_dw else None), (db.sum(0) if want_db else None)
     programs = max(1, min(m, sm_count(x.device) * cfg["programs_per_sm"]))
     per_program = -(-m // programs)
     programs = -(-m // per_program)

@@ -21,6 +21,12 @@ session 4 and removed (``benchmarks/results/h200/session4/tune-run{A,B}-layer_no
 rereading the rest of the row for the row sums (best 450.7 us: the rereads cost L2
 bandwidth); partials kept for half or a quarter of the columns with a column-reduction
 kernel for the rest (best 489.8 us).
+
+Split backward (long rows, configs with ``"split"``): each row over ``SPLIT`` programs, each
+holding a ``PART`` of the columns; a group of ``SPLIT`` programs walks a range of rows (the
+next row's loads issued before this row's wait), the parts exchanging their two partial row sums through the slots buffer
+(:mod:`accel.kernels._triton_lib`) before writing ``dx``, and keeping ``dw``/``db`` partials for
+their own columns only (``PART`` fp32 each: no spill) in ``[groups, N]`` buffers.
 """
 
 from __future__ import annotations
@@ -30,11 +36,13 @@ import functools
 import triton
 import triton.language as tl
 
-from accel.kernels._triton_lib import hinted_load, row_ids, row_offsets
-from accel.kernels._triton_configs import next_power_of_2, row_candidates, row_config, unique_configs, warps
+from accel.kernels._triton_lib import gather, hinted_load, publish, row_ids, row_offsets, split_place
+from accel.kernels._triton_configs import (next_power_of_2, row_candidates, row_config, split_part,
+                                           unique_configs, warps)
 
-__all__ = ["MAX_BLOCK_N", "layer_norm_fwd_rows", "layer_norm_fwd_looped", "layer_norm_bwd_rows", "default_config",
-           "bwd_config", "candidate_configs"]
+__all__ = ["MAX_BLOCK_N", "layer_norm_fwd_rows", "layer_norm_fwd_looped", "layer_norm_bwd_rows",
+           "layer_norm_bwd_split", "default_config", "bwd_config", "candidate_configs", "split_bwd_candidates",
+           "split_groups"]
 
 #: Longest row kept whole in registers (elements).
 MAX_BLOCK_N = 16384
@@ -135,6 +143,63 @@ def layer_norm_bwd_rows(DY, X, W, MEAN, RSTD, DX, DW_PARTIAL, DB_PARTIAL, M, N, 
         tl.store(DB_PARTIAL + pid.to(tl.int64) * N + cols, db, mask=col_ok)
 
 
+@triton.jit
+def layer_norm_bwd_split(DY, X, W, MEAN, RSTD, DX, DW_PARTIAL, DB_PARTIAL, SLOTS, M, N, rows_per_group,
+                         PART: tl.constexpr, SPLIT: tl.constexpr, STAGE: tl.constexpr, HAS_W: tl.constexpr,
+                         WANT_DX: tl.constexpr, WANT_DW: tl.constexpr, WANT_DB: tl.constexpr):
+    """Columns ``[part*PART, (part+1)*PART)`` of rows ``[group*rows_per_group, ...)``; the row sums
+    ``sum(g*xhat)`` and ``sum(g)`` are the parts' published pairs summed; partial ``dw``/``db`` of this
+    part's columns go to row ``group`` of the ``[groups, N]`` buffers. ``STAGE`` 1 publishes and writes
+    the partials, 2 writes ``dx`` (:mod:`accel.kernels._triton_lib`)."""
+    group, part = split_place(SPLIT)
+    cols = part * PART + tl.arange(0, PART)
+    col_ok = cols < N
+    if HAS_W:
+        w = tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32)
+    dw = tl.zeros([PART], dtype=tl.float32)
+    db = tl.zeros([PART], dtype=tl.float32)
+    first = group * rows_per_group
+    last = tl.minimum(first + rows_per_group, M)
+    # software pipelining: the next row's loads are issued before this row's wait (every group has a
+    # row; the last row's "next" is itself again, an L2 hit)
+    x_next = tl.load(X + first * N + cols, mask=col_ok, other=0.0)
+    dy_next = tl.load(DY + first * N + cols, mask=col_ok, other=0.0)
+    mean_next = tl.load(MEAN + first)
+    rstd_next = tl.load(RSTD + first)
+    for row in range(first, last):
+        base = row * N
+        x, dy = x_next.to(tl.float32), dy_next.to(tl.float32)
+        mean, rstd = mean_next.to(tl.float32), rstd_next.to(tl.float32)
+        ahead = tl.minimum(row + 1, last - 1)
+        x_next = tl.load(X + ahead * N + cols, mask=col_ok, other=0.0)
+        dy_next = tl.load(DY + ahead * N + cols, mask=col_ok, other=0.0)
+        mean_next = tl.load(MEAN + ahead)
+        rstd_next = tl.load(RSTD + ahead)
+        xhat = tl.where(col_ok, (x - mean) * rstd, 0.0)
+        if HAS_W:
+            g = dy * w
+        else:
+            g = dy
+        if STAGE != 2:
+            if WANT_DW:
+                dw += dy * xhat
+            if WANT_DB:
+                db += dy
+        if WANT_DX:
+            if STAGE != 2:
+                publish(SLOTS, row, part, tl.sum(g * xhat, axis=0), tl.sum(g, axis=0), SPLIT)
+            if STAGE != 1:
+                a, b = gather(SLOTS, row, SPLIT, STAGE)
+                c1 = tl.sum(a, axis=0) / N
+                c2 = tl.sum(b, axis=0) / N
+                tl.store(DX + base + cols, ((g - c2 - xhat * c1) * rstd).to(DX.dtype.element_ty), mask=col_ok)
+    if STAGE != 2:
+        if WANT_DW:
+            tl.store(DW_PARTIAL + group * N + cols, dw, mask=col_ok)
+        if WANT_DB:
+            tl.store(DB_PARTIAL + group * N + cols, db, mask=col_ok)
+
+
 @functools.cache
 def default_config(n: int) -> dict:
     """Forward launch config ``{"looped", "block_n", "rows", "num_warps"}`` for rows of ``n``."""
@@ -147,14 +212,45 @@ def bwd_config(n: int) -> dict:
     return {"block_n": block_n, "num_warps": warps(block_n), "programs_per_sm": 4 if block_n <= 4096 else 2}
 
 
+def split_bwd_candidates(n: int) -> list[dict]:
+    """Split backward configs for rows of ``n >= 8192``: 2, 4 or 8 parts of at least 1024 columns, 4 or 8
+    warps with 4-32 elements per thread, 1, 2 or 4 programs per SM (so ``M / groups`` rows per group,
+    ``[groups, N]`` fp32 partials for dw and db). Measured on the H200, 8192x16384 bf16
+    (``benchmarks/results/h200/session6/split_smoke-run{C,D}.txt``): about one program per SM is
+    best (groups of 128 rows at 2 parts: 269 us; 16 rows: 329 us; 256 rows, half the SMs idle: 460 us);
+    16 warps were 1.7x slower."""
+    out = []
+    if n < 8192:
+        return out
+    for split in (2, 4, 8):
+        part = split_part(n, split)
+        if part is None or part < 1024:
+            continue
+        for nw in (4, 8):
+            if 4 <= part // (32 * nw) <= 32:
+                for per_sm in (1, 2, 4):
+                    out.append({"split": split, "block_n": part, "num_warps": nw, "programs_per_sm": per_sm})
+    return out
+
+
+def split_groups(m: int, split: int, programs: int) -> tuple[int, int]:
+    """``(groups, rows per group)`` for a split backward over ``m`` rows with about ``programs`` programs
+    (``programs // split`` groups of ``split``, at least one, at most ``m``; every group has a row)."""
+    groups = max(1, min(m, programs // split))
+    rows = -(-m // groups)
+    return -(-m // rows), rows
+
+
 def candidate_configs(n: int, direction: str = "fwd") -> list[dict]:
-    """Configs ``accel bench --tune`` times (default first)."""
+    """Configs ``accel bench --tune`` times (default first); the backward's include the split kernel's
+    (:func:`split_bwd_candidates`)."""
     block_n = next_power_of_2(n)
     if direction == "bwd":
         out = [bwd_config(n)]
         for nw in (4, 8, 16):
             for per_sm in (1, 2, 4, 8):
                 out.append({"block_n": block_n, "num_warps": nw, "programs_per_sm": per_sm})
+        out += split_bwd_candidates(n)
     else:
         out = [default_config(n)]
         if block_n <= MAX_BLOCK_N:
