@@ -100,7 +100,7 @@ def _cases(family: str, m: int, n: int, dtype: torch.dtype, device: torch.device
     with ak.disabled():
         _, mean, rstd = torch.ops.aten.native_layer_norm.default(x, [n], w, b, EPS)
     mask = [True, True, True]
-    fwd = {"triton": lambda: lt.native_layer_norm(x, [n], w, b, EPS)[0]}
+    fwd = {"triton": lambda: lt.native_layer_norm(x, [n], w, b, EPS)[0]} if n <= lt.LIMITS.max_n_fwd else {}
     if lh.available()[0] and n <= lh.LIMITS.max_n_fwd:
         fwd["helion"] = lambda: lh.native_layer_norm(x, [n], w, b, EPS)[0]
     fwd["routed"] = lambda: torch.nn.functional.layer_norm(x, (n,), w, b, EPS)
@@ -109,7 +109,8 @@ def _cases(family: str, m: int, n: int, dtype: torch.dtype, device: torch.device
     if ok("quack"):
         w32 = w.float()
         fwd["quack"] = lambda: found["quack"](x, w32, EPS)
-    bwd = {"triton": lambda: lt.native_layer_norm_backward(dy, x, [n], mean, rstd, w, b, mask)[0]}
+    bwd = {"triton": lambda: lt.native_layer_norm_backward(dy, x, [n], mean, rstd, w, b, mask)[0]} \
+        if n <= lt.LIMITS.max_n_bwd else {}
     if lh.available()[0] and n <= lh.LIMITS.max_n_bwd:
         bwd["helion"] = lambda: lh.native_layer_norm_backward(dy, x, [n], mean, rstd, w, b, mask)[0]
     bwd["routed"] = lambda: torch.ops.aten.native_layer_norm_backward.default(dy, x, [n], mean, rstd, w, b, mask)[0]

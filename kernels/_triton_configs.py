@@ -7,8 +7,7 @@ winners per arch live in the tuning table (:mod:`accel.kernels._tuning`).
 
 from __future__ import annotations
 
-__all__ = ["next_power_of_2", "warps", "row_config", "row_candidates", "unique_configs", "wide", "split_part",
-           "split_candidates"]
+__all__ = ["next_power_of_2", "warps", "row_config", "row_candidates", "unique_configs", "wide", "split_part"]
 
 #: Elements per program above which 8, then 16 warps are used (enough loads in flight to
 #: cover HBM latency without spilling registers; the usual Triton row-kernel choice).
@@ -83,29 +82,3 @@ def split_part(n: int, split: int) -> int | None:
     part = next_power_of_2(-(-n // split))
     return part if (split - 1) * part < n else None
 
-
-def split_candidates(n: int, *, splits: tuple[int, ...] = (2, 4, 8, 16), min_part: int = 1024,
-                     warp_choices: tuple[int, ...] = (4, 8), per_thread: tuple[int, int] = (8, 64),
-                     compact: bool = True) -> list[dict]:
-    """Split-row configs for the tuner (:mod:`accel.kernels._triton_lib`): rows of ``n >= 8192`` over
-    2-16 programs, parts of at least ``min_part`` elements, ``num_warps`` giving ``per_thread``
-    elements per thread, groups of 1, 4 or 16 rows (``rows``); where ``compact``, each also holding
-    its part through the wait in 16-bit registers (``"compact": True``).
-
-    Measured on the H200 and left out (``benchmarks/results/h200/session6/split_smoke-run{B,C}.txt``):
-    16 warps (up to 4x slower at 8-16 parts), L2 eviction hints (never faster), and reading the
-    part again after the wait instead of holding it (no faster).
-    """
-    out: list[dict] = []
-    if n < 8192:
-        return out
-    for split in splits:
-        part = split_part(n, split)
-        if part is None or part < min_part:
-            continue
-        for nw in warp_choices:
-            if per_thread[0] <= part // (32 * nw) <= per_thread[1]:
-                for rows in (1, 4, 16):
-                    base = {"looped": False, "split": split, "block_n": part, "rows": rows, "num_warps": nw}
-                    out += [base, {**base, "compact": True}] if compact else [base]
-    return out

@@ -25,8 +25,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-__all__ = ["row_ids", "row_offsets", "hinted_load", "pack_pair", "unpack_pair", "split_place", "publish", "gather",
-           "widen"]
+__all__ = ["row_ids", "row_offsets", "hinted_load", "pack_pair", "unpack_pair", "split_place", "publish", "gather"]
 
 
 @triton.jit
@@ -109,13 +108,3 @@ def gather(SLOTS, row, SPLIT: tl.constexpr, STAGE: tl.constexpr):
             v = tl.load(SLOTS + idx, volatile=True)
     return unpack_pair(v)
 
-
-@triton.jit
-def widen(v):
-    """``v`` as fp32. For bf16 computed from the bits (``bits << 16``), an instruction chain the compiler
-    does not merge with an earlier ``v.to(tl.float32)``: a kernel that needs the values again after a
-    wait then keeps ``v``'s 16-bit registers live instead of the converted copy (half the registers)."""
-    if v.dtype == tl.bfloat16:
-        return (v.to(tl.int16, bitcast=True).to(tl.int32) << 16).to(tl.float32, bitcast=True)
-    else:
-        return v.to(tl.float32)

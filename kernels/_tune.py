@@ -84,7 +84,7 @@ def _build(family: str, direction: str, dtype: torch.dtype, m: int, n: int, devi
         else:
             aten = lambda: torch.ops.aten._softmax_backward_data.default(dy, y, -1, dtype)  # noqa: E731
             cands["triton"] = (lambda c: (st.launch_bwd(dy, y, out, c), out)[1],
-                               tk.candidate_configs(n, "bwd"))
+                               tk.candidate_configs(n))
             if helion_ok and n <= sh.LIMITS.max_n_bwd:
                 from accel.kernels.ops.softmax import helion_kernel as hk
 
@@ -99,8 +99,9 @@ def _build(family: str, direction: str, dtype: torch.dtype, m: int, n: int, devi
             _, am, ar = torch.ops.aten.native_layer_norm.default(x, [n], w, b, 1e-5)
         if direction == "fwd":
             aten = lambda: torch.ops.aten.native_layer_norm.default(x, [n], w, b, 1e-5)[0]  # noqa: E731
-            cands["triton"] = (lambda c: (lt.launch_fwd(x, w, b, out, mean, rstd, 1e-5, c), out)[1],
-                               tk.candidate_configs(n, "fwd"))
+            if n <= lt.LIMITS.max_n_fwd:
+                cands["triton"] = (lambda c: (lt.launch_fwd(x, w, b, out, mean, rstd, 1e-5, c), out)[1],
+                                   tk.candidate_configs(n, "fwd"))
             if helion_ok and n <= lh.LIMITS.max_n_fwd:
                 from accel.kernels.ops.layer_norm import helion_kernel as hk
 

@@ -27,19 +27,18 @@ __all__ = ["DSL", "LIMITS", "available", "native_layer_norm", "native_layer_norm
            "launch_fwd", "launch_bwd"]
 
 DSL = "triton"
-#: Forward any N up to 65536 (looped above 16384); backward keeps the row in registers (N <= 16384).
-LIMITS = Limits(max_n_fwd=65536, max_n_bwd=16384)
+#: Rows up to 16384 elements, whole in registers (triton_kernel.MAX_BLOCK_N); longer rows stay with ATen.
+LIMITS = Limits(max_n_fwd=16384, max_n_bwd=16384)
 
 
 _k = lazy_module(__package__ + ".triton_kernel")  # imports the DSL at the first launch
 
 
 def fwd_launch(cfg: Mapping[str, Any], m: int, n: int, eps: float, has_w: bool, has_b: bool) -> LaunchPlan:
-    """The forward's launch for ``m`` rows of ``n`` with config ``cfg`` (``hints``: L2 eviction hints, default
-    off: :mod:`accel.kernels._triton_lib`); call it with
+    """The forward's launch for ``m`` rows of ``n <= LIMITS.max_n_fwd`` (the cond checks it) with config ``cfg``
+    (``hints``: L2 eviction hints, default off: :mod:`accel.kernels._triton_lib`); call it with
     ``(x, w, b, y, mean, rstd)`` (``x`` in place of a missing ``w`` or ``b``)."""
-    k = _k()
-    return row_launch(k.layer_norm_fwd_looped, k.layer_norm_fwd_rows, cfg, m, n, (eps,), HAS_W=has_w, HAS_B=has_b)
+    return row_launch(None, _k().layer_norm_fwd_rows, cfg, m, n, (eps,), HAS_W=has_w, HAS_B=has_b)
 
 
 def launch_fwd(x, w, b, y, mean, rstd, eps: float, cfg: Mapping[str, Any], m: int | None = None,

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from accel.kernels._conds import Limits, tuned_config
-from accel.kernels._launch import LaunchPlan, SplitLaunch, lazy_module, row_launch
+from accel.kernels._launch import LaunchPlan, lazy_module, row_launch
 from accel.kernels.ops.rms_norm.triton_impl import available
 
 from ._ops import make_ops
@@ -32,23 +32,17 @@ def _config(op: str, x: torch.Tensor, m: int, n: int) -> Mapping[str, Any]:
     return tuned_config(op, DSL, x, m, n, _kernels().default_config)
 
 
-def fwd_launch(cfg: Mapping[str, Any], m: int, n: int) -> LaunchPlan | SplitLaunch:
+def fwd_launch(cfg: Mapping[str, Any], m: int, n: int) -> LaunchPlan:
     """The forward's launch for ``m`` rows of ``n`` with config ``cfg`` (``looped``, ``block_n``, ``rows``,
-    ``num_warps``, and optionally ``hints`` (L2 cache hints, default off), ``num_stages``
-    (Triton's software pipelining of the looped kernels' chunk loads) and ``split`` (and for the backward ``compact``)
-    (the split kernel: :class:`accel.kernels._launch.SplitLaunch`)); call it with ``(x, y)``."""
+    ``num_warps``, and optionally ``hints`` (L2 cache hints, default off) and ``num_stages``
+    (Triton's software pipelining of the looped kernels' chunk loads)); call it with ``(x, y)``."""
     k = _kernels()
-    if cfg.get("split"):
-        return SplitLaunch(k.softmax_fwd_split, cfg, m, (m, n, cfg["rows"]), -(-m // cfg["rows"]))
     return row_launch(k.softmax_fwd_looped, k.softmax_fwd_rows, cfg, m, n, looped_hints=True)
 
 
-def bwd_launch(cfg: Mapping[str, Any], m: int, n: int) -> LaunchPlan | SplitLaunch:
+def bwd_launch(cfg: Mapping[str, Any], m: int, n: int) -> LaunchPlan:
     """The backward's launch (configs as :func:`fwd_launch`); call it with ``(dy, y, dx)``."""
     k = _kernels()
-    if cfg.get("split"):
-        return SplitLaunch(k.softmax_bwd_split, cfg, m, (m, n, cfg["rows"]), -(-m // cfg["rows"]),
-                           COMPACT=cfg.get("compact", False))
     return row_launch(k.softmax_bwd_looped, k.softmax_bwd_rows, cfg, m, n, looped_hints=True)
 
 

@@ -11,16 +11,8 @@ backward ``dx = y * (dy - sum(dy * y))``.
 - looped kernels (very long rows): one row per program in ``BLOCK_N`` chunks; the
   forward keeps an online (running max, rescaled sum) pair per lane, then a
   second pass writes ``y`` (the second read mostly hits L2).
-- split kernels (long rows): one row over ``SPLIT`` programs, each holding a
-  ``PART`` of the row in registers; the parts exchange their partial results (the
-  forward's part max and rescaled sum, the backward's part of ``sum(dy*y)``) through
-  a zeroed slots buffer and wait for each other (:mod:`accel.kernels._triton_lib`), so
-  each element is read once and written once, with several small programs per SM
-  in flight instead of one large one per row. quack reaches the same with a thread-block
-  cluster and distributed shared memory, which Triton 3.6 cannot compile here.
 
-Launch configs are dicts ``{"rows", "num_warps", "looped", "block_n"}`` (plus ``"split"``
-and ``"compact"`` for the split kernels, whose ``block_n`` is the part); the
+Launch configs are dicts ``{"rows", "num_warps", "looped", "block_n"}``; the
 defaults come from :func:`default_config`, tuned ones from the tuning table.
 """
 
@@ -31,11 +23,11 @@ import functools
 import triton
 import triton.language as tl
 
-from accel.kernels._triton_lib import gather, hinted_load, publish, row_ids, row_offsets, split_place, widen
-from accel.kernels._triton_configs import next_power_of_2, row_candidates, row_config, split_candidates, unique_configs
+from accel.kernels._triton_lib import hinted_load, row_ids, row_offsets
+from accel.kernels._triton_configs import next_power_of_2, row_candidates, row_config, unique_configs
 
-__all__ = ["MAX_BLOCK_N", "default_config", "softmax_fwd_rows", "softmax_fwd_looped", "softmax_fwd_split",
-           "softmax_bwd_rows", "softmax_bwd_looped", "softmax_bwd_split", "candidate_configs"]
+__all__ = ["MAX_BLOCK_N", "default_config", "softmax_fwd_rows", "softmax_fwd_looped", "softmax_bwd_rows",
+           "softmax_bwd_looped", "candidate_configs"]
 
 #: Longest row held whole in registers (elements): 32768 fp32 values over 16 warps = 64 per thread.
 MAX_BLOCK_N = 32768
@@ -144,78 +136,14 @@ def softmax_bwd_looped(DY, Y, DX, N, BLOCK_N: tl.constexpr, HINTS: tl.constexpr)
             tl.store(DX + base + cols, dx, mask=ok)
 
 
-@triton.jit
-def softmax_fwd_split(X, Y, SLOTS, M, N, rows_per_group, PART: tl.constexpr, SPLIT: tl.constexpr,
-                      STAGE: tl.constexpr):
-    """One ``PART`` of each row per program; a group of ``SPLIT`` programs walks ``rows_per_group`` rows
-    (grid ``cdiv(M, rows_per_group) * SPLIT``), the next row's part loaded before this row's wait.
-
-    Each part computes ``e = exp(x - m_p)`` against its own max ``m_p`` and publishes ``(m_p,
-    sum(e))``; the row's max ``mx`` is the max of the parts' and its sum ``S = sum_p s_p * exp(m_p - mx)``;
-    then ``y = e * (exp(m_p - mx) / S)``: one exp per element (the part holds ``e`` through the wait,
-    not ``x``). A part that is all ``-inf`` adds nothing and writes 0; a row that is all ``-inf``
-    gives NaN, as ATen does. ``SLOTS``: ``M * SPLIT`` int64 zeros; ``STAGE``: :mod:`accel.kernels._triton_lib`.
-    """
-    group, part = split_place(SPLIT)
-    cols = part * PART + tl.arange(0, PART)
-    ok = cols < N
-    first = group * rows_per_group
-    last = tl.minimum(first + rows_per_group, M)
-    nxt = tl.load(X + first * N + cols, mask=ok, other=-float("inf"))
-    for row in range(first, last):
-        x = nxt.to(tl.float32)
-        nxt = tl.load(X + tl.minimum(row + 1, last - 1) * N + cols, mask=ok, other=-float("inf"))
-        m = tl.max(x, axis=0)
-        empty = m == -float("inf")
-        e = tl.exp2((x - tl.where(empty, 0.0, m)) * 1.4426950408889634)  # all -inf: e = 0
-        if STAGE != 2:
-            publish(SLOTS, row, part, m, tl.sum(e, axis=0), SPLIT)
-        if STAGE != 1:
-            ms, ss = gather(SLOTS, row, SPLIT, STAGE)
-            mx = tl.max(ms, axis=0)
-            total = tl.sum(tl.where(ms == -float("inf"), 0.0, ss * tl.exp2((ms - mx) * 1.4426950408889634)), axis=0)
-            scale = tl.exp2((m - mx) * 1.4426950408889634) / total
-            scale = tl.where(empty, tl.where(mx == -float("inf"), float("nan"), 0.0), scale)
-            tl.store(Y + row * N + cols, (e * scale).to(Y.dtype.element_ty), mask=ok)
-
-
-@triton.jit
-def softmax_bwd_split(DY, Y, DX, SLOTS, M, N, rows_per_group, PART: tl.constexpr, SPLIT: tl.constexpr,
-                      STAGE: tl.constexpr, COMPACT: tl.constexpr):
-    """``dx = y * (dy - sum(dy*y))`` with each row over ``SPLIT`` programs, groups walking rows (as
-    :func:`softmax_fwd_split`): each part publishes its part of ``sum(dy*y)``."""
-    group, part = split_place(SPLIT)
-    cols = part * PART + tl.arange(0, PART)
-    ok = cols < N
-    first = group * rows_per_group
-    last = tl.minimum(first + rows_per_group, M)
-    y_next = tl.load(Y + first * N + cols, mask=ok, other=0.0)
-    dy_next = tl.load(DY + first * N + cols, mask=ok, other=0.0)
-    for row in range(first, last):
-        yin, dyin = y_next, dy_next
-        ahead = tl.minimum(row + 1, last - 1) * N + cols
-        y_next = tl.load(Y + ahead, mask=ok, other=0.0)
-        dy_next = tl.load(DY + ahead, mask=ok, other=0.0)
-        y, dy = yin.to(tl.float32), dyin.to(tl.float32)
-        if STAGE != 2:
-            publish(SLOTS, row, part, tl.sum(y * dy, axis=0), tl.full([], 0.0, tl.float32), SPLIT)
-        if STAGE != 1:
-            dots, _ = gather(SLOTS, row, SPLIT, STAGE)
-            dot = tl.sum(dots, axis=0)
-            if COMPACT:
-                y, dy = widen(yin), widen(dyin)
-            tl.store(DX + row * N + cols, (y * (dy - dot)).to(DX.dtype.element_ty), mask=ok)
-
-
 @functools.cache
 def default_config(n: int) -> dict:
     """The launch config for rows of ``n`` elements when the table has none: rows in registers up to 32768."""
     return row_config(n, MAX_BLOCK_N, SOFTMAX_WARP_STEPS)
 
 
-def candidate_configs(n: int, direction: str = "fwd") -> list[dict]:
-    """The configs ``accel bench --tune`` times for rows of ``n`` elements (default first) in ``direction``
-    (``"fwd"`` or ``"bwd"``: only the backward's split kernel takes ``compact``).
+def candidate_configs(n: int) -> list[dict]:
+    """The configs ``accel bench --tune`` times for rows of ``n`` elements (default first).
 
     Rows in registers (1-16 rows per program, 4-32 warps, 4-128 elements per thread, without
     and with ``evict_first`` hints: :mod:`accel.kernels._triton_lib`);
@@ -238,8 +166,15 @@ def candidate_configs(n: int, direction: str = "fwd") -> list[dict]:
     over its own part - was measured in session 5 on 8192x32768: best 529.4 us vs the looped
     kernel's 293.1 (split 2, 2048-element chunks, 16 warps; split 4 slower still); removed.
     ``benchmarks/results/h200/session5/tune-runF-softmax.json``.)
-    For rows of 8192+ also the split kernels, whose parts wait for each other instead of
-    streaming each other's elements (:func:`accel.kernels._triton_configs.split_candidates`).
+    (Split kernels whose parts wait for each other instead of streaming each other's elements -
+    a row over 2-16 programs exchanging partial results through a zeroed slots buffer
+    (:mod:`accel.kernels._triton_lib`), groups of 1-16 rows with the next row's part loaded before
+    the wait, holding the part as fp32, in 16 bits, or as ``exp(x - part max)`` rescaled after the
+    wait (one exp per element), with and without L2 hints, read again after the wait - were measured
+    in session 6 on 8192x32768: forward best 287.4 us vs the looped kernel's 291.2-293.3, backward
+    best 393.3 us vs 384.1-386.9; so no gain worth a kernel, and removed. The same exchange wins for
+    the LayerNorm backward, whose partials spill otherwise. ``benchmarks/results/h200/session6/``
+    ``split_smoke-run{B,C,D}.txt``, ``tune-runE-softmax.json``.)
     """
     block_n = next_power_of_2(n)
     out = [default_config(n)]
@@ -256,5 +191,4 @@ def candidate_configs(n: int, direction: str = "fwd") -> list[dict]:
             for stages in (2, 3):
                 out.append({"looped": True, "block_n": chunk, "rows": 1, "num_warps": warps, "hints": True,
                             "num_stages": stages})
-        out += split_candidates(n, compact=direction == "bwd")
     return unique_configs(out)
