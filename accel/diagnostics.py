@@ -153,8 +153,9 @@ def collect(spec: object = None) -> dict[str, Any]:
 
     Returns:
         ``{"accel", "python", "platform", "torch", "selection", "probes", "device",
-        "dsl", "visible_devices", "ipex"}``. ``selection`` holds ``error`` instead of a
-        choice when selection fails (the message says what to do).
+        "dsl", "visible_devices", "ipex"}``. ``selection`` holds ``error`` (with
+        ``error_type`` and ``bad_input``: a misspelt ``ACCEL_DEVICE``, say) instead of a choice when
+        selection fails (the message says what to do).
 
     .. note:: Initialises the selected device's runtime (to read its arch).
     """
@@ -171,7 +172,9 @@ def collect(spec: object = None) -> dict[str, Any]:
     except AccelError as exc:
         if spec is not None and isinstance(exc, (ValueError, TypeError, LookupError)):
             raise  # a misspelt --device is bad input (the CLI exits 2), not a fact about this machine
-        info["selection"] = {"error": str(exc), "requested": None if spec is None else str(spec)}
+        info["selection"] = {"error": str(exc), "error_type": type(exc).__name__,
+                             "bad_input": isinstance(exc, (ValueError, TypeError, LookupError)),
+                             "requested": None if spec is None else str(spec)}
         info["device"] = None
     else:
         info["selection"] = {"backend": sel.backend.name, "device": str(sel.device), "source": sel.source,

@@ -357,33 +357,38 @@ class SplitLaunch:
     """A split-row kernel's launch (:mod:`accel.kernels._triton_lib`): ``launch(*tensors)`` allocates the
     zeroed slots buffer (``m * split`` int64, from torch's allocator on the tensors' stream, so
     concurrent calls never share one) and launches ``fn`` over ``groups * split`` programs with it after
-    the tensors. On a GPU the parts of a row wait for each other in one launch (``STAGE=0``); on the
-    CPU (``TRITON_INTERPRET=1``, where programs run one after another) it makes two launches, publish
-    then finish (``STAGE=1``, ``2``), which compute the same result.
+    the tensors. On a GPU the parts of a row wait for each other in one launch (``STAGE=0``); where
+    programs run one after another (``TRITON_INTERPRET=1``, CPU or GPU tensors alike) a wait would
+    never end, so it makes two launches, publish then finish (``STAGE=1``, ``2``), which compute the
+    same result.
 
     Args:
         fn: the ``@triton.jit`` split kernel; arguments ``(tensors..., slots, *scalars)`` and the constexprs
             ``PART``, ``SPLIT``, ``STAGE`` and ``flags``.
-        cfg: ``{"split", "block_n" (the part), "num_warps"}``.
-        m: rows (one slot per row and part).
+        cfg: ``{"split", "block_n" (the part), "num_warps"}``; a part too short for ``split`` parts to
+            cover a row is lengthened to the shortest power of two that does.
+        m, n: rows (one slot per row and part) and row length.
         scalars: the kernel's scalar arguments after ``slots``.
         groups: program groups of ``split`` parts (default ``m``: one row per group).
         **flags: further constexprs of ``fn``.
     """
 
-    __slots__ = ("count", "fused", "staged")
+    __slots__ = ("count", "fused", "staged", "interpreted")
 
-    def __init__(self, fn: Any, cfg: Any, m: int, scalars: tuple, groups: int | None = None, **flags: Any) -> None:
+    def __init__(self, fn: Any, cfg: Any, m: int, n: int, scalars: tuple, groups: int | None = None,
+                 **flags: Any) -> None:
         split = cfg["split"]
         self.count = m * split
         grid = ((m if groups is None else groups) * split,)
-        options = dict(PART=cfg["block_n"], SPLIT=split, num_warps=cfg["num_warps"], **flags)
+        part = max(cfg["block_n"], next_power_of_2(-(-n // split)))
+        options = dict(PART=part, SPLIT=split, num_warps=cfg["num_warps"], **flags)
         self.fused = LaunchPlan(fn, grid, scalars, STAGE=0, **options)
         self.staged = tuple(LaunchPlan(fn, grid, scalars, STAGE=s, **options) for s in (1, 2))
+        self.interpreted = os.environ.get("TRITON_INTERPRET", "").strip() == "1"
 
     def __call__(self, *tensors: torch.Tensor) -> None:
         slots = torch.zeros(self.count, dtype=torch.int64, device=tensors[0].device)
-        if tensors[0].is_cuda:
+        if tensors[0].is_cuda and not self.interpreted:
             self.fused(*tensors, slots)
         else:
             for launch in self.staged:

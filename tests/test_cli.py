@@ -284,3 +284,43 @@ def test_doctor_suggests_the_fix_that_matches_where_the_device_came_from(monkeyp
         pytest.skip("every backend is available here: no unavailable --device to ask for")
     fix = {c.name: c.fix for c in diagnostics.checks(diagnostics.collect(missing))}["selection"]
     assert f"--device {missing}" in fix and "ACCEL_DEVICE" not in fix
+
+
+def test_info_exit_codes_when_no_device_can_be_selected(capsys, monkeypatch):
+    """``accel info`` prints every fact either way, then says why no device was selected: exit 1 for a
+    requested backend that is not available, 2 for a misspelt ACCEL_DEVICE (bad input), with the error
+    line on stderr and the error object in the JSON."""
+    from accel import _probe
+
+    monkeypatch.delenv("ACCEL_DEVICE", raising=False)
+    accel.clear_cache()
+    missing = next((n for n, p in _probe.probes().items() if not p.available), None)
+    if missing is None:
+        pytest.skip("every backend is available here: no unavailable --device to ask for")
+    assert main(["info", "--device", missing]) == 1
+    captured = capsys.readouterr()
+    assert "probes" in captured.out and captured.err.startswith(f"accel info: error: argument '{missing}'")
+    rc, report = _json(capsys, ["info", "--device", missing, "--json"])
+    assert rc == 1 and report["error"]["command"] == "info" and report["error"]["type"] == "BackendUnavailableError"
+    monkeypatch.setenv("ACCEL_DEVICE", "cdua")
+    accel.clear_cache()
+    assert main(["info"]) == 2
+    assert capsys.readouterr().err.startswith("accel info: error: ACCEL_DEVICE='cdua': unknown backend 'cdua'")
+    rc, report = _json(capsys, ["info", "--json"])
+    assert rc == 2 and report["error"]["type"] == "UnknownBackendError" and report["selection"]["bad_input"]
+    accel.clear_cache()
+
+
+def test_a_numeric_device_argument_is_an_index(capsys, monkeypatch):
+    """``--device 0`` means what ``accel.device(0)`` means (an index on the best backend), not a backend named '0'."""
+    monkeypatch.delenv("ACCEL_DEVICE", raising=False)
+    accel.clear_cache()
+    rc, report = _json(capsys, ["info", "--device", "0", "--json"])
+    assert rc == 0 and report["selection"]["device"] == str(accel.device(0))
+    assert main(["info", "--device", "7"]) == 2  # out of range: DeviceIndexError, bad input
+    assert "accel info: error:" in capsys.readouterr().err
+
+
+def test_python_dash_m_accel_runs_the_command_line():
+    proc = subprocess.run([sys.executable, "-m", "accel", "--version"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.startswith("accel ")

@@ -97,10 +97,14 @@ def test_accel_kernels_install_flag_and_empty_table(capsys):
     captured = capsys.readouterr()
     assert "no built-in kernel can be installed here" in captured.out
     assert "no usable backend among cuda" in captured.out  # the hardware reason comes first, not "install triton"
-    assert "--install: no built-in kernel could be installed here" in captured.err
+    assert captured.err.startswith("accel kernels: error: --install registered no built-in kernel: none can be "
+                                   "installed here")  # the error format of every command
     assert main(["kernels", "--install", "--json"]) == 1
     captured = capsys.readouterr()
-    assert json.loads(captured.out)["installed"] == [] and "could be installed" in captured.err
+    report = json.loads(captured.out)
+    assert report["installed"] == [] and "accel kernels: error: --install" in captured.err
+    assert report["error"]["type"] == "KernelUnavailableError" and report["error"]["command"] == "kernels"
+    assert "none can be installed here" in report["error"]["message"]
 
 
 def test_accel_bench_errors_without_gpu(capsys):

@@ -326,6 +326,76 @@ LN_BWD_SCRIPT = textwrap.dedent("""
 """)
 
 
+SPIN_SCRIPT = textwrap.dedent("""
+    import json, torch
+    from accel.kernels import _launch, _tolerance
+    from accel.kernels.ops.layer_norm import triton_kernel as tk, reference as lref
+    _launch.poison_outputs = True
+    m, n = 13, 9000
+    torch.manual_seed(0)
+    x, dy = torch.randn(m, n) * 3 + 1, torch.randn(m, n)
+    dy[4] = 0.0   # both partial sums of row 4 are +0.0: its slots must still read as published
+    w, b = torch.randn(n), torch.randn(n)
+    _, mean, rstd = lref.native_layer_norm(x, [n], w, b, 1e-5)
+    ref = lref.native_layer_norm_backward(dy, x, [n], mean, rstd, w, b, [True, True, True])
+    out = []
+    for cfg in tk.split_bwd_candidates(n):
+        groups, rows = tk.split_groups(m, cfg["split"], _launch.sm_count(x.device) * cfg["programs_per_sm"])
+        dx, dw, db = (_launch.empty(s, torch.float32, x.device) for s in ((m, n), (groups, n), (groups, n)))
+        launch = _launch.SplitLaunch(tk.layer_norm_bwd_split, cfg, m, n, (m, n, rows), groups, HAS_W=True,
+                                     WANT_DX=True, WANT_DW=True, WANT_DB=True)
+        slots = torch.zeros(launch.count, dtype=torch.int64)
+        tensors = (dy, x, w, mean.view(-1), rstd.view(-1), dx, dw, db)
+        launch.staged[0](*tensors, slots)   # every part publishes
+        unset = int((slots == 0).sum())
+        launch.fused(*tensors, slots)       # the GPU's one-launch kernel: its wait finds every part published
+        out.append(dict(cfg=cfg, unset=unset, problems=[_tolerance.compare(g, r)[1] for g, r in
+                                                         zip((dx, dw.sum(0), db.sum(0)), ref)]))
+    print("REPORT" + json.dumps(out))
+""")
+
+
+def test_layer_norm_split_backward_wait_loop_interpreted():
+    """The one-launch split backward (``STAGE=0``, what runs on a GPU), with its wait loop, in the interpreter:
+    after a publishing launch has filled every slot (none left 0, a row whose partial sums are +0.0
+    included) the waits end at once, and dx, dw, db match the reference."""
+    report = _triton_interpreted(SPIN_SCRIPT)
+    assert report and all(r["unset"] == 0 for r in report), report
+    bad = [r for r in report if any(p is not None for p in r["problems"])]
+    assert not bad, bad[:3]
+
+
+def test_split_launch_never_waits_in_the_interpreter(monkeypatch):
+    """Under ``TRITON_INTERPRET=1`` a split launch takes the two-launch path even for CUDA tensors (the
+    interpreter runs programs one after another: a wait for a later program would never end)."""
+    from accel.kernels import _launch
+
+    calls = []
+
+    class Plan:
+        def __init__(self, stage):
+            self.stage = stage
+
+        def __call__(self, *tensors):
+            calls.append(self.stage)
+
+    class LooksCuda(torch.Tensor):
+        @property
+        def is_cuda(self):
+            return True
+
+    for interpret, expected in (("1", [1, 2]), ("0", [0])):
+        monkeypatch.setenv("TRITON_INTERPRET", interpret)
+        launch = _launch.SplitLaunch(object(), {"split": 2, "block_n": 4096, "num_warps": 4}, 3, 9000, (3, 9000, 1))
+        assert launch.fused.constexprs["PART"] == 8192  # a part too short to cover the row is lengthened
+        launch.fused, launch.staged = Plan(0), (Plan(1), Plan(2))
+        calls.clear()
+        monkeypatch.setattr(torch, "zeros", lambda *a, **k: torch.empty(0))
+        launch(torch.empty(3, 9000).as_subclass(LooksCuda))
+        monkeypatch.undo()
+        assert calls == expected, interpret
+
+
 def test_every_layer_norm_bwd_candidate_config_is_correct_interpreted():
     """Every backward config the tuner may ship (1-8 programs per SM, each walking a row range: 13 rows
     over the interpreter's 4 "SMs"; for long rows the split kernel, 13 rows in 1-4 groups of parts
@@ -443,3 +513,22 @@ def test_rows_kernels_with_int64_row_ids_and_offsets_are_correct_interpreted():
     which no test can allocate: force it on small inputs, with and without hints, 2 rows per program."""
     report = _triton_interpreted(WIDE_SCRIPT)
     assert len(report) == 16 and all(problem is None for *_, problem in report), report
+
+
+def test_triton_layer_norm_forward_refuses_rows_beyond_its_limit_and_backward_takes_no_rows():
+    """A direct call of the Triton LayerNorm forward with rows longer than its limit raises a typed error
+    naming the limit and ATen (the cond never routes such rows); the backward of zero rows launches
+    nothing and gives zero dw/db."""
+    from accel.errors import UnsupportedOperationError
+    from accel.kernels.ops.layer_norm import triton_impl as lt
+
+    n = lt.LIMITS.max_n_fwd + 1
+    x = torch.randn(2, n)
+    with pytest.raises(UnsupportedOperationError, match=rf"rows of {n} elements > LIMITS.max_n_fwd=16384.*ATen"):
+        lt.native_layer_norm(x, [n], None, None, 1e-5)
+    empty = torch.empty(0, 8192)
+    for cfg in ({"split": 2, "block_n": 4096, "num_warps": 4, "programs_per_sm": 1},
+                {"block_n": 8192, "num_warps": 8, "programs_per_sm": 1}):
+        dw, db = lt.launch_bwd(empty, empty, torch.ones(8192), torch.empty(0), torch.empty(0), empty.clone(),
+                               (True, True, True), cfg, True)
+        assert torch.equal(dw, torch.zeros(8192)) and torch.equal(db, torch.zeros(8192))

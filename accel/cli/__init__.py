@@ -72,6 +72,8 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    if isinstance(getattr(args, "device", None), str) and re.fullmatch(r"-?\d+", args.device.strip()):
+        args.device = int(args.device)  # "--device 1": an index, as accel.device(1) takes it
     from accel.cli._output import quiet_stdout
     from accel.errors import AccelError
 

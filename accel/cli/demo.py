@@ -38,10 +38,12 @@ def _progress(enabled: bool) -> Iterator[Callable[[str, int], Callable[[], None]
     if not enabled:
         yield None
         return
+    from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    # progress goes to stderr: stdout holds only the report (a failing run prints nothing there)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=console(), transient=False) as prog:
+                  console=Console(stderr=True), transient=False) as prog:
 
         def start(label: str, total: int) -> Callable[[], None]:
             task = prog.add_task(label, total=total)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from accel.cli._output import console, print_json, table
 
@@ -10,24 +11,33 @@ __all__ = ["add_parser", "run"]
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("info", help="show torch build, device selection, arch, capabilities and DSL runtimes")
+    p = sub.add_parser("info", help="show torch build, device selection, arch, capabilities and DSL runtimes",
+                       epilog="Exit status: 0; 1 when the requested backend is not available, 2 when the device "
+                              "spec (--device or ACCEL_DEVICE) is misspelt; every other fact is printed either way.")
     p.add_argument("--device", default=None, help="device spec to inspect (default: ACCEL_DEVICE, else best)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    """Print the facts; returns 0, or when no device could be selected (a requested backend not available,
+    a misspelt ``ACCEL_DEVICE``) 1, or 2 for bad input, after printing every other fact."""
     from accel.diagnostics import collect
 
     info = collect(args.device)
+    sel = info["selection"]
+    rc = 0 if "error" not in sel else 2 if sel["bad_input"] else 1
+    if rc:
+        print(f"accel info: error: {sel['error'].splitlines()[0]}", file=sys.stderr)
     if args.json:
+        if rc:
+            info["error"] = {"type": sel["error_type"], "message": sel["error"], "command": "info"}
         print_json(info)
-        return 0
+        return rc
     out = console()
     t = info["torch"]
     out.print(f"accel {info['accel']} | Python {info['python']} | {info['platform']}")
     out.print(f"torch {t['torch']} (cuda={t['cuda']}, hip={t['hip']}, xpu={t['xpu']})")
-    sel = info["selection"]
     if "error" in sel:
         out.print(f"selected: none - {sel['error'].splitlines()[0]}")
     else:
@@ -54,4 +64,4 @@ def run(args: argparse.Namespace) -> int:
     ipex = info["ipex"]
     out.print(f"intel-extension-for-pytorch: {ipex['installed'] or 'not installed'}"
               + (f" (matches torch: {ipex['matches_torch']})" if ipex["installed"] else " (not needed)"))
-    return 0
+    return rc

@@ -36,7 +36,8 @@ def report() -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Print the report; returns 0, or 1 when ``--install`` left no override registered."""
+    """Print the report; returns 0, or 1 when ``--install`` left no override registered (then an
+    ``accel kernels: error:`` line on stderr, and the JSON report carries an ``error`` object too)."""
     added = None
     if args.install:
         import accel.kernels as ak
@@ -45,8 +46,10 @@ def run(args: argparse.Namespace) -> int:
     data = report()
     failed = added is not None and not data["overrides"]
     if failed:
-        print("accel kernels --install: no built-in kernel could be installed here; the built-in table says why "
-              "for each (no accelerator this torch serves, or a DSL not installed).", file=sys.stderr)
+        message = ("--install registered no built-in kernel: none can be installed here; the built-in table "
+                   "says why for each (no accelerator this torch serves, or a DSL not installed).")
+        print(f"accel kernels: error: {message}", file=sys.stderr)
+        data["error"] = {"type": "KernelUnavailableError", "message": message, "command": "kernels"}
     if args.json:
         print_json(dict(data, installed=added))
         return 1 if failed else 0

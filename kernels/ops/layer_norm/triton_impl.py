@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from accel.errors import UnsupportedOperationError
 from accel.kernels._conds import Limits, tuned_config
 from accel.kernels._triton_configs import next_power_of_2
 from accel.kernels._launch import (
@@ -37,7 +38,15 @@ _k = lazy_module(__package__ + ".triton_kernel")  # imports the DSL at the first
 def fwd_launch(cfg: Mapping[str, Any], m: int, n: int, eps: float, has_w: bool, has_b: bool) -> LaunchPlan:
     """The forward's launch for ``m`` rows of ``n <= LIMITS.max_n_fwd`` (the cond checks it) with config ``cfg``
     (``hints``: L2 eviction hints, default off: :mod:`accel.kernels._triton_lib`); call it with
-    ``(x, w, b, y, mean, rstd)`` (``x`` in place of a missing ``w`` or ``b``)."""
+    ``(x, w, b, y, mean, rstd)`` (``x`` in place of a missing ``w`` or ``b``).
+
+    Raises:
+        UnsupportedOperationError: ``n`` above ``LIMITS.max_n_fwd`` (no Triton kernel for such rows: ATen's).
+    """
+    if n > LIMITS.max_n_fwd:
+        raise UnsupportedOperationError(
+            f"Triton LayerNorm forward: rows of {n} elements > LIMITS.max_n_fwd={LIMITS.max_n_fwd}. Only rows held "
+            f"whole in registers have a Triton kernel; call torch.nn.functional.layer_norm (ATen) for longer rows.")
     return row_launch(None, _k().layer_norm_fwd_rows, cfg, m, n, (eps,), HAS_W=has_w, HAS_B=has_b)
 
 
@@ -59,12 +68,15 @@ def launch_bwd(dy, x, w, mean, rstd, dx, want: Sequence[bool], cfg: Mapping[str,
     k = _k()
     m, n = x.shape
     want_dx, want_dw, want_db = (bool(want[0]), bool(want[1]) and w is not None, bool(want[2]) and has_b)
+    if m == 0:  # no rows: no launch (an empty grid); dw and db are sums over nothing
+        zeros = torch.zeros(n, dtype=torch.float32, device=x.device)
+        return (zeros if want_dw else None), (zeros.clone() if want_db else None)
     if cfg.get("split"):
         groups, rows = k.split_groups(m, cfg["split"], sm_count(x.device) * cfg["programs_per_sm"])
         dw = empty((groups, n), torch.float32, x.device) if want_dw else x
         db = empty((groups, n), torch.float32, x.device) if want_db else x
         with device_guard(x.device):
-            SplitLaunch(k.layer_norm_bwd_split, cfg, m, (m, n, rows), groups, HAS_W=w is not None,
+            SplitLaunch(k.layer_norm_bwd_split, cfg, m, n, (m, n, rows), groups, HAS_W=w is not None,
                         WANT_DX=want_dx, WANT_DW=want_dw, WANT_DB=want_db)(
                 dy, x, w if w is not None else x, mean, rstd, dx if want_dx else x, dw, db)
         return (dw.sum(0) if want_dw else None), (db.sum(0) if want_db else None)

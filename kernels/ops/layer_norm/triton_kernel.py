@@ -204,7 +204,7 @@ def split_bwd_candidates(n: int) -> list[dict]:
 
 
 def split_groups(m: int, split: int, programs: int) -> tuple[int, int]:
-    """``(groups, rows per group)`` for a split backward over ``m`` rows with about ``programs`` programs
+    """``(groups, rows per group)`` for a split backward over ``m >= 1`` rows with about ``programs`` programs
     (``programs // split`` groups of ``split``, at least one, at most ``m``; every group has a row)."""
     groups = max(1, min(m, programs // split))
     rows = -(-m // groups)
