@@ -338,8 +338,8 @@ def row_launch(looped: Any, rows_kernel: Any, cfg: Any, m: int, n: int, scalars:
                looped_hints: bool = False, **flags: Any) -> LaunchPlan:
     """The launch of a row-wise op for ``m`` rows of ``n`` with tuning config ``cfg``: the ``looped`` kernel
     (one row per program in ``cfg["block_n"]`` chunks; arguments ``(tensors..., n, *scalars)``; ``None`` for
-    an op without one, whose limits keep looped configs away) where ``cfg["looped"]``, else ``rows_kernel`` (``cfg["rows"]`` rows per program, each whole in registers;
-    arguments ``(tensors..., m, n, *scalars)``, with ``HINTS`` and ``WIDE``: :mod:`accel.kernels._triton_lib`).
+    an op without one, whose limits keep looped configs away) where ``cfg["looped"]``, else ``rows_kernel``
+    (``cfg["rows"]`` rows per program, each whole in registers; arguments ``(tensors..., m, n, *scalars)``, with ``HINTS`` and ``WIDE``: :mod:`accel.kernels._triton_lib`).
     ``flags``: constexprs both kernels take (``HAS_W``, ...); ``looped_hints``: the looped kernel takes
     ``HINTS`` and honours ``num_stages`` too (softmax's). ``hints`` defaults to off.
     """

@@ -81,4 +81,3 @@ def split_part(n: int, split: int) -> int | None:
     ``split`` parts of it would leave a part with no element of the row (``(split - 1) * part >= n``)."""
     part = next_power_of_2(-(-n // split))
     return part if (split - 1) * part < n else None
-

@@ -107,4 +107,3 @@ def gather(SLOTS, row, SPLIT: tl.constexpr, STAGE: tl.constexpr):
         while tl.sum((v == 0).to(tl.int32), axis=0) > 0:
             v = tl.load(SLOTS + idx, volatile=True)
     return unpack_pair(v)
-
