@@ -17,6 +17,8 @@ from typing import Any
 
 import torch
 
+from accel.kernels._launch import sm_count
+
 __all__ = ["SHAPES", "run_family"]
 
 #: [M, N] per family (the issue's targets).
@@ -42,8 +44,42 @@ def peers(family: str) -> dict[str, Any]:
     if family == "softmax":
         return {"liger": _try_import("liger_kernel.ops.softmax", "LigerSoftmaxFunction"),
                 "quack": _try_import("quack.softmax", "softmax")}
+    # quack 0.6.5 has no quack.layernorm: its LayerNorm is the RMSNorm kernels with is_layernorm=True
+    q_fwd, q_bwd = _try_import("quack.rmsnorm", "_rmsnorm_fwd"), _try_import("quack.rmsnorm", "_rmsnorm_bwd")
     return {"liger": _try_import("liger_kernel.ops.layer_norm", "LigerLayerNormFunction"),
-            "quack": _try_import("quack.layernorm", "layernorm")}
+            "quack": next((e for e in (q_fwd, q_bwd) if isinstance(e, Exception)), (q_fwd, q_bwd))}
+
+
+def _quack_layer_norm(ops: tuple, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, dy: torch.Tensor):
+    """quack's LayerNorm forward and backward (``ops`` = ``quack.rmsnorm``'s ``_rmsnorm_fwd``, ``_rmsnorm_bwd``,
+    run with ``is_layernorm=True``), given an fp32 weight and bias as quack requires; the backward sums its
+    per-SM dw/db partials, as accel's does. Returns ``(fwd, bwd)`` callables; ``bwd`` runs ``fwd`` once first
+    (quack's own mean and rstd, which it reads). A failure surfaces when a callable runs (the benchmark
+    reports it per candidate)."""
+    q_fwd, q_bwd = ops
+    m, n = x.shape
+    w32, b32 = w.float(), b.float()
+    mean = torch.empty(m, dtype=torch.float32, device=x.device)
+    rstd = torch.empty(m, dtype=torch.float32, device=x.device)
+    sms = sm_count(x.device)
+
+    def fwd():
+        y = torch.empty_like(x)
+        q_fwd(x, w32, y, b32, rstd, mean, None, None, EPS, True, 0.0)
+        return y
+
+    filled: list = []
+
+    def bwd():
+        if not filled:
+            filled.append(fwd())
+        dx = torch.empty_like(x)
+        dw = torch.empty(sms, n, dtype=torch.float32, device=x.device)
+        db = torch.empty(sms, n, dtype=torch.float32, device=x.device)
+        q_bwd(x, w32, dy, rstd, dx, dw, db, None, None, sms, mean, True, 0.0)
+        return dx, dw.sum(0), db.sum(0)
+
+    return fwd, bwd
 
 
 def _autograd_bwd(fwd: Callable[..., torch.Tensor], inputs: tuple, dy: torch.Tensor) -> Callable[[], Any]:
@@ -107,8 +143,7 @@ def _cases(family: str, m: int, n: int, dtype: torch.dtype, device: torch.device
     if ok("liger"):
         fwd["liger"] = lambda: found["liger"].apply(x, w, b, EPS)
     if ok("quack"):
-        w32 = w.float()
-        fwd["quack"] = lambda: found["quack"](x, w32, EPS)
+        fwd["quack"], quack_bwd = _quack_layer_norm(found["quack"], x, w, b, dy)
     bwd = {"triton": lambda: lt.native_layer_norm_backward(dy, x, [n], mean, rstd, w, b, mask)[0]} \
         if n <= lt.LIMITS.max_n_bwd else {}
     if lh.available()[0] and n <= lh.LIMITS.max_n_bwd:
@@ -116,6 +151,8 @@ def _cases(family: str, m: int, n: int, dtype: torch.dtype, device: torch.device
     bwd["routed"] = lambda: torch.ops.aten.native_layer_norm_backward.default(dy, x, [n], mean, rstd, w, b, mask)[0]
     if ok("liger"):
         bwd["liger"] = _autograd_bwd(lambda t, w_, b_: found["liger"].apply(t, w_, b_, EPS), (x, w, b), dy)
+    if ok("quack"):
+        bwd["quack"] = quack_bwd
     out["fwd"] = (lambda: torch.nn.functional.layer_norm(x, (n,), w, b, EPS), fwd)
     out["bwd"] = (lambda: torch.ops.aten.native_layer_norm_backward.default(dy, x, [n], mean, rstd, w, b, mask)[0],
                   bwd)

@@ -181,3 +181,39 @@ def test_tuned_config_hit_or_default(monkeypatch):
     assert seen[-1] == ("softmax_fwd", "triton", "cpu", "bfloat16", 3, 64)
     assert _conds.tuned_config("softmax_fwd", "triton", x, 3, 32, lambda n: {"n": n}) == {"n": 32}
     assert _conds.tuned_config("softmax_fwd", "helion", x, 3, 32, {"d": 0}) == {"d": 0}
+
+
+def test_quack_layer_norm_peer_calls_quacks_kernels_as_their_schema_says():
+    """The benchmark's quack LayerNorm peer (quack 0.6.5 has no quack.layernorm: its RMSNorm kernels take
+    ``is_layernorm=True``) passes each argument where quack's op schema has it, with an fp32 weight and
+    bias, quack's own mean/rstd from a forward first, and sums the per-SM partials."""
+    from accel.kernels import _bench_ops
+
+    calls = []
+    n = 32
+
+    def _rmsnorm_fwd(x, weight, out, bias=None, rstd=None, mean=None, residual=None, residual_out=None, eps=1e-6,
+                     is_layernorm=False, weight_offset=0.0):
+        calls.append("fwd")
+        assert is_layernorm and weight.dtype == bias.dtype == torch.float32 and residual is None
+        y, mu, r = torch.ops.aten.native_layer_norm(x, [n], weight, bias, eps)
+        out.copy_(y), mean.copy_(mu.view(-1)), rstd.copy_(r.view(-1))
+
+    def _rmsnorm_bwd(x, weight, dout, rstd, dx, dw_partial, db_partial=None, dresidual_out=None, dresidual=None,
+                     sm_count=None, mean=None, is_layernorm=False, weight_offset=0.0):
+        calls.append("bwd")
+        assert is_layernorm and mean is not None and dw_partial.shape == db_partial.shape == (sm_count, n)
+        g = torch.ops.aten.native_layer_norm_backward(dout, x, [n], mean.view(-1, 1), rstd.view(-1, 1), weight,
+                                                      weight, [True, True, True])
+        dx.copy_(g[0])
+        dw_partial.zero_()[0] = g[1]
+        db_partial.zero_()[0] = g[2]
+
+    x, dy, w, b = torch.randn(6, n), torch.randn(6, n), torch.randn(n), torch.randn(n)
+    fwd, bwd = _bench_ops._quack_layer_norm((_rmsnorm_fwd, _rmsnorm_bwd), x, w, b, dy)
+    got = bwd()
+    assert calls == ["fwd", "bwd"]  # the forward first: the backward reads quack's mean and rstd
+    _, mean, rstd = torch.ops.aten.native_layer_norm(x, [n], w, b, _bench_ops.EPS)
+    torch.testing.assert_close(got, torch.ops.aten.native_layer_norm_backward(dy, x, [n], mean, rstd, w, b,
+                                                                              [True, True, True]))
+    torch.testing.assert_close(fwd(), torch.nn.functional.layer_norm(x, (n,), w, b, _bench_ops.EPS))
