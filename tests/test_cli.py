@@ -67,10 +67,14 @@ def test_doctor_fails_on_uncovered_arch_with_fix(capsys):
 
 
 def test_doctor_fails_on_bad_accel_device(capsys, monkeypatch):
+    """A misspelt ACCEL_DEVICE is bad input (exit 2, as a misspelt --device), and the failing check still shows."""
     monkeypatch.setenv("ACCEL_DEVICE", "cdua")
-    assert main(["doctor"]) == 1
-    out = capsys.readouterr().out
-    assert "FAIL" in out and "1 failed" in out
+    assert main(["doctor"]) == 2
+    captured = capsys.readouterr()
+    assert "FAIL" in captured.out and "1 failed" in captured.out
+    assert captured.err.startswith("accel doctor: error: ACCEL_DEVICE='cdua': unknown backend 'cdua'")
+    rc, report = _json(capsys, ["doctor", "--json"])
+    assert rc == 2 and not report["ok"] and report["error"]["type"] == "UnknownBackendError"
 
 
 def test_doctor_checks_accel_variables(capsys, monkeypatch):
@@ -312,13 +316,33 @@ def test_info_exit_codes_when_no_device_can_be_selected(capsys, monkeypatch):
 
 
 def test_a_numeric_device_argument_is_an_index(capsys, monkeypatch):
-    """``--device 0`` means what ``accel.device(0)`` means (an index on the best backend), not a backend named '0'."""
+    """``--device 0`` means what ``accel.device(0)`` means (an index on the best backend), not a backend named '0';
+    only ASCII digits without leading zeros count as an index, as after ``cpu:``."""
     monkeypatch.delenv("ACCEL_DEVICE", raising=False)
     accel.clear_cache()
     rc, report = _json(capsys, ["info", "--device", "0", "--json"])
     assert rc == 0 and report["selection"]["device"] == str(accel.device(0))
-    assert main(["info", "--device", "7"]) == 2  # out of range: DeviceIndexError, bad input
-    assert "accel info: error:" in capsys.readouterr().err
+    for spec in ("7", "00", " 0", "\u0660"):  # out of range (DeviceIndexError) or not an index: bad input
+        assert main(["info", "--device", spec]) == 2, spec
+        assert "accel info: error:" in capsys.readouterr().err
+
+
+def test_exit_code_survives_a_reader_that_leaves_early():
+    """``accel info --device <unavailable> | head -1`` and ``accel kernels --install | head -1`` (text output, the
+    reader gone before anything is written): the failure's exit code stays, not 0."""
+    from accel import _probe
+
+    missing = next((n for n, p in _probe.probes().items() if not p.available), None)
+    if missing is None:
+        pytest.skip("every backend is available here: no unavailable --device to ask for")
+    env = {k: v for k, v in __import__("os").environ.items() if k != "ACCEL_DEVICE"}
+    for argv in (["info", "--device", missing], ["kernels", "--install"]):
+        proc = subprocess.Popen([sys.executable, "-m", "accel", *argv], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env=env)
+        proc.stdout.close()
+        err = proc.stderr.read()
+        assert proc.wait(timeout=120) == 1, (argv, err)
+        assert "Traceback" not in err, err
 
 
 def test_python_dash_m_accel_runs_the_command_line():

@@ -56,8 +56,9 @@ def main(argv: list[str] | None = None) -> int:
     :class:`~accel.errors.AccelError` that is a ``ValueError``/``TypeError``/``LookupError``). Errors print
     ``accel CMD: error: ...`` on stderr and, with ``--json``, ``{"error": {"type", "message",
     "command"}}`` on stdout. A reader that closes stdout early (``accel info | head -1``) ends the
-    command quietly: with its own exit code when the output was buffered (JSON), else 0 (the
-    error's code for an error), as if the rest had been read.
+    command quietly, with the exit code it would have had had the rest been read: its own when the
+    output was buffered (JSON) or when it decided the code before printing (``args.exit_code``),
+    the error's code for an error, else 0.
     """
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser()
@@ -72,8 +73,8 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    if isinstance(getattr(args, "device", None), str) and re.fullmatch(r"-?\d+", args.device.strip()):
-        args.device = int(args.device)  # "--device 1": an index, as accel.device(1) takes it
+    if isinstance(getattr(args, "device", None), str) and re.fullmatch(r"-?(?:0|[1-9][0-9]*)", args.device):
+        args.device = int(args.device)  # "--device 1": an index, as accel.device(1) takes it (digits as after ':')
     from accel.cli._output import quiet_stdout
     from accel.errors import AccelError
 
@@ -92,13 +93,13 @@ def main(argv: list[str] | None = None) -> int:
             return _report(exc, f"accel {args.command}", args.command, getattr(args, "json", False), code)
     except BrokenPipeError:  # `accel info | head -1`: the reader left; not an error of ours
         quiet_stdout()
-        return 0
+        return getattr(args, "exit_code", 0)  # a command that already knew its failure (set before printing)
 
 
 def _asks_json(argv: list[str]) -> bool:
     """Whether the command line asks for JSON: ``--json``, ``--json=...`` or an abbreviation argparse
     would accept (``--js``)."""
-    return any(len(a) >= 4 and "--json".startswith(a.split("=", 1)[0]) for a in argv)
+    return any(len(a) >= 3 and "--json".startswith(a.split("=", 1)[0]) for a in argv)
 
 
 #: A message that names its own source ("accel bench --tune: ..."): the command and its options only.

@@ -41,15 +41,22 @@ def _progress(enabled: bool) -> Iterator[Callable[[str, int], Callable[[], None]
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    # progress goes to stderr: stdout holds only the report (a failing run prints nothing there)
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=Console(stderr=True), transient=False) as prog:
+    # progress goes to stderr (stdout holds only the report), and the display starts with its first bar:
+    # a run that fails before training prints nothing but its error
+    prog = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    console=Console(stderr=True), transient=False)
 
-        def start(label: str, total: int) -> Callable[[], None]:
-            task = prog.add_task(label, total=total)
-            return lambda: prog.advance(task)
+    def start(label: str, total: int) -> Callable[[], None]:
+        if not prog.live.is_started:
+            prog.start()
+        task = prog.add_task(label, total=total)
+        return lambda: prog.advance(task)
 
+    try:
         yield start
+    finally:
+        if prog.live.is_started:
+            prog.stop()
 
 
 def _kernels_line(k: dict) -> str:

@@ -1,8 +1,10 @@
-"""``accel doctor``: the facts of ``accel info`` as checks; exit code 0 when all pass, 1 otherwise."""
+"""``accel doctor``: the facts of ``accel info`` as checks; exit code 0 when all pass, 1 otherwise (2 for a
+misspelt device spec, ``--device`` or ``ACCEL_DEVICE``: bad input)."""
 
 from __future__ import annotations
 
 import argparse
+import sys
 from dataclasses import asdict
 
 from accel.cli._output import console, print_json, table
@@ -20,13 +22,22 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from accel.diagnostics import checks, collect
 
-    results = checks(collect(args.device))
+    info = collect(args.device)
+    results = checks(info)
     failed = [c for c in results if not c.ok]
+    sel = info["selection"]
+    # a misspelt ACCEL_DEVICE is bad input (2) like a misspelt --device; other failed checks are facts (1)
+    rc = args.exit_code = 2 if sel.get("bad_input") else 1 if failed else 0
+    if rc == 2:
+        print(f"accel doctor: error: {sel['error'].splitlines()[0]}", file=sys.stderr)
     if args.json:
-        print_json({"ok": not failed, "checks": [asdict(c) for c in results]})
+        report = {"ok": not failed, "checks": [asdict(c) for c in results]}
+        if rc == 2:
+            report["error"] = {"type": sel["error_type"], "message": sel["error"], "command": "doctor"}
+        print_json(report)
     else:
         out = console()
         out.print(table("accel doctor", ["check", "result", "detail", "fix"],
                         [[c.name, "ok" if c.ok else "FAIL", c.detail, c.fix] for c in results]))
         out.print(f"{len(results) - len(failed)} passed, {len(failed)} failed")
-    return 1 if failed else 0
+    return rc

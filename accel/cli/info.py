@@ -13,7 +13,8 @@ __all__ = ["add_parser", "run"]
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("info", help="show torch build, device selection, arch, capabilities and DSL runtimes",
                        epilog="Exit status: 0; 1 when the requested backend is not available, 2 when the device "
-                              "spec (--device or ACCEL_DEVICE) is misspelt; every other fact is printed either way.")
+                              "spec is misspelt (a misspelt --device prints only the error; an unavailable backend "
+                              "or a misspelt ACCEL_DEVICE prints every other fact too).")
     p.add_argument("--device", default=None, help="device spec to inspect (default: ACCEL_DEVICE, else best)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=run)
@@ -26,7 +27,7 @@ def run(args: argparse.Namespace) -> int:
 
     info = collect(args.device)
     sel = info["selection"]
-    rc = 0 if "error" not in sel else 2 if sel["bad_input"] else 1
+    rc = args.exit_code = 0 if "error" not in sel else 2 if sel["bad_input"] else 1
     if rc:
         print(f"accel info: error: {sel['error'].splitlines()[0]}", file=sys.stderr)
     if args.json:

@@ -45,6 +45,7 @@ def run(args: argparse.Namespace) -> int:
         added = ak.install()
     data = report()
     failed = added is not None and not data["overrides"]
+    args.exit_code = 1 if failed else 0  # kept if the reader leaves early (`accel kernels --install | head -1`)
     if failed:
         message = ("--install registered no built-in kernel: none can be installed here; the built-in table "
                    "says why for each (no accelerator this torch serves, or a DSL not installed).")
