@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-__all__ = ["console", "print_json", "quiet_stdout", "table"]
+__all__ = ["console", "print_json", "quiet_stdout", "table", "command_error"]
 
 
 def console() -> Console:
@@ -69,3 +69,11 @@ def table(title: str, columns: list[str], rows: list[list[Any]], *, show_header:
     for r in rows:
         t.add_row(*(cell(v) for v in r))
     return t
+
+
+def command_error(command: str, error_type: str, message: str) -> dict:
+    """Report a failure a command found itself (it still prints its report): the ``accel CMD: error:`` line
+    on stderr (the message's first line), and the ``{"type", "message", "command"}`` object its JSON
+    report carries under ``"error"`` - the same form as the errors :func:`accel.cli.main` reports."""
+    print(f"accel {command}: error: {message.splitlines()[0]}", file=sys.stderr)
+    return {"type": error_type, "message": message, "command": command}

@@ -4,10 +4,9 @@ misspelt device spec, ``--device`` or ``ACCEL_DEVICE``: bad input)."""
 from __future__ import annotations
 
 import argparse
-import sys
 from dataclasses import asdict
 
-from accel.cli._output import console, print_json, table
+from accel.cli._output import command_error, console, print_json, table
 
 __all__ = ["add_parser", "run"]
 
@@ -28,12 +27,10 @@ def run(args: argparse.Namespace) -> int:
     sel = info["selection"]
     # a misspelt ACCEL_DEVICE is bad input (2) like a misspelt --device; other failed checks are facts (1)
     rc = args.exit_code = 2 if sel.get("bad_input") else 1 if failed else 0
+    report = {"ok": not failed, "checks": [asdict(c) for c in results]}
     if rc == 2:
-        print(f"accel doctor: error: {sel['error'].splitlines()[0]}", file=sys.stderr)
+        report["error"] = command_error("doctor", sel["error_type"], sel["error"])
     if args.json:
-        report = {"ok": not failed, "checks": [asdict(c) for c in results]}
-        if rc == 2:
-            report["error"] = {"type": sel["error_type"], "message": sel["error"], "command": "doctor"}
         print_json(report)
     else:
         out = console()

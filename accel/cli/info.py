@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
-from accel.cli._output import console, print_json, table
+from accel.cli._output import command_error, console, print_json, table
 
 __all__ = ["add_parser", "run"]
 
@@ -29,10 +28,8 @@ def run(args: argparse.Namespace) -> int:
     sel = info["selection"]
     rc = args.exit_code = 0 if "error" not in sel else 2 if sel["bad_input"] else 1
     if rc:
-        print(f"accel info: error: {sel['error'].splitlines()[0]}", file=sys.stderr)
+        info["error"] = command_error("info", sel["error_type"], sel["error"])
     if args.json:
-        if rc:
-            info["error"] = {"type": sel["error_type"], "message": sel["error"], "command": "info"}
         print_json(info)
         return rc
     out = console()

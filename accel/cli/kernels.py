@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
-from accel.cli._output import cell, console, print_json, table
+from accel.cli._output import cell, command_error, console, print_json, table
 
 __all__ = ["add_parser", "run"]
 
@@ -47,13 +46,12 @@ def run(args: argparse.Namespace) -> int:
     failed = added is not None and not data["overrides"]
     args.exit_code = 1 if failed else 0  # kept if the reader leaves early (`accel kernels --install | head -1`)
     if failed:
-        message = ("--install registered no built-in kernel: none can be installed here; the built-in table "
-                   "says why for each (no accelerator this torch serves, or a DSL not installed).")
-        print(f"accel kernels: error: {message}", file=sys.stderr)
-        data["error"] = {"type": "KernelUnavailableError", "message": message, "command": "kernels"}
+        data["error"] = command_error("kernels", "KernelUnavailableError", (
+            "--install registered no built-in kernel: none can be installed here; the built-in table says why "
+            "for each (no accelerator this torch serves, or a DSL not installed)."))
     if args.json:
         print_json(dict(data, installed=added))
-        return 1 if failed else 0
+        return args.exit_code
     out = console()
     rows = [[o["name"], o["op"], o["dsl"], ",".join(o["backends"]), ",".join(sorted(set(o["paths"].values()))),
              "yes" if o["active"] else f"no: {o['inactive_reason']}", o["routed"], o["fallbacks"], o["failed"]]
@@ -68,4 +66,4 @@ def run(args: argparse.Namespace) -> int:
                     [[a["kernel"], a["dsl"], ",".join(a["backends"]), "yes" if a["available"] else "no",
                       "yes" if a["installed"] else "no", a["reason"]] for a in data["builtin"]]))
     out.print(f"native DSL registry: {cell(data['native_registry'])}")
-    return 1 if failed else 0
+    return args.exit_code
