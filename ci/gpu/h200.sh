@@ -3,7 +3,7 @@
 # wheels (.whl: helion 1.4.0, filecheck, Liger-Kernel, platformdirs; optionally quack + CuTeDSL),
 # then run the stages named on the command line, writing logs and results under $OUT (or ./gpu-out).
 #   stages: facts tests rng host launch graphs example plan kernels tune demo-kernels helion-probe cpp-probe compile quant
-#           allreduce split-smoke
+#           allreduce split-smoke cutedsl-smoke
 # Usage (device tool, carry [".whl"]): bash ci/gpu/h200.sh facts tests rng host graphs
 set -u
 export PYTHONUNBUFFERED=1
@@ -46,6 +46,8 @@ for stage in "$@"; do
         ${ACCEL_GPU_PYTEST_ARGS:--m "not slow"} -rfE --tb=short > "$OUT/pytest.txt" 2>&1
       grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/pytest.txt" | tail -40
       ;;
+    cutedsl-smoke) timeout ${ACCEL_GPU_CUTEDSL_TIMEOUT:-400} python3 "$REPO/ci/gpu/cutedsl_smoke.py" --json "$OUT/cutedsl_smoke.json" \
+                     ${ACCEL_GPU_CUTEDSL_ARGS:-} 2>&1 | tee "$OUT/cutedsl_smoke.txt" | tail -90 ;;
     split-smoke) timeout 120 python3 "$REPO/ci/gpu/split_smoke.py" 2>&1 | tee "$OUT/split_smoke.txt" | tail -40 ;;
     rng) python3 "$REPO/ci/gpu/rng_check.py" 2>&1 | tee "$OUT/rng_check.txt" ;;
     host) python3 "$REPO/benchmarks/host_overhead.py" --out "$OUT" 2>&1 | tail -40 ;;

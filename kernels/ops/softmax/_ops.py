@@ -26,6 +26,7 @@ Launch = Callable[[Mapping[str, Any], int, int], Callable[..., None]]
 
 def make_ops(dsl: str, limits: Any, launch_fwd: Callable[..., None], launch_bwd: Callable[..., None],
              config: Config, plans: tuple[Launch, Launch] | None = None,
+             extra_reason: Callable[[str, torch.Tensor, int], str | None] | None = None,
              ) -> tuple[Callable[..., torch.Tensor], Callable[..., torch.Tensor], Callable[..., list]]:
     """``(softmax, softmax_backward_data, register)`` for one DSL.
 
@@ -33,6 +34,8 @@ def make_ops(dsl: str, limits: Any, launch_fwd: Callable[..., None], launch_bwd:
     ``plans``: ``(fwd_launch, bwd_launch)``, each ``(cfg, m, n) -> launch``, where the DSL can
     fix a launch once per argument signature: the ops then carry ``plan``
     (:mod:`accel.kernels._plans`), and a routed call is one allocation and that launch.
+    ``extra_reason``: the DSL's own last check for the cond, ``(op, tensor, n) -> reason or None``
+    (:func:`.conditions.make_conds`).
     """
 
     def softmax(input: torch.Tensor, dim: int, half_to_float: bool) -> torch.Tensor:
@@ -94,6 +97,6 @@ def make_ops(dsl: str, limits: Any, launch_fwd: Callable[..., None], launch_bwd:
             KernelRegistrationError: as :func:`accel.kernels.register` (nothing stays registered).
         """
         return register_pair("softmax", dsl, (FWD_OP, BWD_OP), (softmax, softmax_backward_data),
-                             make_conds(dsl, backends, limits), backends, suffix)
+                             make_conds(dsl, backends, limits, extra_reason), backends, suffix)
 
     return softmax, softmax_backward_data, register

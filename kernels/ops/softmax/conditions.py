@@ -37,9 +37,21 @@ def _last(dim: int, ndim: int) -> bool:
     return dim == -1 or dim == ndim - 1
 
 
-def make_conds(dsl: str, backends: Sequence[str], limits: Limits) -> tuple[Callable[..., bool], Callable[..., bool]]:
-    """``(forward cond, backward cond)`` for one DSL registered for ``backends`` (each with ``why_not``)."""
+def make_conds(dsl: str, backends: Sequence[str], limits: Limits,
+               extra: Callable[[str, torch.Tensor, int], str | None] | None = None,
+               ) -> tuple[Callable[..., bool], Callable[..., bool]]:
+    """``(forward cond, backward cond)`` for one DSL registered for ``backends`` (each with ``why_not``).
+
+    ``extra``: the DSL's own check, run last: ``(op, tensor, n)`` -> ``None`` or the reason sentence
+    (the CuTeDSL kernels' arch and row-length checks).
+    """
     devices = device_types_for(backends)
+
+    def last(op: str, t: torch.Tensor, n: int, max_n: int) -> str | None:
+        key = rows_reason(t, n, max_n, align=False)
+        if key is None and extra is not None and extra(op, t, n) is not None:
+            return "extra"
+        return key
 
     def check_fwd(input: torch.Tensor, dim: int, half_to_float: bool) -> str | None:
         numel = input.numel()
@@ -55,7 +67,7 @@ def make_conds(dsl: str, backends: Sequence[str], limits: Limits) -> tuple[Calla
         n = input.shape[-1] if input.dim() else 1
         if table_declines("softmax_fwd", dsl, input, numel, n):
             return "table"
-        return rows_reason(input, n, limits.max_n_fwd, align=False)
+        return last("softmax_fwd", input, n, limits.max_n_fwd)
 
     def check_bwd(grad_output: torch.Tensor, output: torch.Tensor, dim: int, input_dtype: torch.dtype) -> str | None:
         numel = output.numel()
@@ -72,7 +84,7 @@ def make_conds(dsl: str, backends: Sequence[str], limits: Limits) -> tuple[Calla
         if (grad_output.shape != output.shape or grad_output.dtype != output.dtype or input_dtype != output.dtype
                 or not grad_output.is_contiguous()):
             return "grad"
-        return rows_reason(output, n, limits.max_n_bwd, align=False)
+        return last("softmax_bwd", output, n, limits.max_n_bwd)
 
     def text(key: str | None, t: torch.Tensor, max_n: int, op: str) -> str | None:
         if key is None:
@@ -80,6 +92,8 @@ def make_conds(dsl: str, backends: Sequence[str], limits: Limits) -> tuple[Calla
         n = t.shape[-1] if t.dim() else 1
         if key == "table":
             return table_reason(op, dsl, t, n)
+        if key == "extra":
+            return extra(op, t, n) or "the DSL's own check"  # type: ignore[misc]
         return reason_text(key, input=t, devices=devices, dsl=dsl, n=n, max_n=max_n, extra=_EXTRA)
 
     def fwd(input, dim, half_to_float) -> bool:

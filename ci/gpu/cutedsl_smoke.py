@@ -1,0 +1,132 @@
+"""Check and time every config of the CuTeDSL softmax kernels on the GPU, beside ATen, accel's Triton
+kernel (its shipped-table config), quack and a copy of the same bytes (the copy ceiling), in one run.
+
+Each config runs once on fresh random inputs with NaN-poisoned outputs and is compared with ATen
+(:mod:`accel.kernels._tolerance`), then timed (``triton.testing.do_bench`` median, µs). Also times the
+host cost of one CuTeDSL launch on a ``[4, 1024]`` input against ATen's.
+
+Usage: ``timeout 300 python3 ci/gpu/cutedsl_smoke.py [--shapes 8192x32768,...] [--json out.json]``
+"""
+
+import argparse
+import json
+import sys
+import time
+
+import torch
+from triton.testing import do_bench
+
+from accel.kernels import _tolerance
+from accel.kernels.ops.softmax import cutedsl_configs as cc, cutedsl_impl as ci, triton_impl as ti
+
+
+def _us(fn) -> float:
+    return do_bench(fn, warmup=5, rep=40, return_mode="median") * 1e3
+
+
+def _quack():
+    try:
+        from quack.softmax import _softmax_backward, _softmax_fwd
+    except Exception as exc:  # noqa: BLE001 - a benchmark peer that does not import is reported, not fatal
+        print(f"quack unavailable: {type(exc).__name__}: {exc}")
+        return None
+    return _softmax_fwd, _softmax_backward
+
+
+def shape_rows(m: int, n: int, dtype: torch.dtype, quack, rows: list) -> int:
+    x = torch.randn(m, n, device="cuda", dtype=dtype) * 3
+    dy = torch.randn_like(x)
+    y_ref = torch.softmax(x, -1)
+    dx_ref = torch.ops.aten._softmax_backward_data(dy, y_ref, -1, dtype)
+    out = torch.empty_like(x)
+    fwd_bytes, bwd_bytes = 2 * x.numel() * x.element_size(), 3 * x.numel() * x.element_size()
+    base = {"m": m, "n": n, "dtype": str(dtype).removeprefix("torch.")}
+    peers = {
+        "copy": (lambda: out.copy_(x), lambda: out.copy_(x)),
+        "aten": (lambda: torch.ops.aten._softmax(x, -1, False),
+                 lambda: torch.ops.aten._softmax_backward_data(dy, y_ref, -1, dtype)),
+        "triton": (lambda: ti.softmax(x, -1, False), lambda: ti.softmax_backward_data(dy, y_ref, -1, dtype)),
+    }
+    if quack is not None:
+        peers["quack"] = (lambda: quack[0](x, out), lambda: quack[1](dy, y_ref, out))
+    for name, (f, b) in peers.items():
+        for kind, fn, moved in (("fwd", f, fwd_bytes), ("bwd", b, bwd_bytes if name != "copy" else fwd_bytes)):
+            try:
+                t = _us(fn)
+            except Exception as exc:  # noqa: BLE001
+                print(f"{base} {name} {kind}: {type(exc).__name__}: {exc}"[:300])
+                continue
+            rows.append({**base, "impl": name, "kind": kind, "us": t, "gbps": moved / t / 1e3})
+    bad = 0
+    for kind, inputs, moved in (("fwd", 1, fwd_bytes), ("bwd", 2, bwd_bytes)):
+        for cfg in cc.candidate_configs(n, x.element_size(), inputs):
+            got = torch.full_like(x, float("nan"))
+            try:
+                if kind == "fwd":
+                    run = lambda: ci.launch_fwd(x, got, cfg)  # noqa: E731
+                else:
+                    run = lambda: ci.launch_bwd(dy, y_ref, got, cfg)  # noqa: E731
+                t0 = time.perf_counter()
+                run()
+                torch.cuda.synchronize()
+                first = time.perf_counter() - t0
+                problem = _tolerance.compare(got, y_ref if kind == "fwd" else dx_ref)[1]
+                t = _us(run)
+            except Exception as exc:  # noqa: BLE001
+                print(f"{base} cutedsl {kind} {cfg}: {type(exc).__name__}: {exc}"[:600], flush=True)
+                bad += 1
+                continue
+            bad += problem is not None
+            rows.append({**base, "impl": "cutedsl", "kind": kind, "config": cfg, "us": t, "gbps": moved / t / 1e3,
+                         "first_call_s": first, "check": problem or "ok"})
+    return bad
+
+
+def host_cost() -> dict:
+    x = torch.randn(4, 1024, device="cuda", dtype=torch.bfloat16)
+    y = torch.empty_like(x)
+    cfg = cc.default_config(1024, 2)
+    launch = ci.fwd_launch(cfg, 4, 1024)
+    out = {}
+    for name, fn in (("aten", lambda: torch.ops.aten._softmax(x, -1, False)), ("cutedsl", lambda: launch(x, y))):
+        for _ in range(20):
+            fn()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(2000):
+            fn()
+        torch.cuda.synchronize()
+        out[name] = (time.perf_counter() - t0) / 2000 * 1e6
+    return out
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--shapes", default="8192x32768,4096x4096,32768x4096,65536x1024")
+    p.add_argument("--dtypes", default="bfloat16")
+    p.add_argument("--json", default="")
+    a = p.parse_args()
+    quack = _quack()
+    rows: list = []
+    bad = 0
+    for dt in a.dtypes.split(","):
+        for shape in a.shapes.split(","):
+            m, n = map(int, shape.split("x"))
+            bad += shape_rows(m, n, getattr(torch, dt), quack, rows)
+    for r in rows:
+        ceiling = next(c["gbps"] for c in rows if c["impl"] == "copy" and c["m"] == r["m"] and c["n"] == r["n"]
+                       and c["dtype"] == r["dtype"] and c["kind"] == "fwd")
+        print(f"{r['dtype']} {r['m']}x{r['n']} {r['kind']} {r['impl']:8s} {r['us']:8.1f} us {r['gbps']:6.0f} GB/s "
+              f"{100 * r['gbps'] / ceiling:5.1f}% {r.get('config', '')} {r.get('check', '')} "
+              f"{'first %.2fs' % r['first_call_s'] if 'first_call_s' in r else ''}")
+    host = host_cost()
+    print("host cost per call, [4, 1024] bf16, us:", {k: round(v, 2) for k, v in host.items()})
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"rows": rows, "host_us": host, "torch": torch.__version__}, f, indent=1)
+    print("failures:", bad)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

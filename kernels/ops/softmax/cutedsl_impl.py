@@ -1,0 +1,137 @@
+"""Softmax forward and backward through the CuTeDSL cluster kernels of :mod:`.cutedsl_kernel`.
+
+Importing this module imports no CuTeDSL: the kernel module is imported, and each kernel compiled
+(about a second; once per process per dtype, row length and config), at the first launch.
+The kernels need SM 9.0+ (thread-block clusters) and rows whose length a config covers exactly
+(:func:`.cutedsl_configs.fits`); the cond sends everything else to the next kernel or ATen.
+
+Routing: this DSL runs only where the tuning table names it (a table miss goes to the Triton
+kernel or ATen: :data:`accel.kernels._tuning.MIN_NUMEL` has no size above which it is trusted
+without a measurement).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+
+from accel._compat import module_version
+from accel.kernels._conds import Limits, arch, tuned_config
+from accel.kernels._launch import lazy_module
+from accel.kernels._tuning import dtype_name
+
+from . import cutedsl_configs
+from ._ops import make_ops
+
+__all__ = ["DSL", "DISTRIBUTION", "LIMITS", "MIN_ARCH", "available", "config_reason", "softmax",
+           "softmax_backward_data", "register", "launch_fwd", "launch_bwd"]
+
+DSL = "cutedsl"
+#: The package that provides CuTeDSL (``import cutlass``).
+DISTRIBUTION = "nvidia-cutlass-dsl"
+#: Oldest arch with thread-block clusters (CUDA C++ Programming Guide, "Thread Block Clusters").
+MIN_ARCH = 90
+#: Rows up to 65536 elements (a cluster of 8 CTAs of 128 threads, 64 elements each).
+LIMITS = Limits(max_n_fwd=65536, max_n_bwd=65536)
+
+_kernels = lazy_module(__package__ + ".cutedsl_kernel")  # imports CuTeDSL at the first launch
+_INPUTS = {"softmax_fwd": 1, "softmax_bwd": 2}
+
+
+def available() -> tuple[bool, str]:
+    """Whether CuTeDSL (``nvidia-cutlass-dsl``) and CUDA's Python driver bindings are installed (package
+    metadata only; nothing imported), and why."""
+    if importlib.util.find_spec("cutlass") is None:
+        return False, f"{DISTRIBUTION} is not installed (pip install {DISTRIBUTION})"
+    if importlib.util.find_spec("cuda") is None:
+        return False, f"{DISTRIBUTION} is installed but cuda-python (its driver bindings) is not"
+    return True, f"{DISTRIBUTION} {module_version(DISTRIBUTION)} installed"
+
+
+def _default(op: str, itemsize: int) -> Callable[[int], Mapping[str, Any] | None]:
+    return lambda n: cutedsl_configs.default_config(n, itemsize, _INPUTS[op])
+
+
+def _config(op: str, x: torch.Tensor, m: int, n: int) -> Mapping[str, Any] | None:
+    return tuned_config(op, DSL, x, m, n, _default(op, x.element_size()))
+
+
+def config_reason(op: str, t: torch.Tensor, n: int) -> str | None:
+    """``None`` when the kernels can take rows of ``n`` of ``t`` (``[..., n]``, contiguous) for ``op``
+    (``"softmax_fwd"``/``"softmax_bwd"``); else why not: arch below SM 9.0, the base pointer not
+    16-byte aligned, or no config (tuned or default) covering rows of ``n``."""
+    major_minor = arch(t.device).removeprefix("sm_").rstrip("af")
+    if not major_minor.isdigit() or int(major_minor) < MIN_ARCH:
+        return f"the CuTeDSL kernels need thread-block clusters (sm_{MIN_ARCH}+); this device is {arch(t.device)}"
+    if t.data_ptr() % 16:
+        return "the base pointer is not 16-byte aligned (the kernels load 16-byte vectors)"
+    m = t.numel() // n if n else 0
+    cfg = _config(op, t, m, n)
+    if cfg is None or not cutedsl_configs.fits(n, t.element_size(), cfg["cluster"], cfg["threads"], _INPUTS[op]):
+        return (f"no CuTeDSL config covers rows of {n} {dtype_name(t.dtype)} elements (N must be a multiple of "
+                f"cluster * threads * {cutedsl_configs.vector_elements(t.element_size())}, at most "
+                f"{cutedsl_configs.MAX_ELEMENTS_PER_THREAD} elements per thread)")
+    return None
+
+
+def _stream(device: torch.device):
+    import cuda.bindings.driver as cuda
+
+    return cuda.CUstream(torch.cuda.current_stream(device).cuda_stream)
+
+
+def _launcher(kind: str, cfg: Mapping[str, Any], m: int, n: int) -> Callable[..., None]:
+    k = _kernels()
+    cluster, threads = int(cfg["cluster"]), int(cfg["threads"])
+    compiled: dict[tuple[torch.dtype, int], Any] = {}
+
+    def launch(*tensors: torch.Tensor) -> None:
+        if not m:
+            return  # an empty grid is a launch error
+        t = tensors[0]
+        key = (t.dtype, t.device.index)
+        fn = compiled.get(key)
+        if fn is None:
+            with torch.cuda.device(t.device):
+                fn = compiled[key] = k.build(kind, dtype_name(t.dtype), n, cluster, threads, arch(t.device))
+        name = dtype_name(t.dtype)
+        fn(*(k.pointer(name, x.data_ptr()) for x in tensors), m, _stream(t.device))
+
+    return launch
+
+
+def fwd_launch(cfg: Mapping[str, Any], m: int, n: int) -> Callable[..., None]:
+    """The forward's launch for ``m`` rows of ``n`` with config ``cfg`` (``{"cluster", "threads"}``);
+    call it with ``(x, y)``: contiguous CUDA tensors of one dtype, 16-byte aligned."""
+    return _launcher("fwd", cfg, m, n)
+
+
+def bwd_launch(cfg: Mapping[str, Any], m: int, n: int) -> Callable[..., None]:
+    """The backward's launch (configs as :func:`fwd_launch`); call it with ``(dy, y, dx)``."""
+    return _launcher("bwd", cfg, m, n)
+
+
+def launch_fwd(x: torch.Tensor, y: torch.Tensor, cfg: Mapping[str, Any], m: int | None = None,
+               n: int | None = None) -> None:
+    """Run the forward on ``x`` (``[M, N]``, or any contiguous shape with ``m``, ``n`` given) into ``y``
+    with launch config ``cfg`` (the tuner's entry point)."""
+    if m is None:
+        m, n = x.shape
+    if m:
+        fwd_launch(cfg, m, n)(x, y)
+
+
+def launch_bwd(dy: torch.Tensor, y: torch.Tensor, dx: torch.Tensor, cfg: Mapping[str, Any], m: int | None = None,
+               n: int | None = None) -> None:
+    """Run the backward on ``[M, N]`` tensors (or any contiguous shape with ``m``, ``n``) with config ``cfg``."""
+    if m is None:
+        m, n = y.shape
+    if m:
+        bwd_launch(cfg, m, n)(dy, y, dx)
+
+
+softmax, softmax_backward_data, register = make_ops(DSL, LIMITS, launch_fwd, launch_bwd, _config,
+                                                    plans=(fwd_launch, bwd_launch), extra_reason=config_reason)
