@@ -100,7 +100,7 @@ def _autograd_bwd(fwd: Callable[..., torch.Tensor], inputs: tuple, dy: torch.Ten
 def _cases(family: str, m: int, n: int, dtype: torch.dtype, device: torch.device, found: dict[str, Any]):
     """``{direction: (aten, {name: candidate}, compare_first_only)}``."""
     from accel.kernels.ops.layer_norm import helion_impl as lh, triton_impl as lt
-    from accel.kernels.ops.softmax import helion_impl as sh, triton_impl as st
+    from accel.kernels.ops.softmax import cutedsl_impl as sc, helion_impl as sh, triton_impl as st
 
     torch.manual_seed(0)
     x = torch.randn(m, n, dtype=dtype, device=device)
@@ -115,6 +115,9 @@ def _cases(family: str, m: int, n: int, dtype: torch.dtype, device: torch.device
         fwd = {"triton": lambda: st.softmax(x, -1, False)}
         if sh.available()[0] and n <= sh.LIMITS.max_n_fwd:
             fwd["helion"] = lambda: sh.softmax(x, -1, False)
+        cute_ok = sc.available()[0] and n <= sc.LIMITS.max_n_fwd
+        if cute_ok and sc.config_reason("softmax_fwd", x, n) is None:
+            fwd["cutedsl"] = lambda: sc.softmax(x, -1, False)
         fwd["routed"] = lambda: torch.softmax(x, -1)
         if ok("liger"):
             fwd["liger"] = lambda: found["liger"].apply(x)
@@ -123,6 +126,8 @@ def _cases(family: str, m: int, n: int, dtype: torch.dtype, device: torch.device
         bwd = {"triton": lambda: st.softmax_backward_data(dy, y, -1, dtype)}
         if sh.available()[0] and n <= sh.LIMITS.max_n_bwd:
             bwd["helion"] = lambda: sh.softmax_backward_data(dy, y, -1, dtype)
+        if cute_ok and sc.config_reason("softmax_bwd", y, n) is None:
+            bwd["cutedsl"] = lambda: sc.softmax_backward_data(dy, y, -1, dtype)
         bwd["routed"] = lambda: torch.ops.aten._softmax_backward_data.default(dy, y, -1, dtype)
         if ok("liger"):
             bwd["liger"] = _autograd_bwd(lambda t: found["liger"].apply(t), (x,), dy)

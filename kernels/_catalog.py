@@ -21,6 +21,7 @@ BUILTIN: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
     ("rms_norm", "helion", "accel.kernels.ops.rms_norm.helion_impl", ("cuda",)),
     ("softmax", "triton", "accel.kernels.ops.softmax.triton_impl", ("cuda",)),
     ("softmax", "helion", "accel.kernels.ops.softmax.helion_impl", ("cuda",)),
+    ("softmax", "cutedsl", "accel.kernels.ops.softmax.cutedsl_impl", ("cuda",)),
     ("layer_norm", "triton", "accel.kernels.ops.layer_norm.triton_impl", ("cuda",)),
     ("layer_norm", "helion", "accel.kernels.ops.layer_norm.helion_impl", ("cuda",)),
 )
@@ -32,7 +33,7 @@ class Availability:
 
     Attributes:
         kernel: kernel family (``"rms_norm"``, ``"softmax"``, ``"layer_norm"``: forward and backward each).
-        dsl: ``"triton"``, ``"helion"``.
+        dsl: ``"triton"``, ``"helion"``, ``"cutedsl"``.
         backends: backends it is measured on (``("cuda",)``).
         available: the DSL is installed and one of ``backends`` is usable here.
         reason: one line: the DSL version found, or what is missing.
@@ -68,7 +69,7 @@ def availability() -> list[Availability]:
     Example:
         >>> import accel.kernels as ak
         >>> sorted({a.dsl for a in ak.availability()})
-        ['helion', 'triton']
+        ['cutedsl', 'helion', 'triton']
     """
     from accel import probes
 
@@ -92,10 +93,10 @@ def install(*, dsl: str | Sequence[str] | None = None, kernels: str | Sequence[s
     """Register every available built-in kernel (or those of ``dsl`` / ``kernels``) that is not yet registered.
 
     Where a DSL or the hardware is missing the kernel is skipped; :func:`availability`
-    says why. Triton comes before Helion for the same op (first matching cond wins).
+    says why. Triton comes before Helion, and Helion before CuTeDSL, for the same op (first matching cond wins).
 
     Args:
-        dsl: only these DSLs (``"triton"``, ``"helion"``).
+        dsl: only these DSLs (``"triton"``, ``"helion"``, ``"cutedsl"``).
         kernels: only these kernel families (``"rms_norm"``, ``"softmax"``, ``"layer_norm"``).
 
     Returns:

@@ -70,7 +70,9 @@ def _build(family: str, direction: str, dtype: torch.dtype, m: int, n: int, devi
     cands: dict[str, tuple] = {}
     helion_ok = sh.available()[0]
     if family == "softmax":
-        from accel.kernels.ops.softmax import triton_kernel as tk
+        from accel.kernels.ops.softmax import cutedsl_configs as cc, cutedsl_impl as sc, triton_kernel as tk
+
+        cute_ok = sc.available()[0] and sc.config_reason(f"softmax_{direction}", x, n) is None
 
         with ak.disabled():
             y = torch.ops.aten._softmax.default(x, -1, False)
@@ -81,6 +83,9 @@ def _build(family: str, direction: str, dtype: torch.dtype, m: int, n: int, devi
                 from accel.kernels.ops.softmax import helion_kernel as hk
 
                 cands["helion"] = (lambda c: (sh.launch_fwd(x, out, c), out)[1], hk.candidate_configs(n))
+            if cute_ok:
+                cands["cutedsl"] = (lambda c: (sc.launch_fwd(x, out, c), out)[1],
+                                    cc.candidate_configs(n, x.element_size(), 1))
         else:
             aten = lambda: torch.ops.aten._softmax_backward_data.default(dy, y, -1, dtype)  # noqa: E731
             cands["triton"] = (lambda c: (st.launch_bwd(dy, y, out, c), out)[1],
@@ -89,6 +94,9 @@ def _build(family: str, direction: str, dtype: torch.dtype, m: int, n: int, devi
                 from accel.kernels.ops.softmax import helion_kernel as hk
 
                 cands["helion"] = (lambda c: (sh.launch_bwd(dy, y, out, c), out)[1], hk.candidate_configs(n))
+            if cute_ok:
+                cands["cutedsl"] = (lambda c: (sc.launch_bwd(dy, y, out, c), out)[1],
+                                    cc.candidate_configs(n, x.element_size(), 2))
         return aten, cands
     if family == "layer_norm":
         from accel.kernels.ops.layer_norm import reference as lref, triton_kernel as tk

@@ -3,9 +3,9 @@
 An *entry* says, for one kernel op (``"softmax_fwd"``, ``"layer_norm_bwd"``,
 ``"rms_norm_fwd"``, ...), one arch (``"sm_90"``), one dtype name
 (``"bfloat16"``) and one shape bucket of ``[M, N]``, which implementation won
-when measured (``"aten"``, ``"triton"`` or ``"helion"``) and the kernel config
-that won (a dict: Triton launch parameters, or ``helion.Config`` keyword
-arguments). Buckets are ``(next_pow2(N), next_pow2(M))``.
+when measured (``"aten"``, ``"triton"``, ``"helion"`` or ``"cutedsl"``) and the
+kernel config that won (a dict: Triton launch parameters, ``helion.Config`` keyword
+arguments, or a CuTeDSL kernel's ``{"cluster", "threads"}``). Buckets are ``(next_pow2(N), next_pow2(M))``.
 
 Where the tables come from, in increasing priority:
 
@@ -91,7 +91,7 @@ __all__ = ["Choice", "IMPLS", "MIN_NUMEL", "TUNING_DIR_ENV", "bucket", "dtype_na
            "config", "route", "takes", "shipped_path", "table", "user_table_path", "write_user_table"]
 
 #: Implementations an entry may name.
-IMPLS = ("aten", "triton", "helion")
+IMPLS = ("aten", "triton", "helion", "cutedsl")
 #: Environment variable: directory of the user tables (default: platformdirs' user cache dir + ``/tuning``).
 TUNING_DIR_ENV = "ACCEL_TUNING_DIR"
 
@@ -138,8 +138,11 @@ class _Policy(dict):
 
 #: Miss policy: inputs with fewer elements than this run ATen, per DSL (launch
 #: overhead of a Python-launched kernel, several µs, dominates below 2**20
-#: elements = 2 MiB in bf16). Changing it takes effect at once (conds and router).
-MIN_NUMEL: dict[str, int] = _Policy({"triton": 1 << 20, "helion": 1 << 20})
+#: elements = 2 MiB in bf16). CuTeDSL's kernels serve only the buckets a table names
+#: for them (their row-length constraints and 37 µs host cost per launch make a
+#: miss no evidence of a win: session 7 run A). Changing it takes effect at once
+#: (conds and router).
+MIN_NUMEL: dict[str, int] = _Policy({"triton": 1 << 20, "helion": 1 << 20, "cutedsl": 1 << 62})
 FORMAT = 1
 
 _DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
@@ -160,7 +163,7 @@ class Choice:
     """One table entry: the winner for a bucket.
 
     Attributes:
-        impl: ``"aten"``, ``"triton"`` or ``"helion"``.
+        impl: ``"aten"``, ``"triton"``, ``"helion"`` or ``"cutedsl"``.
         config: the winning kernel config (``None``: the DSL's default).
         source: ``"user"`` (user cache) or ``"shipped"`` (package data).
         us: measured times per implementation, µs (evidence; may be empty).

@@ -237,7 +237,7 @@ def run(shapes=None, dtypes=("bf16",), reps: int = 30, budget_s: float = 150.0,
         name, arch = "cpu", "cpu"
     report: dict[str, Any] = {
         "device": name, "arch": arch, "torch": torch.__version__,
-        "versions": {m: _version(m) for m in ("triton", "helion", "liger-kernel", "quack-kernels")},
+        "versions": {m: _version(m) for m in ("triton", "helion", "nvidia-cutlass-dsl", "liger-kernel", "quack-kernels")},
         "copy_ceiling_gbs": ceiling, "installed": installed,
         "peers": {k: (None if not isinstance(v, Exception) else f"{type(v).__name__}: {v}") for k, v in peers.items()},
         "rows": [], "aten_faster": [], "skipped": skipped,
@@ -325,7 +325,7 @@ def _version(dist: str) -> str | None:
     return module_version(dist)
 
 
-IMPL_ORDER = ("aten", "triton", "helion", "routed", "liger", "quack")
+IMPL_ORDER = ("aten", "triton", "helion", "cutedsl", "routed", "liger", "quack")
 
 
 def to_markdown(report: dict[str, Any]) -> str:

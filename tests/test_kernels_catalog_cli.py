@@ -22,7 +22,8 @@ def _clean():
 
 def test_availability_without_gpu_names_the_probe():
     found = {(a.kernel, a.dsl): a for a in ak.availability()}
-    assert set(found) == {(k, d) for k in ("rms_norm", "softmax", "layer_norm") for d in ("triton", "helion")}
+    assert set(found) == ({(k, d) for k in ("rms_norm", "softmax", "layer_norm") for d in ("triton", "helion")}
+                          | {("softmax", "cutedsl")})
     for a in found.values():
         assert a.backends == ("cuda",) and not a.available and not a.installed
         if "not installed" not in a.reason:
@@ -84,7 +85,7 @@ def test_accel_kernels_json_shows_counts(capsys):
     row = next(o for o in data["overrides"] if o["name"] == "cli")
     assert (row["op"], row["dsl"], row["backends"], row["active"], row["routed"], row["fallbacks"]) == \
         ("aten::_fused_rms_norm", "eager", ["cpu"], True, 1, 0)
-    assert {b["dsl"] for b in data["builtin"]} == {"triton", "helion"}
+    assert {b["dsl"] for b in data["builtin"]} == {"triton", "helion", "cutedsl"}
     assert main(["kernels"]) == 0
     out = capsys.readouterr().out
     assert "cli" in out and "built-in kernels" in out and "native DSL registry" in out

@@ -7,15 +7,16 @@ Per (op, direction, dtype, shape) row, each implementation's GB/s is its best ov
 reports (the machine is noisy and noise only slows a row down: a stall, a clock ramp).
 Rules, in order:
 
-1. the winner is the fastest of ATen, Triton and Helion;
+1. the winner is the fastest of ATen and the DSL kernels (:data:`DSLS`);
 2. a DSL kernel must beat ATen by at least :data:`MARGIN` (10 %), else ATen: a routed
    call pays the router and a Python launch on the host (``launch_cost.md``), which a
    few percent of GPU time does not buy back;
 3. on host-sensitive shapes (at most :data:`SMALL` elements, e.g. 4096x4096 and 65536x1024:
-   kernels of ~16-130 µs) Triton beats Helion whenever Triton itself passes rule 2: its host cost per
-   call is about half of Helion's (24 vs 53 µs on the H200's host, ``launch_cost.md``) - unless a
-   report in Helion's evidence window (``--evidence``) measured the routed call running Helion on
-   that row faster than Triton's best direct call;
+   kernels of ~16-130 µs) Triton beats Helion and CuTeDSL whenever Triton itself passes rule 2: its host
+   cost per call is about half of Helion's (24 vs 53 µs on the H200's host, ``launch_cost.md``) and of
+   CuTeDSL's (37 µs per launch against ATen's 12.5, session 7 run A) - unless a report in that DSL's
+   evidence window (``--evidence``) measured the routed call running it on that row faster than
+   Triton's best direct call;
 4. if, in ANY report, the routed call ran the winner and was slower than ATen there, the winner
    is the other DSL if it passes rule 2 and a report measured its routed call not losing to ATen
    (and none losing), else ATen (host-bound there: the router's host cost is part of what a user pays) - on shapes
@@ -38,6 +39,8 @@ from __future__ import annotations
 import json
 import sys
 
+#: The DSLs whose kernels a table entry may name (as :data:`accel.kernels._tuning.IMPLS`, without ATen).
+DSLS = ("triton", "helion", "cutedsl")
 #: A DSL kernel must be this much faster than ATen to be routed to.
 MARGIN = 1.10
 #: Elements at or below which host cost decides between the DSLs: 65536x1024 bf16 moves 256 MB,
@@ -57,27 +60,28 @@ def build(reports: list[dict], tuned: dict | None = None, evidence: dict[str, in
     evidence = evidence or {}
     best: dict[tuple, dict[str, float]] = {}
     host_bound: dict[tuple, set[str]] = {}
-    routed_helion: dict[tuple, float] = {}  # best routed GB/s with Helion behind it, in Helion's window
+    routed_other: dict[tuple, float] = {}  # best routed GB/s with a DSL other than Triton behind it, in its window
     routed_held: dict[tuple, set[str]] = {}  # DSLs whose routed call ran and did not lose to ATen there
     for age, report in enumerate(reversed(reports)):  # age 0: the newest
         for row in report["rows"]:
             into = best.setdefault(_key(row), {})
-            for k in ("aten", "triton", "helion"):
+            for k in ("aten", *DSLS):
                 g = row["impls"].get(k, {}).get("gbs")
                 if g:
                     into[k] = max(into.get(k, 0.0), g)
             routed = row["impls"].get("routed", {}).get("gbs")
             aten = row["impls"].get("aten", {}).get("gbs")
             routed_to = row.get("routed_to", "")
-            if routed and routed_to.rpartition(".")[2].startswith("helion") and age < evidence.get("helion", len(reports)):
-                routed_helion[_key(row)] = max(routed_helion.get(_key(row), 0.0), routed)
+            ran = next((d for d in DSLS if routed_to.rpartition(".")[2].startswith(d)), None)
+            if routed and ran not in (None, "triton") and age < evidence.get(ran, len(reports)):
+                routed_other[_key(row), ran] = max(routed_other.get((_key(row), ran), 0.0), routed)
             if routed and aten and routed < aten and "." not in routed_to and routed_to != "aten":
                 print(f"note: {report.get('started', '?')} {_key(row)}: routed {routed:.0f} < ATen {aten:.0f} "
                       f"GB/s but the report does not say what it ran ({routed_to!r}); rule 4 cannot use it",
                       file=sys.stderr)
             if routed and aten and "." in routed_to:
                 tail = routed_to.rpartition(".")[2]  # "<op>_<dir>.<dsl><suffix>" (install(suffix=...))
-                dsl = next((d for d in ("triton", "helion") if tail.startswith(d)), tail)
+                dsl = next((d for d in DSLS if tail.startswith(d)), tail)
                 direct = row["impls"].get(dsl, {}).get("gbs")
                 m, n = row["shape"]
                 window = evidence.get(f"{dsl}.{row['op']}_{row['direction']}", evidence.get(dsl, len(reports)))
@@ -99,18 +103,19 @@ def build(reports: list[dict], tuned: dict | None = None, evidence: dict[str, in
         if winner != "aten" and gbs[winner] < MARGIN * gbs["aten"]:
             note = f"{winner} only {gbs[winner] / gbs['aten']:.2f}x ATen (< {MARGIN}x): ATen"
             winner = "aten"
-        if winner == "helion" and m * n <= SMALL and gbs.get("triton", 0) >= MARGIN * gbs["aten"]:
-            if routed_helion.get(key, 0.0) > gbs["triton"]:
-                note = (f"fastest measured directly: helion; host-sensitive shape, but its routed call measured "
-                        f"{routed_helion[key]:.0f} GB/s > triton's best {gbs['triton']:.0f}")
+        if winner not in ("aten", "triton") and m * n <= SMALL and gbs.get("triton", 0) >= MARGIN * gbs["aten"]:
+            if routed_other.get((key, winner), 0.0) > gbs["triton"]:
+                note = (f"fastest measured directly: {winner}; host-sensitive shape, but its routed call measured "
+                        f"{routed_other[key, winner]:.0f} GB/s > triton's best {gbs['triton']:.0f}")
             else:
-                note = f"helion fastest ({gbs['helion']:.0f} GB/s) but host-sensitive shape: triton ({gbs['triton']:.0f})"
+                note = (f"{winner} fastest ({gbs[winner]:.0f} GB/s) but host-sensitive shape: "
+                        f"triton ({gbs['triton']:.0f})")
                 winner = "triton"
         if winner in host_bound.get(key, ()):
             lost = winner
             note = f"{lost} fastest directly ({gbs[lost]:.0f} GB/s) but its routed call lost to ATen: host-bound"
             winner = "aten"
-            for other in sorted((d for d in ("triton", "helion") if d != lost), key=lambda d: -gbs.get(d, 0.0)):
+            for other in sorted((d for d in DSLS if d != lost), key=lambda d: -gbs.get(d, 0.0)):
                 if (gbs.get(other, 0.0) >= MARGIN * gbs["aten"] and other not in host_bound.get(key, ())
                         and other in routed_held.get(key, ())):
                     note += f"; {other} ({gbs[other]:.0f} GB/s) routed never lost: {other}"

@@ -1,0 +1,272 @@
+"""accel's CuTeDSL softmax (kernels/ops/softmax/cutedsl_*): configs, cond, registration, compiled code, GPU numerics.
+
+CuTeDSL kernels do not run on a CPU, so the CPU tests check what can be checked there: the config
+arithmetic, the cond with faked device facts (arch, alignment, row length, tuning table), the
+register -> call -> ATen round trip on both registry paths, and - where ``nvidia-cutlass-dsl`` is
+installed (tox env ``torch214``) - the kernels compiled for ``sm_90a``, reading the PTX for the vector
+loads, the cluster exchange and the CTA size each config asks for. The ``cuda`` tests run every
+config on the GPU against ATen with NaN-poisoned outputs.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+import textwrap
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+
+import accel.kernels as ak
+from accel.kernels import _conds, _launch, _tolerance, _tuning
+from accel.kernels.ops.softmax import conditions as sm_conds
+from accel.kernels.ops.softmax import cutedsl_configs as cc
+from accel.kernels.ops.softmax import cutedsl_impl as ci
+from accel.kernels.ops.softmax import triton_impl as st
+
+from _kernel_helpers import PATHS  # noqa: F401  (fixtures: a clean registry per test)
+from _kernel_helpers import _clean_registry  # noqa: F401
+
+HAS_CUTLASS = importlib.util.find_spec("cutlass") is not None
+
+
+# ---------------------------------------------------------------------- configs
+@pytest.mark.parametrize("inputs", [1, 2])
+@pytest.mark.parametrize("itemsize", [2, 4])
+@pytest.mark.parametrize("n", [1024, 4096, 6144, 16384, 32768, 65536])
+def test_every_candidate_covers_the_row_exactly(n, itemsize, inputs):
+    cands = cc.candidate_configs(n, itemsize, inputs)
+    assert cands and cands[0] == cc.default_config(n, itemsize, inputs)
+    assert len({(c["cluster"], c["threads"]) for c in cands}) == len(cands)
+    vec = 16 // itemsize
+    for c in cands:
+        per_thread = n // (c["cluster"] * c["threads"])
+        assert n % (c["cluster"] * c["threads"] * vec) == 0, c
+        assert per_thread * inputs <= cc.MAX_ELEMENTS_PER_THREAD and per_thread >= vec, c
+
+
+def test_configs_for_the_long_row_and_rows_no_config_covers():
+    # 8192x32768 bf16: the nine forward configs session 7 run A timed (H200: {4, 128} fastest)
+    assert [(c["cluster"], c["threads"]) for c in cc.candidate_configs(32768, 2)] == [
+        (4, 256), (1, 512), (2, 256), (2, 512), (4, 128), (4, 512), (8, 128), (8, 256), (8, 512)]
+    assert cc.default_config(32768, 2, 2) == {"cluster": 8, "threads": 256}  # 2 x 16 values per thread
+    assert cc.default_config(4096, 2) == {"cluster": 1, "threads": 256}
+    for n in (1000, 40, 4100, 1 << 20):
+        assert cc.default_config(n, 2) is None and cc.candidate_configs(n, 2) == []
+    assert not cc.fits(4096, 2, 3, 256) and not cc.fits(4096, 2, 1, 96) and not cc.fits(0, 2, 1, 128)
+
+
+# ------------------------------------------------------------------------- cond
+@pytest.fixture
+def sm90(monkeypatch):
+    """Faked arch for the DSL's own check (CPU tensors stand in for CUDA ones)."""
+    monkeypatch.setattr(ci, "arch", lambda device: "sm_90")
+    monkeypatch.setattr(_tuning, "table", lambda arch: {})
+
+
+def test_config_reason_checks_arch_alignment_and_row_length(sm90, monkeypatch):
+    x = torch.empty(8, 4096, dtype=torch.bfloat16)
+    assert ci.config_reason("softmax_fwd", x, 4096) is None
+    assert ci.config_reason("softmax_bwd", x, 4096) is None
+    shifted = torch.empty(8 * 4096 + 1, dtype=torch.bfloat16)[1:].view(8, 4096)
+    assert "16-byte aligned" in ci.config_reason("softmax_fwd", shifted, 4096)
+    odd = torch.empty(8, 1000, dtype=torch.bfloat16)
+    assert "no CuTeDSL config covers rows of 1000 bfloat16" in ci.config_reason("softmax_fwd", odd, 1000)
+    for other in ("sm_80", "gfx942", "cpu"):
+        monkeypatch.setattr(ci, "arch", lambda device, a=other: a)
+        assert "thread-block clusters (sm_90+)" in ci.config_reason("softmax_fwd", x, 4096)
+    monkeypatch.setattr(ci, "arch", lambda device: "sm_100a")
+    assert ci.config_reason("softmax_fwd", x, 4096) is None
+
+
+def test_a_tuned_config_is_used_and_one_that_does_not_fit_is_refused(sm90, monkeypatch):
+    folded: dict = {}
+    _tuning._fold(folded, [dict(op="softmax_fwd", dtype="bfloat16", m=8, n=4096, impl="cutedsl",
+                                config={"cluster": 2, "threads": 128}),
+                           dict(op="softmax_bwd", dtype="bfloat16", m=8, n=4096, impl="cutedsl",
+                                config={"cluster": 8, "threads": 512})], "user")
+    monkeypatch.setattr(_tuning, "table", lambda arch: folded)
+    x = torch.empty(8, 4096, dtype=torch.bfloat16)
+    assert ci._config("softmax_fwd", x, 8, 4096) == {"cluster": 2, "threads": 128}
+    assert ci.config_reason("softmax_fwd", x, 4096) is None
+    assert "no CuTeDSL config covers" in ci.config_reason("softmax_bwd", x, 4096)  # 4096 / (8*512) < 8
+
+
+def test_cond_routes_only_where_the_table_names_cutedsl(fake_backend, monkeypatch):
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    folded: dict = {}
+    _tuning._fold(folded, [dict(op="softmax_fwd", dtype="bfloat16", m=8192, n=32768, impl="cutedsl",
+                                config={"cluster": 4, "threads": 128})], "user")
+    monkeypatch.setattr(_tuning, "table", lambda arch: folded if arch in ("sm_90", "sm_80") else {})
+    monkeypatch.setattr(_tuning, "_table_archs", lambda: {"sm_90"})
+    _tuning._forget_floors()
+    fwd, _ = sm_conds.make_conds("cutedsl", ["cuda"], ci.LIMITS, ci.config_reason)
+    tfwd, _ = sm_conds.make_conds("triton", ["cuda"], st.LIMITS)
+    try:
+        with FakeTensorMode(), warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # FakeTensor.data_ptr() deprecation
+            big = torch.empty(8192, 32768, dtype=torch.bfloat16, device="cuda")
+            miss = torch.empty(8192, 16384, dtype=torch.bfloat16, device="cuda")
+            with fake_backend("cuda", arch="sm_90"):
+                _conds.arch.cache_clear()
+                assert fwd(big, -1, False) and fwd.why_not(big, -1, False) is None
+                assert "picks cutedsl" in tfwd.why_not(big, -1, False)  # Triton steps aside
+                assert "MIN_NUMEL['cutedsl']" in fwd.why_not(miss, -1, False)  # a miss is never CuTeDSL's
+                assert tfwd(miss, -1, False)
+            with fake_backend("cuda", arch="sm_80"):
+                _conds.arch.cache_clear()
+                assert "thread-block clusters" in fwd.why_not(big, -1, False)
+    finally:
+        _conds.arch.cache_clear()
+        _tuning._forget_floors()
+
+
+# --------------------------------------------------------------- registration
+@pytest.mark.parametrize("path", PATHS)
+def test_register_call_unregister_on_cpu_gives_aten(path):
+    ak.use_registry(path)
+    names = ci.register(["cpu"])
+    assert names == ["softmax_fwd.cutedsl", "softmax_bwd.cutedsl"]
+    info = {o.name: o for o in ak.overrides()}
+    assert {info[n].dsl for n in names} == {"cutedsl"}
+    x = torch.randn(4, 64, requires_grad=True)
+    y = torch.softmax(x, -1)
+    y.backward(torch.ones_like(y))
+    assert [o.routed for o in ak.overrides()] == [0, 0]  # never on a CPU tensor
+    with ak.disabled():
+        ref = torch.softmax(x.detach(), -1)
+    assert torch.equal(y.detach(), ref)
+    for n in names:
+        ak.unregister(n)
+    assert ak.overrides() == []
+
+
+def test_available_reads_metadata_only(monkeypatch):
+    monkeypatch.setattr(ci.importlib.util, "find_spec", lambda name: None)
+    assert ci.available() == (False, "nvidia-cutlass-dsl is not installed (pip install nvidia-cutlass-dsl)")
+    monkeypatch.setattr(ci.importlib.util, "find_spec", lambda name: None if name == "cuda" else object())
+    assert "cuda-python" in ci.available()[1]
+    assert "cutlass" not in sys.modules or HAS_CUTLASS  # importing the impl imported no CuTeDSL
+
+
+def test_launch_of_zero_rows_returns_before_the_dsl(monkeypatch):
+    def no_dsl():
+        raise AssertionError("the kernel module was asked for")
+
+    monkeypatch.setattr(ci, "_kernels", no_dsl)
+    x = torch.empty(0, 1024)
+    ci.launch_fwd(x, torch.empty_like(x), {"cluster": 1, "threads": 128})
+    ci.launch_bwd(x, x, torch.empty_like(x), {"cluster": 1, "threads": 128})
+    with pytest.raises(AssertionError, match="asked for"):
+        ci.launch_fwd(torch.empty(2, 1024), torch.empty(2, 1024), {"cluster": 1, "threads": 128})
+
+
+# ---------------------------------------------------------- compiled for sm_90a
+COMPILE = textwrap.dedent("""
+    import json, sys
+    from accel.kernels.ops.softmax import cutedsl_kernel as k
+    kind, dtype, n, cluster, threads = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:6])
+    k.build(kind, dtype, n, cluster, threads)
+    try:
+        k.build(kind, dtype, n + 8, cluster, threads)
+    except ValueError as exc:
+        print("REFUSED", exc)
+""")
+
+
+@pytest.mark.skipif(not HAS_CUTLASS, reason="nvidia-cutlass-dsl not installed here (tox env torch214 installs it)")
+@pytest.mark.parametrize("kind,dtype,n,cluster,threads", [
+    ("fwd", "bfloat16", 32768, 4, 128), ("fwd", "float32", 4096, 1, 256), ("bwd", "float16", 32768, 8, 256)])
+def test_kernels_compile_for_sm_90a_with_vector_loads_and_the_cluster_exchange(tmp_path, kind, dtype, n, cluster,
+                                                                                threads):
+    env = {**os.environ, "CUTE_DSL_ARCH": "sm_90a", "CUTE_DSL_KEEP": "ptx", "CUTE_DSL_DUMP_DIR": str(tmp_path),
+           "CUTE_DSL_CACHE_DIR": str(tmp_path / "cache")}
+    r = subprocess.run([sys.executable, "-c", COMPILE, kind, dtype, str(n), str(cluster), str(threads)],
+                       capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "REFUSED" in r.stdout and f"does not fit rows of {n + 8}" in r.stdout
+    ptx = "\n".join(p.read_text() for p in Path(tmp_path).glob("*.ptx"))
+    vectors = n // cluster // threads // (16 // (4 if dtype == "float32" else 2))  # per thread and tensor
+    loads = 1 if kind == "fwd" else 2
+    assert len(re.findall(r"ld\.global\.v4\.b32", ptx)) == loads * vectors
+    assert len(re.findall(r"st\.global\.v4\.b32", ptx)) == vectors
+    assert f".reqntid {threads}, 1, 1" in ptx
+    clustered = ["st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.b32", "barrier.cluster.wait",
+                 "mbarrier.try_wait"]
+    for op in clustered:
+        assert (op in ptx) is (cluster > 1), op
+    assert ("bar.sync" in ptx or "barrier.sync" in ptx) is (cluster == 1)
+
+
+# ----------------------------------------------------------------------- GPU
+def _gpu_ok() -> bool:
+    return torch.cuda.is_available() and HAS_CUTLASS and torch.cuda.get_device_capability()[0] >= 9
+
+
+gpu = pytest.mark.skipif(not _gpu_ok(), reason="needs an SM 9.0+ NVIDIA GPU and nvidia-cutlass-dsl")
+
+
+@pytest.mark.cuda
+@gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("m,n", [(3, 1024), (37, 4096), (5, 32768), (2, 65536)])
+def test_every_config_matches_aten_on_the_gpu(m, n, dtype):
+    torch.manual_seed(m * n)
+    x = torch.randn(m, n, device="cuda", dtype=dtype) * 4
+    x[0, : n // 3] = -float("inf")  # a third of one row masked: whole warps see only -inf
+    if m > 2:
+        x[1] = -float("inf")  # a fully masked row: NaN, as ATen
+    dy = torch.randn_like(x)
+    with ak.disabled():
+        y_ref = torch.softmax(x, -1)
+        dx_ref = torch.ops.aten._softmax_backward_data(dy, y_ref, -1, dtype)
+    for kind, inputs in (("fwd", 1), ("bwd", 2)):
+        for cfg in cc.candidate_configs(n, x.element_size(), inputs):
+            got = torch.full_like(x, 7.0)
+            if kind == "fwd":
+                ci.launch_fwd(x, got, cfg)
+                ref = y_ref
+            else:
+                ci.launch_bwd(dy, y_ref, got, cfg)
+                ref = dx_ref
+            torch.cuda.synchronize()
+            assert torch.equal(torch.isnan(got), torch.isnan(ref)), (kind, cfg)
+            ok = ~torch.isnan(ref)
+            problem = _tolerance.compare(got[ok], ref[ok])[1]
+            assert problem is None, (kind, cfg, problem)
+
+
+@pytest.mark.cuda
+@gpu
+@pytest.mark.parametrize("path", PATHS)
+def test_routed_where_the_table_names_cutedsl_on_the_gpu(path, monkeypatch, tmp_path):
+    monkeypatch.setenv(_tuning.TUNING_DIR_ENV, str(tmp_path))
+    arch = _conds.arch(torch.device("cuda"))
+    _tuning.write_user_table(arch, [dict(op=f"softmax_{d}", dtype="bfloat16", m=64, n=4096, impl="cutedsl",
+                                         config={"cluster": 2, "threads": 128}) for d in ("fwd", "bwd")])
+    _tuning.reload()
+    try:
+        ak.use_registry(path)
+        names = ci.register(["cuda"])
+        _launch.poison_outputs = True
+        x = torch.randn(64, 4096, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        y = torch.softmax(x, -1)
+        y.backward(torch.ones_like(y) + x.detach())
+        got = (y.detach().clone(), x.grad.clone())
+        counts = {o.name: (o.routed, o.failed) for o in ak.overrides()}
+        assert counts == {n: (1, 0) for n in names}, counts
+        for n in names:
+            ak.unregister(n)
+        x.grad = None
+        y2 = torch.softmax(x, -1)
+        y2.backward(torch.ones_like(y2) + x.detach())
+        assert _tolerance.compare(got, (y2.detach(), x.grad))[1] is None
+    finally:
+        _launch.poison_outputs = False
+        _tuning.reload()
