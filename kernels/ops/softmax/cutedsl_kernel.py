@@ -36,6 +36,8 @@ from .cutedsl_configs import fits, vector_elements
 __all__ = ["SoftmaxFwd", "SoftmaxBwd", "build", "pointer"]
 
 _LOG2E = math.log2(math.e)
+#: ``cutlass.memory.SmemAllocator`` (``cutlass.utils``' is deprecated from nvidia-cutlass-dsl 4.8).
+_SmemAllocator = getattr(getattr(cutlass, "memory", None), "SmemAllocator", None) or cutlass.utils.SmemAllocator
 
 
 class _ClusterRows:
@@ -89,7 +91,7 @@ class _ClusterRows:
     def _setup(self, tidx: Int32):
         """Shared memory for the pairs and the mbarrier; in a cluster, initialise the barrier and announce it
         (``barrier.cluster.arrive.relaxed``; :meth:`_exchange` waits for the peers' before storing to them)."""
-        smem = cutlass.utils.SmemAllocator()
+        smem = _SmemAllocator()
         words = smem.allocate_tensor(Int64, cute.make_layout(self.slots), byte_alignment=16)  # one pair per slot
         mbar = smem.allocate_array(Int64, num_elems=1)
         if const_expr(self.cluster > 1):
