@@ -153,6 +153,10 @@ def _cases(family: str, m: int, n: int, dtype: torch.dtype, device: torch.device
         if n <= lt.LIMITS.max_n_bwd else {}
     if lh.available()[0] and n <= lh.LIMITS.max_n_bwd:
         bwd["helion"] = lambda: lh.native_layer_norm_backward(dy, x, [n], mean, rstd, w, b, mask)[0]
+    from accel.kernels.ops.layer_norm import cutedsl_impl as lc
+
+    if lc.available()[0] and n <= lc.LIMITS.max_n_bwd and lc.config_reason(x, n, mean, rstd) is None:
+        bwd["cutedsl"] = lambda: lc.native_layer_norm_backward(dy, x, [n], mean, rstd, w, b, mask)[0]
     bwd["routed"] = lambda: torch.ops.aten.native_layer_norm_backward.default(dy, x, [n], mean, rstd, w, b, mask)[0]
     if ok("liger"):
         bwd["liger"] = _autograd_bwd(lambda t, w_, b_: found["liger"].apply(t, w_, b_, EPS), (x, w, b), dy)

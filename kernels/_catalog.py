@@ -13,6 +13,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from accel.errors import UnknownKernelError
+
 __all__ = ["Availability", "BUILTIN", "availability", "install"]
 
 #: (kernel family, DSL, impl module, backends it is measured on), in preference order.
@@ -24,7 +26,13 @@ BUILTIN: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
     ("softmax", "cutedsl", "accel.kernels.ops.softmax.cutedsl_impl", ("cuda",)),
     ("layer_norm", "triton", "accel.kernels.ops.layer_norm.triton_impl", ("cuda",)),
     ("layer_norm", "helion", "accel.kernels.ops.layer_norm.helion_impl", ("cuda",)),
+    ("layer_norm", "cutedsl", "accel.kernels.ops.layer_norm.cutedsl_impl", ("cuda",)),
 )
+
+
+#: Where accel's CuTeDSL kernels run, said beside their availability (the arch is checked per call:
+#: knowing it here would initialise the device).
+_CUTEDSL_SCOPE = "runs on sm_90+ GPUs, only for the shapes a tuning table routes to it"
 
 
 @dataclass(frozen=True)
@@ -84,7 +92,9 @@ def availability() -> list[Availability]:
                 f"{b} ({found[b].reason if b in found else 'not registered'})" for b in backends)
             why = no_hw + ("" if ok else f"; also {why}")
             ok = False
-        installed = f"{kernel}_fwd.{dsl}" in names
+        installed = f"{kernel}_fwd.{dsl}" in names or f"{kernel}_bwd.{dsl}" in names
+        if ok and dsl == "cutedsl":  # the package says nothing of where its kernels run
+            why += f"; {_CUTEDSL_SCOPE}"
         out.append(Availability(kernel, dsl, backends, ok, why, installed))
     return out
 
@@ -94,13 +104,17 @@ def install(*, dsl: str | Sequence[str] | None = None, kernels: str | Sequence[s
 
     Where a DSL or the hardware is missing the kernel is skipped; :func:`availability`
     says why. Triton comes before Helion, and Helion before CuTeDSL, for the same op (first matching cond wins).
+    The CuTeDSL LayerNorm kernel is a backward only (``layer_norm_bwd.cutedsl``).
 
     Args:
-        dsl: only these DSLs (``"triton"``, ``"helion"``, ``"cutedsl"``).
+        dsl: only these DSLs (``"triton"``, ``"helion"``, ``"cutedsl"``), a name or a sequence of names.
         kernels: only these kernel families (``"rms_norm"``, ``"softmax"``, ``"layer_norm"``).
 
     Returns:
         Registration names added (empty on a machine without a served GPU).
+
+    Raises:
+        UnknownKernelError: ``dsl`` or ``kernels`` names one no built-in kernel has (nothing is installed).
 
     Example:
         >>> import accel.kernels as ak
@@ -110,6 +124,12 @@ def install(*, dsl: str | Sequence[str] | None = None, kernels: str | Sequence[s
     """
     want_dsl = {dsl} if isinstance(dsl, str) else set(dsl) if dsl is not None else None
     want_kernel = {kernels} if isinstance(kernels, str) else set(kernels) if kernels is not None else None
+    for asked, known, what in ((want_dsl, {d for _, d, _, _ in BUILTIN}, "DSL"),
+                               (want_kernel, {k for k, _, _, _ in BUILTIN}, "kernel family")):
+        unknown = sorted(map(repr, asked - known)) if asked is not None else []
+        if unknown:
+            raise UnknownKernelError(f"accel.kernels.install: unknown {what} {', '.join(unknown)}; the built-in "
+                                     f"kernels have {', '.join(sorted(known))} (names are lower case).")
     added: list[str] = []
     for a in availability():
         if not a.available or a.installed:

@@ -130,6 +130,11 @@ def _build(family: str, direction: str, dtype: torch.dtype, m: int, n: int, devi
 
                 cands["helion"] = (lambda c: (lh.launch_bwd(dy, x, w, am.view(-1), ar.view(-1), out, c), out)[1],
                                    hk.candidate_configs(n, "bwd"))
+            from accel.kernels.ops.layer_norm import cutedsl_configs as lcc, cutedsl_impl as lc
+
+            if lc.available()[0] and n <= lc.LIMITS.max_n_bwd and lc.config_reason(x, n, am, ar) is None:
+                cands["cutedsl"] = (lambda c: (lc.launch_bwd(dy, x, w, am.view(-1), ar.view(-1), out, mask, c, True),
+                                               out)[1], lcc.candidate_configs(n, x.element_size()))
         return aten, cands
     # rms_norm: Triton forward launch configs are tuned; the backward and Helion use their own code's.
     from accel.kernels.ops.rms_norm import helion_impl as rh, triton_impl as rt

@@ -23,12 +23,25 @@ def _clean():
 def test_availability_without_gpu_names_the_probe():
     found = {(a.kernel, a.dsl): a for a in ak.availability()}
     assert set(found) == ({(k, d) for k in ("rms_norm", "softmax", "layer_norm") for d in ("triton", "helion")}
-                          | {("softmax", "cutedsl")})
+                          | {("softmax", "cutedsl"), ("layer_norm", "cutedsl")})
     for a in found.values():
         assert a.backends == ("cuda",) and not a.available and not a.installed
         if "not installed" not in a.reason:
             assert "no usable backend among cuda" in a.reason
     assert ak.install() == []
+
+
+def test_install_refuses_unknown_dsl_or_kernel_names():
+    from accel.errors import UnknownKernelError
+
+    cases = (({"dsl": "cute"}, "unknown DSL 'cute'; the built-in kernels have cutedsl, helion, triton"),
+             ({"dsl": ["triton", "CuTeDSL"]}, "unknown DSL 'CuTeDSL'; the built-in kernels have cutedsl, helion, triton"),
+             ({"kernels": "softmx"}, "unknown kernel family 'softmx'; the built-in kernels have layer_norm, rms_norm, "
+                                     "softmax"))
+    for kwargs, message in cases:
+        with pytest.raises(UnknownKernelError, match=message):
+            ak.install(**kwargs)
+    assert ak.overrides() == []
 
 
 def test_helion_absent_or_too_old_is_reported(monkeypatch):
@@ -58,6 +71,11 @@ def test_availability_with_a_gpu_and_install_filters(monkeypatch):
         monkeypatch.setattr(t, "available", lambda: (True, "triton 9.9 installed"))
     for h in (helion_impl, sm_h, ln_h):
         monkeypatch.setattr(h, "available", lambda: (False, "helion is not installed"))
+    from accel.kernels.ops.layer_norm import cutedsl_impl as ln_c
+    from accel.kernels.ops.softmax import cutedsl_impl as sm_c
+
+    for c in (sm_c, ln_c):
+        monkeypatch.setattr(c, "available", lambda: (False, "nvidia-cutlass-dsl is not installed"))
     registered = []
     monkeypatch.setattr(triton_impl, "register", lambda backends: registered.append(backends) or ["t1", "t2"])
     monkeypatch.setattr(sm_t, "register", lambda backends: registered.append(backends) or ["s1", "s2"])

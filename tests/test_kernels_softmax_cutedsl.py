@@ -23,7 +23,7 @@ import pytest
 import torch
 
 import accel.kernels as ak
-from accel.kernels import _conds, _launch, _tolerance, _tuning
+from accel.kernels import _conds, _cutedsl, _launch, _tolerance, _tuning
 from accel.kernels.ops.softmax import conditions as sm_conds
 from accel.kernels.ops.softmax import cutedsl_configs as cc
 from accel.kernels.ops.softmax import cutedsl_impl as ci
@@ -65,7 +65,7 @@ def test_configs_for_the_long_row_and_rows_no_config_covers():
 @pytest.fixture
 def sm90(monkeypatch):
     """Faked arch for the DSL's own check (CPU tensors stand in for CUDA ones)."""
-    monkeypatch.setattr(ci, "arch", lambda device: "sm_90")
+    monkeypatch.setattr(_cutedsl, "arch", lambda device: "sm_90")
     monkeypatch.setattr(_tuning, "table", lambda arch: {})
 
 
@@ -77,10 +77,11 @@ def test_config_reason_checks_arch_alignment_and_row_length(sm90, monkeypatch):
     assert "16-byte aligned" in ci.config_reason("softmax_fwd", shifted, 4096)
     odd = torch.empty(8, 1000, dtype=torch.bfloat16)
     assert "no CuTeDSL config covers rows of 1000 bfloat16" in ci.config_reason("softmax_fwd", odd, 1000)
-    for other in ("sm_80", "gfx942", "cpu"):
-        monkeypatch.setattr(ci, "arch", lambda device, a=other: a)
-        assert "thread-block clusters (sm_90+)" in ci.config_reason("softmax_fwd", x, 4096)
-    monkeypatch.setattr(ci, "arch", lambda device: "sm_100a")
+    for other in ("sm_80", "gfx942", "cpu", "sm_8x"):
+        monkeypatch.setattr(_cutedsl, "arch", lambda device, a=other: a)
+        assert f"need an NVIDIA GPU of sm_90+ (clusters, cp.async); this device is {other}" in \
+            ci.config_reason("softmax_fwd", x, 4096)
+    monkeypatch.setattr(_cutedsl, "arch", lambda device: "sm_100a")
     assert ci.config_reason("softmax_fwd", x, 4096) is None
 
 
@@ -121,7 +122,7 @@ def test_cond_routes_only_where_the_table_names_cutedsl(fake_backend, monkeypatc
                 assert tfwd(miss, -1, False)
             with fake_backend("cuda", arch="sm_80"):
                 _conds.arch.cache_clear()
-                assert "thread-block clusters" in fwd.why_not(big, -1, False)
+                assert "sm_90+" in fwd.why_not(big, -1, False)
     finally:
         _conds.arch.cache_clear()
         _tuning._forget_floors()
@@ -148,9 +149,10 @@ def test_register_call_unregister_on_cpu_gives_aten(path):
 
 
 def test_available_reads_metadata_only(monkeypatch):
-    monkeypatch.setattr(ci.importlib.util, "find_spec", lambda name: None)
-    assert ci.available() == (False, "nvidia-cutlass-dsl is not installed (pip install nvidia-cutlass-dsl)")
-    monkeypatch.setattr(ci.importlib.util, "find_spec", lambda name: None if name == "cuda" else object())
+    monkeypatch.setattr(_cutedsl.importlib.util, "find_spec", lambda name: None)
+    assert ci.available() == (False, "nvidia-cutlass-dsl is not installed (pip install nvidia-cutlass-dsl, or in "
+                                     "your accel clone: pip install '.[cutedsl]')")
+    monkeypatch.setattr(_cutedsl.importlib.util, "find_spec", lambda name: None if name == "cuda" else object())
     assert "cuda-python" in ci.available()[1]
     assert "cutlass" not in sys.modules or HAS_CUTLASS  # importing the impl imported no CuTeDSL
 

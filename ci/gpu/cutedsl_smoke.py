@@ -1,11 +1,13 @@
-"""Check and time every config of the CuTeDSL softmax kernels on the GPU, beside ATen, accel's Triton
-kernel (its shipped-table config), quack and a copy of the same bytes (the copy ceiling), in one run.
+"""Check and time every config of the CuTeDSL kernels (softmax, LayerNorm backward) on the GPU, beside ATen,
+accel's Triton kernel (its shipped-table config), quack and a copy of the same bytes (the copy ceiling),
+in one run.
 
 Each config runs once on fresh random inputs with NaN-poisoned outputs and is compared with ATen
 (:mod:`accel.kernels._tolerance`), then timed (``triton.testing.do_bench`` median, µs). Also times the
 host cost of one CuTeDSL launch on a ``[4, 1024]`` input against ATen's.
 
-Usage: ``timeout 300 python3 ci/gpu/cutedsl_smoke.py [--shapes 8192x32768,...] [--json out.json]``
+Usage: ``timeout 300 python3 ci/gpu/cutedsl_smoke.py [--shapes 8192x32768,...] [--layer-norm 4096x4096,...]
+[--json out.json]`` (``--shapes ""`` skips the softmax, ``--layer-norm ""`` the LayerNorm rows).
 """
 
 import argparse
@@ -17,6 +19,8 @@ import torch
 from triton.testing import do_bench
 
 from accel.kernels import _tolerance
+from accel.kernels import _bench_ops
+from accel.kernels.ops.layer_norm import cutedsl_configs as lcc, cutedsl_impl as lci, triton_impl as lti
 from accel.kernels.ops.softmax import cutedsl_configs as cc, cutedsl_impl as ci, triton_impl as ti
 
 
@@ -82,6 +86,60 @@ def shape_rows(m: int, n: int, dtype: torch.dtype, quack, rows: list) -> int:
     return bad
 
 
+def layer_norm_rows(m: int, n: int, dtype: torch.dtype, rows: list) -> int:
+    """The LayerNorm backward (dx, dw, db; weight and bias in the input dtype) of every CuTeDSL config."""
+    import accel.kernels as ak
+
+    torch.manual_seed(0)
+    x = torch.randn(m, n, device="cuda", dtype=dtype)
+    dy = torch.randn_like(x)
+    w, b = torch.randn(n, device="cuda", dtype=dtype), torch.randn(n, device="cuda", dtype=dtype)
+    mask = [True, True, True]
+    with ak.disabled():
+        _, mean, rstd = torch.ops.aten.native_layer_norm(x, [n], w, b, 1e-5)
+        ref = torch.ops.aten.native_layer_norm_backward(dy, x, [n], mean, rstd, w, b, mask)
+    moved = 3 * x.numel() * x.element_size()
+    base = {"m": m, "n": n, "dtype": str(dtype).removeprefix("torch."), "kind": "layer_norm_bwd"}
+    out = torch.empty_like(x)
+    peers = {"copy": lambda: out.copy_(x),
+             "aten": lambda: torch.ops.aten.native_layer_norm_backward(dy, x, [n], mean, rstd, w, b, mask),
+             "triton": lambda: lti.native_layer_norm_backward(dy, x, [n], mean, rstd, w, b, mask)}
+    try:
+        import importlib
+
+        q = importlib.import_module("quack.rmsnorm")
+        peers["quack"] = _bench_ops._quack_layer_norm((q._rmsnorm_fwd, q._rmsnorm_bwd), x, w, b, dy)[1]
+    except Exception as exc:  # noqa: BLE001
+        print(f"quack LayerNorm unavailable: {type(exc).__name__}: {exc}"[:200])
+    for name, fn in peers.items():
+        try:
+            t = _us(fn)
+        except Exception as exc:  # noqa: BLE001
+            print(f"{base} {name}: {type(exc).__name__}: {exc}"[:300])
+            continue
+        rows.append({**base, "impl": name, "us": t, "gbps": (2 if name == "copy" else 3) * x.numel()
+                     * x.element_size() / t / 1e3})
+    bad = 0
+    for cfg in lcc.candidate_configs(n, x.element_size()):
+        dx = torch.full_like(x, float("nan"))
+        run = lambda: lci.launch_bwd(dy, x, w, mean.view(-1), rstd.view(-1), dx, mask, cfg, True)  # noqa: E731
+        try:
+            t0 = time.perf_counter()
+            dw, db = run()
+            torch.cuda.synchronize()
+            first = time.perf_counter() - t0
+            problems = [_tolerance.compare(g.to(r.dtype), r)[1] for g, r in zip((dx, dw, db), ref)]
+            t = _us(run)
+        except Exception as exc:  # noqa: BLE001
+            print(f"{base} cutedsl {cfg}: {type(exc).__name__}: {exc}"[:600], flush=True)
+            bad += 1
+            continue
+        bad += any(p is not None for p in problems)
+        rows.append({**base, "impl": "cutedsl", "config": cfg, "us": t, "gbps": moved / t / 1e3, "first_call_s": first,
+                     "check": "ok" if all(p is None for p in problems) else str(problems)})
+    return bad
+
+
 def host_cost() -> dict:
     x = torch.randn(4, 1024, device="cuda", dtype=torch.bfloat16)
     y = torch.empty_like(x)
@@ -103,6 +161,7 @@ def host_cost() -> dict:
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--shapes", default="8192x32768,4096x4096,32768x4096,65536x1024")
+    p.add_argument("--layer-norm", default="4096x4096,16384x8192,32768x4096,8192x16384,65536x1024")
     p.add_argument("--dtypes", default="bfloat16")
     p.add_argument("--json", default="")
     a = p.parse_args()
@@ -110,12 +169,15 @@ def main() -> int:
     rows: list = []
     bad = 0
     for dt in a.dtypes.split(","):
-        for shape in a.shapes.split(","):
+        for shape in filter(None, a.shapes.split(",")):
             m, n = map(int, shape.split("x"))
             bad += shape_rows(m, n, getattr(torch, dt), quack, rows)
+        for shape in filter(None, a.layer_norm.split(",")):
+            m, n = map(int, shape.split("x"))
+            bad += layer_norm_rows(m, n, getattr(torch, dt), rows)
     for r in rows:
         ceiling = next(c["gbps"] for c in rows if c["impl"] == "copy" and c["m"] == r["m"] and c["n"] == r["n"]
-                       and c["dtype"] == r["dtype"] and c["kind"] == "fwd")
+                       and c["dtype"] == r["dtype"] and c["kind"] in ("fwd", "layer_norm_bwd"))
         print(f"{r['dtype']} {r['m']}x{r['n']} {r['kind']} {r['impl']:8s} {r['us']:8.1f} us {r['gbps']:6.0f} GB/s "
               f"{100 * r['gbps'] / ceiling:5.1f}% {r.get('config', '')} {r.get('check', '')} "
               f"{'first %.2fs' % r['first_call_s'] if 'first_call_s' in r else ''}")

@@ -50,8 +50,13 @@ def _param_bad(p: torch.Tensor | None, input: torch.Tensor, n: int) -> bool:
                               or not p.is_contiguous())
 
 
-def make_conds(dsl: str, backends: Sequence[str], limits: Limits) -> tuple[Callable[..., bool], Callable[..., bool]]:
-    """``(forward cond, backward cond)`` for one DSL registered for ``backends`` (each with ``why_not``)."""
+def make_conds(dsl: str, backends: Sequence[str], limits: Limits,
+               extra: Callable[..., str | None] | None = None) -> tuple[Callable[..., bool], Callable[..., bool]]:
+    """``(forward cond, backward cond)`` for one DSL registered for ``backends`` (each with ``why_not``).
+
+    ``extra``: the DSL's own last check of the backward, ``(input, n, mean, rstd)`` -> ``None`` or the
+    reason sentence (the CuTeDSL kernel's arch, statistics and row-length checks).
+    """
     devices = device_types_for(backends)
 
     def common(input, normalized_shape, weight, bias, max_n, op) -> tuple[str | None, int]:
@@ -85,12 +90,16 @@ def make_conds(dsl: str, backends: Sequence[str], limits: Limits) -> tuple[Calla
         for s in (mean, rstd):
             if s.dtype not in (torch.float32, input.dtype) or s.numel() != m or not s.is_contiguous():
                 return "stats"
+        if extra is not None and extra(input, n, mean, rstd) is not None:
+            return "extra"
         return None
 
-    def text(key, input, normalized_shape, max_n, op):
+    def text(key, input, normalized_shape, max_n, op, stats=None):
         if key is None:
             return None
         n = _n(input, normalized_shape)
+        if key == "extra":
+            return extra(input, n, *stats) or "the DSL's own check"  # type: ignore[misc]
         if key == "table":
             return table_reason(op, dsl, input, n or math.prod(normalized_shape))
         return reason_text(key, input=input, devices=devices, dsl=dsl, n=n, max_n=max_n, extra=_EXTRA)
@@ -108,5 +117,5 @@ def make_conds(dsl: str, backends: Sequence[str], limits: Limits) -> tuple[Calla
         "layer_norm_fwd")
     bwd.why_not = lambda grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask: text(  # type: ignore[attr-defined]
         check_bwd(grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask), input, normalized_shape,
-        limits.max_n_bwd, "layer_norm_bwd")
+        limits.max_n_bwd, "layer_norm_bwd", (mean, rstd))
     return floors(fwd, bwd, "layer_norm", dsl)

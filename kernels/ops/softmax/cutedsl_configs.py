@@ -6,6 +6,8 @@ each thread holding ``N / (C * T)`` elements in ``vec``-element vectors of 16 by
 
 from __future__ import annotations
 
+from accel.kernels._cutedsl import vector_elements
+
 __all__ = ["CLUSTERS", "THREADS", "MAX_ELEMENTS_PER_THREAD", "vector_elements", "fits", "default_config",
            "candidate_configs"]
 
@@ -18,10 +20,6 @@ THREADS = (128, 256, 512)
 #: threads per SM (65536 registers per SM, H100/H200 datasheet).
 MAX_ELEMENTS_PER_THREAD = 64
 
-
-def vector_elements(itemsize: int) -> int:
-    """Elements of ``itemsize`` bytes in one 16-byte vector (a 128-bit load or store)."""
-    return 16 // itemsize
 
 
 def fits(n: int, itemsize: int, cluster: int, threads: int, inputs: int = 1) -> bool:

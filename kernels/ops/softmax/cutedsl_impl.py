@@ -12,43 +12,29 @@ without a measurement).
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
 
-from accel._compat import module_version
+from accel.kernels import _cutedsl
 from accel.kernels._conds import Limits, arch, tuned_config
+from accel.kernels._cutedsl import available
 from accel.kernels._launch import lazy_module
 from accel.kernels._tuning import dtype_name
 
 from . import cutedsl_configs
 from ._ops import make_ops
 
-__all__ = ["DSL", "DISTRIBUTION", "LIMITS", "MIN_ARCH", "available", "config_reason", "softmax",
-           "softmax_backward_data", "register", "launch_fwd", "launch_bwd"]
+__all__ = ["DSL", "LIMITS", "available", "config_reason", "softmax", "softmax_backward_data", "register",
+           "launch_fwd", "launch_bwd"]
 
 DSL = "cutedsl"
-#: The package that provides CuTeDSL (``import cutlass``).
-DISTRIBUTION = "nvidia-cutlass-dsl"
-#: Oldest arch with thread-block clusters (CUDA C++ Programming Guide, "Thread Block Clusters").
-MIN_ARCH = 90
 #: Rows up to 65536 elements (a cluster of 8 CTAs of 128 threads, 64 elements each).
 LIMITS = Limits(max_n_fwd=65536, max_n_bwd=65536)
 
 _kernels = lazy_module(__package__ + ".cutedsl_kernel")  # imports CuTeDSL at the first launch
 _INPUTS = {"softmax_fwd": 1, "softmax_bwd": 2}
-
-
-def available() -> tuple[bool, str]:
-    """Whether CuTeDSL (``nvidia-cutlass-dsl``) and CUDA's Python driver bindings are installed (package
-    metadata only; nothing imported), and why."""
-    if importlib.util.find_spec("cutlass") is None:
-        return False, f"{DISTRIBUTION} is not installed (pip install {DISTRIBUTION})"
-    if importlib.util.find_spec("cuda") is None:
-        return False, f"{DISTRIBUTION} is installed but cuda-python (its driver bindings) is not"
-    return True, f"{DISTRIBUTION} {module_version(DISTRIBUTION)} installed"
 
 
 def _default(op: str, itemsize: int) -> Callable[[int], Mapping[str, Any] | None]:
@@ -63,9 +49,9 @@ def config_reason(op: str, t: torch.Tensor, n: int) -> str | None:
     """``None`` when the kernels can take rows of ``n`` of ``t`` (``[..., n]``, contiguous) for ``op``
     (``"softmax_fwd"``/``"softmax_bwd"``); else why not: arch below SM 9.0, the base pointer not
     16-byte aligned, or no config (tuned or default) covering rows of ``n``."""
-    major_minor = arch(t.device).removeprefix("sm_").rstrip("af")
-    if not major_minor.isdigit() or int(major_minor) < MIN_ARCH:
-        return f"the CuTeDSL kernels need thread-block clusters (sm_{MIN_ARCH}+); this device is {arch(t.device)}"
+    why = _cutedsl.arch_reason(t.device)
+    if why is not None:
+        return why
     if t.data_ptr() % 16:
         return "the base pointer is not 16-byte aligned (the kernels load 16-byte vectors)"
     m = t.numel() // n if n else 0
@@ -75,12 +61,6 @@ def config_reason(op: str, t: torch.Tensor, n: int) -> str | None:
                 f"cluster * threads * {cutedsl_configs.vector_elements(t.element_size())}, at most "
                 f"{cutedsl_configs.MAX_ELEMENTS_PER_THREAD} elements per thread)")
     return None
-
-
-def _stream(device: torch.device):
-    import cuda.bindings.driver as cuda
-
-    return cuda.CUstream(torch.cuda.current_stream(device).cuda_stream)
 
 
 def _launcher(kind: str, cfg: Mapping[str, Any], m: int, n: int) -> Callable[..., None]:
@@ -98,7 +78,7 @@ def _launcher(kind: str, cfg: Mapping[str, Any], m: int, n: int) -> Callable[...
             with torch.cuda.device(t.device):
                 fn = compiled[key] = k.build(kind, dtype_name(t.dtype), n, cluster, threads, arch(t.device))
         name = dtype_name(t.dtype)
-        fn(*(k.pointer(name, x.data_ptr()) for x in tensors), m, _stream(t.device))
+        _cutedsl.launch(fn, t.device, *(k.pointer(name, x.data_ptr()) for x in tensors), m)
 
     return launch
 

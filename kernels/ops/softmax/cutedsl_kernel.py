@@ -31,13 +31,13 @@ import cutlass
 import cutlass.cute as cute
 from cutlass import Float32, Int32, Int64, const_expr
 
+from accel.kernels._cute_lib import DTYPES, SmemAllocator, pointer, row_copy
+
 from .cutedsl_configs import fits, vector_elements
 
 __all__ = ["SoftmaxFwd", "SoftmaxBwd", "build", "pointer"]
 
 _LOG2E = math.log2(math.e)
-#: ``cutlass.memory.SmemAllocator`` (``cutlass.utils``' is deprecated from nvidia-cutlass-dsl 4.8).
-_SmemAllocator = getattr(getattr(cutlass, "memory", None), "SmemAllocator", None) or cutlass.utils.SmemAllocator
 
 
 class _ClusterRows:
@@ -60,8 +60,7 @@ class _ClusterRows:
     @cute.jit
     def _launch(self, ptrs: tuple, m: Int32, stream):
         layout = cute.make_layout((m, self.n), stride=(self.n, 1))
-        atom = cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), self.dtype, num_bits_per_copy=128)
-        tiled = cute.make_tiled_copy_tv(atom, cute.make_layout((1, self.threads)), cute.make_layout((1, self.vec)))
+        tiled = row_copy(cute.nvgpu.CopyUniversalOp(), self.dtype, self.threads)
         tensors = [cute.make_tensor(p, layout) for p in ptrs]
         self.kernel(*tensors, tiled).launch(
             grid=[m, self.cluster, 1],
@@ -91,7 +90,7 @@ class _ClusterRows:
     def _setup(self, tidx: Int32):
         """Shared memory for the pairs and the mbarrier; in a cluster, initialise the barrier and announce it
         (``barrier.cluster.arrive.relaxed``; :meth:`_exchange` waits for the peers' before storing to them)."""
-        smem = _SmemAllocator()
+        smem = SmemAllocator()
         words = smem.allocate_tensor(Int64, cute.make_layout(self.slots), byte_alignment=16)  # one pair per slot
         mbar = smem.allocate_array(Int64, num_elems=1)
         if const_expr(self.cluster > 1):
@@ -223,7 +222,7 @@ def build(kind: str, dtype_name: str, n: int, cluster: int, threads: int, arch: 
     Raises:
         ValueError: the config does not fit rows of ``n`` (:func:`fits`).
     """
-    dtype = _DTYPES[dtype_name]
+    dtype = DTYPES[dtype_name]
     cls = _KINDS[kind]
     if not fits(n, dtype.width // 8, cluster, threads, cls.TENSORS - 1):
         raise ValueError(f"softmax CuTeDSL config cluster={cluster}, threads={threads} does not fit rows of {n} "
@@ -234,7 +233,3 @@ def build(kind: str, dtype_name: str, n: int, cluster: int, threads: int, arch: 
     fakes = [pointer(dtype_name, 0) for _ in range(cls.TENSORS)]
     return cute.compile(cls(dtype, n, cluster, threads), *fakes, Int32(1), cuda.CUstream(0))
 
-
-def pointer(dtype_name: str, address: int):
-    """A 16-byte aligned global-memory pointer to ``dtype_name`` elements at ``address``."""
-    return cute.runtime.make_ptr(_DTYPES[dtype_name], address, cute.AddressSpace.gmem, assumed_align=16)

@@ -1,0 +1,59 @@
+"""What accel's CuTeDSL kernels share on the host, without importing CuTeDSL: availability, the arch
+check, the launch's stream and device guard, compiled-kernel caching.
+
+The kernels themselves (``kernels/ops/*/cutedsl_kernel.py``) share :mod:`accel.kernels._cute_lib`,
+which imports CuTeDSL (``cutlass``, from ``nvidia-cutlass-dsl``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from accel._compat import module_version
+from accel.kernels._conds import arch
+from accel.kernels._launch import device_guard
+
+__all__ = ["DISTRIBUTION", "MIN_ARCH", "available", "arch_reason", "launch", "vector_elements"]
+
+#: The package that provides CuTeDSL (``import cutlass``).
+DISTRIBUTION = "nvidia-cutlass-dsl"
+#: Oldest arch with thread-block clusters and ``cp.async`` (CUDA C++ Programming Guide, "Thread Block Clusters").
+MIN_ARCH = 90
+
+
+def vector_elements(itemsize: int) -> int:
+    """Elements of ``itemsize`` bytes in one 16-byte vector (a 128-bit load or store)."""
+    return 16 // itemsize
+
+
+def available() -> tuple[bool, str]:
+    """Whether CuTeDSL (``nvidia-cutlass-dsl``) and CUDA's Python driver bindings are installed (package
+    metadata only; nothing imported), and why."""
+    if importlib.util.find_spec("cutlass") is None:
+        return False, f"{DISTRIBUTION} is not installed (pip install {DISTRIBUTION}, or in your accel clone: " \
+                      "pip install '.[cutedsl]')"
+    if importlib.util.find_spec("cuda") is None:
+        return False, f"{DISTRIBUTION} is installed but cuda-python (its driver bindings) is not"
+    return True, f"{DISTRIBUTION} {module_version(DISTRIBUTION)} installed"
+
+
+def arch_reason(device: torch.device) -> str | None:
+    """``None`` on an NVIDIA GPU of SM 9.0 or newer; else why accel's CuTeDSL kernels do not run there."""
+    name = arch(device)
+    digits = name.removeprefix("sm_").rstrip("af")
+    if not name.startswith("sm_") or not digits.isdigit() or int(digits) < MIN_ARCH:
+        return f"the CuTeDSL kernels need an NVIDIA GPU of sm_{MIN_ARCH}+ (clusters, cp.async); this device is {name}"
+    return None
+
+
+def launch(compiled: Callable[..., Any], device: torch.device, *args: Any) -> None:
+    """Call a compiled CuTeDSL host function with ``args`` and the current CUDA stream of ``device``, with
+    ``device`` current (the launch uses the current context)."""
+    import cuda.bindings.driver as cuda
+
+    with device_guard(device):
+        compiled(*args, cuda.CUstream(torch.cuda.current_stream(device).cuda_stream))

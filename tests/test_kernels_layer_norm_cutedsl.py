@@ -1,0 +1,223 @@
+"""accel's CuTeDSL LayerNorm backward (kernels/ops/layer_norm/cutedsl_*): configs, cond, registration,
+compiled code, GPU numerics.
+
+As for the CuTeDSL softmax (tests/test_kernels_softmax_cutedsl.py): on the CPU the config arithmetic, the
+cond with faked device facts, the register -> call -> ATen round trip on both registry paths and, where
+``nvidia-cutlass-dsl`` is installed, the kernel compiled for ``sm_90a`` (its PTX read for the ``cp.async``
+staging, the vector loads and stores, and no local-memory spills); the ``cuda`` tests run every config
+against ATen with NaN-poisoned outputs.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+import textwrap
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+
+import accel.kernels as ak
+from accel.kernels import _conds, _cutedsl, _launch, _tolerance, _tuning
+from accel.kernels.ops.layer_norm import cutedsl_configs as lcc
+from accel.kernels.ops.layer_norm import cutedsl_impl as lc
+
+from _kernel_helpers import PATHS  # noqa: F401
+from _kernel_helpers import _clean_registry  # noqa: F401
+
+HAS_CUTLASS = importlib.util.find_spec("cutlass") is not None
+
+
+@pytest.mark.parametrize("itemsize", [2, 4])
+@pytest.mark.parametrize("n", [1024, 2048, 4096, 8192, 16384])
+def test_every_candidate_covers_the_row_exactly(n, itemsize):
+    cands = lcc.candidate_configs(n, itemsize)
+    assert cands[0] == lcc.default_config(n, itemsize)
+    for c in cands:
+        assert n % (c["threads"] * 16 // itemsize) == 0 and n // c["threads"] <= lcc.MAX_VALUES_PER_THREAD
+        assert c["ctas_per_sm"] in lcc.CTAS_PER_SM
+    assert len({tuple(sorted(c.items())) for c in cands}) == len(cands)
+
+
+def test_configs_refuse_rows_no_cta_covers():
+    assert lcc.candidate_configs(1000, 2) == [] and lcc.default_config(1000, 2) is None
+    assert lcc.candidate_configs(32768, 2) == []  # 64 values per thread even at 512 threads
+    assert lcc.default_config(4096, 2) == {"threads": 128, "ctas_per_sm": 2}
+    assert [c["threads"] for c in lcc.candidate_configs(16384, 2)] == [512] * 4
+
+
+@pytest.fixture
+def sm90(monkeypatch):
+    monkeypatch.setattr(_cutedsl, "arch", lambda device: "sm_90")
+    monkeypatch.setattr(_tuning, "table", lambda arch: {})
+
+
+def test_config_reason_checks_arch_statistics_alignment_and_rows(sm90, monkeypatch):
+    x = torch.empty(64, 4096, dtype=torch.bfloat16)
+    stat = torch.empty(64)
+    assert lc.config_reason(x, 4096, stat, stat) is None
+    assert "fp32 mean/rstd" in lc.config_reason(x, 4096, stat.bfloat16(), stat)
+    shifted = torch.empty(64 * 4096 + 1, dtype=torch.bfloat16)[1:].view(64, 4096)
+    assert "16-byte aligned" in lc.config_reason(shifted, 4096, stat, stat)
+    assert "no CuTeDSL config covers rows of 1000" in lc.config_reason(torch.empty(64, 1000), 1000, stat, stat)
+    monkeypatch.setattr(_cutedsl, "arch", lambda device: "sm_80")
+    assert "sm_90+" in lc.config_reason(x, 4096, stat, stat)
+
+
+def test_cond_routes_only_where_the_table_names_cutedsl(fake_backend, monkeypatch):
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    folded: dict = {}
+    _tuning._fold(folded, [dict(op="layer_norm_bwd", dtype="bfloat16", m=4096, n=4096, impl="cutedsl",
+                                config={"threads": 128, "ctas_per_sm": 2})], "user")
+    monkeypatch.setattr(_tuning, "table", lambda arch: folded if arch == "sm_90" else {})
+    monkeypatch.setattr(_tuning, "_table_archs", lambda: {"sm_90"})
+    _tuning._forget_floors()
+    from accel.kernels.ops.layer_norm import conditions
+
+    _, bwd = conditions.make_conds("cutedsl", ["cuda"], lc.LIMITS, extra=lc.config_reason)
+    try:
+        with FakeTensorMode(), warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+
+            def args(m, n=4096, stat_dtype=torch.float32):
+                x = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
+                w = torch.empty(n, dtype=torch.bfloat16, device="cuda")
+                s = torch.empty(m, 1, dtype=stat_dtype, device="cuda")
+                return x, x, [n], s, s, w, w, [True, True, True]
+
+            with fake_backend("cuda", arch="sm_90"):
+                _conds.arch.cache_clear()
+                assert bwd(*args(4096)) and bwd.why_not(*args(4096)) is None
+                assert "MIN_NUMEL['cutedsl']" in bwd.why_not(*args(8192))  # a miss
+                assert "fp32 mean/rstd" in bwd.why_not(*args(4096, stat_dtype=torch.bfloat16))
+    finally:
+        _conds.arch.cache_clear()
+        _tuning._forget_floors()
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_register_call_unregister_on_cpu_gives_aten(path):
+    ak.use_registry(path)
+    assert lc.register(["cpu"]) == ["layer_norm_bwd.cutedsl"]
+    layer = torch.nn.LayerNorm(64)
+    x = torch.randn(4, 64, requires_grad=True)
+    layer(x).sum().backward()
+    (o,) = ak.overrides()
+    assert (o.name, o.dsl, o.routed) == ("layer_norm_bwd.cutedsl", "cutedsl", 0)
+    got = x.grad.clone()
+    ak.unregister(o.name)
+    x.grad = None
+    layer(x).sum().backward()
+    assert torch.equal(got, x.grad)
+
+
+def test_zero_rows_launch_nothing(monkeypatch):
+    monkeypatch.setattr(lc, "_k", lambda: (_ for _ in ()).throw(AssertionError("kernel module asked for")))
+    x = torch.empty(0, 1024)
+    dw, db = lc.launch_bwd(x, x, torch.ones(1024), torch.empty(0), torch.empty(0), torch.empty_like(x),
+                           [True, True, True], {"threads": 128, "ctas_per_sm": 1}, True)
+    assert torch.equal(dw, torch.zeros(1024)) and torch.equal(db, torch.zeros(1024))
+
+
+COMPILE = textwrap.dedent("""
+    import sys
+    from accel.kernels.ops.layer_norm import cutedsl_kernel as k
+    dtype, w, n, threads = sys.argv[1], sys.argv[2] or None, int(sys.argv[3]), int(sys.argv[4])
+    want = tuple(c == "1" for c in sys.argv[5])
+    k.build(dtype, w, n, threads, want)
+    try:
+        k.build(dtype, w, n + 8, threads, want)
+    except ValueError as exc:
+        print("REFUSED", exc)
+""")
+
+
+@pytest.mark.skipif(not HAS_CUTLASS, reason="nvidia-cutlass-dsl not installed here (tox env torch214 installs it)")
+@pytest.mark.parametrize("dtype,w,n,threads,want", [("bfloat16", "bfloat16", 8192, 256, "111"),
+                                                    ("float16", "float32", 4096, 128, "110"),
+                                                    ("float32", "", 4096, 512, "100")])
+def test_kernel_compiles_for_sm_90a_with_staged_rows_and_no_spills(tmp_path, dtype, w, n, threads, want):
+    env = {**os.environ, "CUTE_DSL_ARCH": "sm_90a", "CUTE_DSL_KEEP": "ptx", "CUTE_DSL_DUMP_DIR": str(tmp_path)}
+    r = subprocess.run([sys.executable, "-c", COMPILE, dtype, w, str(n), str(threads), want], capture_output=True,
+                       text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "REFUSED" in r.stdout
+    ptx = "\n".join(p.read_text() for p in Path(tmp_path).glob("*.ptx"))
+    vec = 16 // (4 if dtype == "float32" else 2)
+    k = n // threads // vec  # 16-byte vectors per thread per tensor
+    assert len(re.findall(r"cp\.async\.c[ag]\.shared\.global", ptx)) == 2 * 2 * k  # x, dy: first row + loop
+    assert len(re.findall(r"ld\.shared\.v4", ptx)) == 2 * k
+    stores = (k if want[0] == "1" else 0) + sum(n // threads // 4 for c in want[1:] if c == "1")  # dx; dw/db fp32
+    assert len(re.findall(r"st\.global\.v4", ptx)) == stores
+    assert "ld.local" not in ptx and "st.local" not in ptx
+    assert f".reqntid {threads}, 1, 1" in ptx
+    assert ("bar.sync" in ptx or "barrier.sync" in ptx) is (want[0] == "1")  # the row sums need the CTA
+
+
+def _gpu_ok() -> bool:
+    return torch.cuda.is_available() and HAS_CUTLASS and torch.cuda.get_device_capability()[0] >= 9
+
+
+gpu = pytest.mark.skipif(not _gpu_ok(), reason="needs an SM 9.0+ NVIDIA GPU and nvidia-cutlass-dsl")
+
+
+@pytest.mark.cuda
+@gpu
+@pytest.mark.parametrize("dtype,pdt", [(torch.bfloat16, "same"), (torch.float16, torch.float32),
+                                       (torch.float32, None)])
+@pytest.mark.parametrize("m,n", [(3, 1024), (300, 4096), (37, 8192)])
+def test_every_config_matches_aten_on_the_gpu(m, n, dtype, pdt):
+    torch.manual_seed(m + n)
+    x = torch.randn(m, n, device="cuda", dtype=dtype) * 2 + 0.3
+    dy = torch.randn_like(x)
+    wdt = dtype if pdt == "same" else pdt
+    w = None if pdt is None else torch.randn(n, device="cuda", dtype=wdt)
+    b = None if pdt is None else torch.randn(n, device="cuda", dtype=wdt)
+    with ak.disabled():
+        _, mean, rstd = torch.ops.aten.native_layer_norm(x, [n], w, b, 1e-5)
+    for mask in ([True, True, True], [True, False, False], [False, True, True]):
+        with ak.disabled():
+            ref = torch.ops.aten.native_layer_norm_backward(dy, x, [n], mean, rstd, w, b, mask)
+        for cfg in lcc.candidate_configs(n, x.element_size()):
+            dx = torch.full_like(x, float("nan")) if mask[0] else None
+            dw, db = lc.launch_bwd(dy, x, w, mean.view(-1), rstd.view(-1), dx, mask, cfg, b is not None)
+            torch.cuda.synchronize()
+            for got, want in zip((dx, dw, db), ref):
+                assert (got is None) == (want is None), (mask, cfg)
+                if got is not None:
+                    problem = _tolerance.compare(got.to(want.dtype), want)[1]
+                    assert problem is None, (mask, cfg, problem)
+
+
+@pytest.mark.cuda
+@gpu
+@pytest.mark.parametrize("path", PATHS)
+def test_routed_where_the_table_names_cutedsl_on_the_gpu(path, monkeypatch, tmp_path):
+    monkeypatch.setenv(_tuning.TUNING_DIR_ENV, str(tmp_path))
+    arch = _conds.arch(torch.device("cuda"))
+    _tuning.write_user_table(arch, [dict(op="layer_norm_bwd", dtype="bfloat16", m=512, n=4096, impl="cutedsl",
+                                         config={"threads": 256, "ctas_per_sm": 1})])
+    _tuning.reload()
+    try:
+        ak.use_registry(path)
+        (name,) = lc.register(["cuda"])
+        _launch.poison_outputs = True
+        layer = torch.nn.LayerNorm(4096, device="cuda", dtype=torch.bfloat16)
+        x = torch.randn(512, 4096, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        layer(x).float().square().sum().backward()
+        got = (x.grad.clone(), layer.weight.grad.clone(), layer.bias.grad.clone())
+        (o,) = ak.overrides()
+        assert (o.routed, o.failed) == (1, 0)
+        ak.unregister(name)
+        x.grad = layer.weight.grad = layer.bias.grad = None
+        layer(x).float().square().sum().backward()
+        assert _tolerance.compare(got, (x.grad, layer.weight.grad, layer.bias.grad))[1] is None
+    finally:
+        _launch.poison_outputs = False
+        _tuning.reload()
