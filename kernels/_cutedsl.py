@@ -17,12 +17,44 @@ from accel._compat import module_version
 from accel.kernels._conds import arch
 from accel.kernels._launch import device_guard
 
-__all__ = ["DISTRIBUTION", "MIN_ARCH", "available", "arch_reason", "launch", "vector_elements"]
+__all__ = ["DISTRIBUTION", "MAX_NUMEL", "MIN_ARCH", "available", "arch_reason", "covers", "launch", "tuned",
+           "vector_elements"]
 
 #: The package that provides CuTeDSL (``import cutlass``).
 DISTRIBUTION = "nvidia-cutlass-dsl"
 #: Oldest arch with thread-block clusters and ``cp.async`` (CUDA C++ Programming Guide, "Thread Block Clusters").
 MIN_ARCH = 90
+#: Most elements a CuTeDSL kernel takes: the kernels index rows with 32-bit offsets.
+MAX_NUMEL = 2**31 - 1
+_ITEMSIZE = {"float32": 4, "bfloat16": 2, "float16": 2}
+
+
+def covers(op: str, n: int, dtype: str) -> bool:
+    """Whether some CuTeDSL config of ``op`` (``"softmax_fwd"``, ``"softmax_bwd"``, ``"layer_norm_bwd"``) takes
+    rows of ``n`` elements of ``dtype`` (a dtype name); ``False`` for an op without a CuTeDSL kernel."""
+    itemsize = _ITEMSIZE.get(dtype)
+    if itemsize is None:
+        return False
+    if op in ("softmax_fwd", "softmax_bwd"):
+        from accel.kernels.ops.softmax import cutedsl_configs
+
+        return bool(cutedsl_configs.candidate_configs(n, itemsize, 1 if op == "softmax_fwd" else 2))
+    if op == "layer_norm_bwd":
+        from accel.kernels.ops.layer_norm import cutedsl_configs
+
+        return bool(cutedsl_configs.candidate_configs(n, itemsize))
+    return False
+
+
+def tuned(cfg: Any, keys: tuple[str, ...], fits: Callable[..., bool], default: Any) -> Any:
+    """``cfg`` (a tuning-table config) when it is a dict of ints for ``keys`` that ``fits(**cfg)`` accepts; else
+    ``default`` (the kernel's default config for the row, or ``None``): a stale or hand-written entry, or one
+    measured on another row length of the bucket, never reaches a kernel."""
+    if isinstance(cfg, dict) and all(type(cfg.get(k)) is int for k in keys):
+        picked = {k: cfg[k] for k in keys}
+        if fits(**picked):
+            return picked
+    return default
 
 
 def vector_elements(itemsize: int) -> int:

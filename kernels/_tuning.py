@@ -252,10 +252,27 @@ def lookup(op: str, arch: str, dtype: str, m: int, n: int) -> Choice | None:
     return t.get((op, dtype, *bucket(m, n)))
 
 
+#: DSLs whose kernels take only some row lengths of a bucket: module with ``covers(op, n, dtype) -> bool``.
+#: Where a table entry names such a DSL and its kernels cannot take rows of ``n``, the entry counts as a
+#: miss for the other DSLs (the bucket was measured on one N; its neighbours must not fall to ATen).
+PARTIAL_DSLS = {"cutedsl": "accel.kernels._cutedsl"}
+
+
+def _named(hit: Choice | None, op: str, dtype: str, n: int) -> Choice | None:
+    """``hit``, or ``None`` where it names a DSL of :data:`PARTIAL_DSLS` that cannot take rows of ``n``."""
+    if hit is None or hit.impl not in PARTIAL_DSLS:
+        return hit
+    import importlib
+
+    return hit if importlib.import_module(PARTIAL_DSLS[hit.impl]).covers(op, n, dtype) else None
+
+
 def takes(op: str, dsl: str, arch: str, dtype: str, m: int, n: int) -> bool:
     """Whether ``dsl``'s kernel should take ``[m, n]``: :func:`route` without the sentence (the per-call form)."""
     t = table(arch)
     hit = t.get((op, dtype, 1 << max(n - 1, 0).bit_length(), 1 << max(m - 1, 0).bit_length())) if t else None
+    if hit is not None and hit.impl != dsl:
+        hit = _named(hit, op, dtype, n)
     if hit is None:
         return m * n >= MIN_NUMEL.get(dsl, 0)
     return hit.impl == dsl
@@ -306,9 +323,12 @@ def _forget_floors() -> None:
 def route(op: str, dsl: str, arch: str, dtype: str, m: int, n: int) -> str | None:
     """Whether ``dsl``'s kernel should take ``[m, n]``: ``None`` (yes) or the reason it should not.
 
-    Hit: yes iff the entry names ``dsl``. Miss: yes iff ``m * n >= MIN_NUMEL[dsl]``.
+    Hit: yes iff the entry names ``dsl``. Miss: yes iff ``m * n >= MIN_NUMEL[dsl]``. An entry naming
+    another DSL whose kernels cannot take rows of ``n`` (:data:`PARTIAL_DSLS`) counts as a miss.
     """
     hit = lookup(op, arch, dtype, m, n)
+    if hit is not None and hit.impl != dsl:
+        hit = _named(hit, op, dtype, n)
     if hit is None:
         if m * n < MIN_NUMEL.get(dsl, 0):
             return (f"{m * n} elements < tuning.MIN_NUMEL[{dsl!r}]={MIN_NUMEL.get(dsl, 0)} and no table entry "

@@ -85,7 +85,7 @@ def test_config_reason_checks_arch_alignment_and_row_length(sm90, monkeypatch):
     assert ci.config_reason("softmax_fwd", x, 4096) is None
 
 
-def test_a_tuned_config_is_used_and_one_that_does_not_fit_is_refused(sm90, monkeypatch):
+def test_a_tuned_config_is_used_and_one_that_does_not_fit_gives_way_to_the_default(sm90, monkeypatch):
     folded: dict = {}
     _tuning._fold(folded, [dict(op="softmax_fwd", dtype="bfloat16", m=8, n=4096, impl="cutedsl",
                                 config={"cluster": 2, "threads": 128}),
@@ -95,7 +95,68 @@ def test_a_tuned_config_is_used_and_one_that_does_not_fit_is_refused(sm90, monke
     x = torch.empty(8, 4096, dtype=torch.bfloat16)
     assert ci._config("softmax_fwd", x, 8, 4096) == {"cluster": 2, "threads": 128}
     assert ci.config_reason("softmax_fwd", x, 4096) is None
-    assert "no CuTeDSL config covers" in ci.config_reason("softmax_bwd", x, 4096)  # 4096 / (8*512) < 8
+    assert ci._config("softmax_bwd", x, 8, 4096) == cc.default_config(4096, 2, 2)  # 4096 / (8*512) < 8
+    assert ci.config_reason("softmax_bwd", x, 4096) is None
+
+
+def test_a_malformed_or_misfitting_tuned_config_falls_back_to_the_default(sm90, monkeypatch):
+    x = torch.empty(8, 4096, dtype=torch.bfloat16)
+    for bad in ({"cluster": 4}, {"cluster": 3, "threads": 256}, {"cluster": 2, "threads": "256"}, 7, [4, 128],
+                "abc", {"cluster": 8, "threads": 512}):
+        folded: dict = {}
+        _tuning._fold(folded, [dict(op="softmax_fwd", dtype="bfloat16", m=8, n=4096, impl="cutedsl", config=bad)],
+                      "user")
+        monkeypatch.setattr(_tuning, "table", lambda arch, f=folded: f)
+        assert ci._config("softmax_fwd", x, 8, 4096) == cc.default_config(4096, 2), bad
+        assert ci.config_reason("softmax_fwd", x, 4096) is None, bad
+
+
+def test_a_bucket_named_for_cutedsl_leaves_rows_it_cannot_take_to_the_next_dsl(monkeypatch):
+    folded: dict = {}
+    _tuning._fold(folded, [dict(op=f"softmax_{d}", dtype="bfloat16", m=8192, n=32768, impl="cutedsl",
+                                config={"cluster": 4, "threads": 128}) for d in ("fwd", "bwd")], "user")
+    monkeypatch.setattr(_tuning, "table", lambda arch: folded)
+    monkeypatch.setattr(_cutedsl, "arch", lambda device: "sm_90")
+    for n, cute_takes in ((32768, True), (30720, False), (20000, False), (24576, True)):
+        for op in ("softmax_fwd", "softmax_bwd"):
+            assert _tuning.takes(op, "triton", "sm_90", "bfloat16", 8192, n) is not cute_takes, (op, n)
+            assert (_tuning.route(op, "triton", "sm_90", "bfloat16", 8192, n) is None) is not cute_takes
+            if not cute_takes:  # CuTeDSL's own check declines them
+                assert "no CuTeDSL config covers" in ci.config_reason(op, torch.empty(8, n, dtype=torch.bfloat16), n)
+    # N=24576 backward: the tuned {4, 128} does not fit (48 values per thread over two inputs); the default does
+    y = torch.empty(8192, 24576, dtype=torch.bfloat16, device="meta")
+    monkeypatch.setattr(torch.Tensor, "data_ptr", lambda self: 0)
+    assert ci._config("softmax_bwd", y, 8192, 24576) == cc.default_config(24576, 2, 2) is not None
+    assert ci.config_reason("softmax_bwd", y, 24576) is None
+
+
+def test_backward_checks_the_alignment_of_grad_output_too(sm90):
+    y = torch.empty(8, 4096, dtype=torch.bfloat16)
+    dy = torch.empty(8 * 4096 + 1, dtype=torch.bfloat16)[1:].view(8, 4096)
+    assert "16-byte aligned" in ci.config_reason("softmax_bwd", y, 4096, dy)
+
+def test_backward_cond_declines_a_misaligned_grad_output(sm90, monkeypatch):
+    monkeypatch.setattr(_tuning, "takes", lambda *a: True)
+    monkeypatch.setattr(_tuning, "floor", lambda op, dsl: 0)
+    y = torch.empty(8, 4096, dtype=torch.bfloat16)
+    dy = torch.empty(8 * 4096 + 1, dtype=torch.bfloat16)[1:].view(8, 4096)
+    _, bwd = sm_conds.make_conds("cutedsl", ["cpu"], ci.LIMITS, ci.config_reason)
+    assert bwd(y, y, -1, torch.bfloat16)
+    assert not bwd(dy, y, -1, torch.bfloat16)
+    assert "16-byte aligned" in bwd.why_not(dy, y, -1, torch.bfloat16)
+
+
+def test_more_elements_than_32_bit_offsets_reach_go_elsewhere(fake_backend, monkeypatch):
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    monkeypatch.setattr(_tuning, "floor", lambda op, dsl: 0)
+    fwd, _ = sm_conds.make_conds("cutedsl", ["cuda"], ci.LIMITS, ci.config_reason)
+    with FakeTensorMode(), warnings.catch_warnings(), fake_backend("cuda", arch="sm_90"):
+        warnings.simplefilter("ignore", UserWarning)
+        _conds.arch.cache_clear()
+        huge = torch.empty(131073, 32768, dtype=torch.bfloat16, device="cuda")
+        assert "too many elements for the cutedsl kernel" in fwd.why_not(huge, -1, False)
+    _conds.arch.cache_clear()
 
 
 def test_cond_routes_only_where_the_table_names_cutedsl(fake_backend, monkeypatch):
@@ -206,6 +267,17 @@ def test_kernels_compile_for_sm_90a_with_vector_loads_and_the_cluster_exchange(t
     assert ("bar.sync" in ptx or "barrier.sync" in ptx) is (cluster == 1)
 
 
+@pytest.mark.skipif(not HAS_CUTLASS, reason="nvidia-cutlass-dsl not installed here (tox env torch214 installs it)")
+def test_build_refuses_unknown_kinds_dtypes_and_configs_with_value_errors():
+    from accel.kernels.ops.softmax import cutedsl_kernel as k
+
+    for args, words in ((("forward", "bfloat16", 4096, 1, 256), "kind 'forward'"),
+                        (("fwd", "bf16", 4096, 1, 256), "dtype 'bf16'"),
+                        (("fwd", "bfloat16", 65536, 1, 128), "at most 64 values per thread")):
+        with pytest.raises(ValueError, match=words):
+            k.build(*args)
+
+
 # ----------------------------------------------------------------------- GPU
 def _gpu_ok() -> bool:
     return torch.cuda.is_available() and HAS_CUTLASS and torch.cuda.get_device_capability()[0] >= 9
@@ -224,6 +296,8 @@ def test_every_config_matches_aten_on_the_gpu(m, n, dtype):
     x[0, : n // 3] = -float("inf")  # a third of one row masked: whole warps see only -inf
     if m > 2:
         x[1] = -float("inf")  # a fully masked row: NaN, as ATen
+        x[2] = -100.0
+        x[2, : n // 2] = -float("inf")  # whole CTAs of -inf beside logits whose exp underflows: 0, not NaN
     dy = torch.randn_like(x)
     with ak.disabled():
         y_ref = torch.softmax(x, -1)
@@ -242,6 +316,22 @@ def test_every_config_matches_aten_on_the_gpu(m, n, dtype):
             ok = ~torch.isnan(ref)
             problem = _tolerance.compare(got[ok], ref[ok])[1]
             assert problem is None, (kind, cfg, problem)
+
+
+@pytest.mark.cuda
+@gpu
+@pytest.mark.parametrize("scale", [2e3, 1e5])
+def test_large_fp32_logits_keep_fp32_precision_on_the_gpu(scale):
+    torch.manual_seed(1)
+    x = torch.randn(4, 32768, device="cuda") * 3 + scale
+    with ak.disabled():
+        ref = torch.softmax(x, -1)
+    for cfg in cc.candidate_configs(32768, 4):
+        got = torch.empty_like(x)
+        ci.launch_fwd(x, got, cfg)
+        torch.cuda.synchronize()
+        rel = ((got - ref).abs() / ref.clamp_min(1e-30)).max().item()
+        assert rel < 2e-5, (cfg, rel)  # ATen and Triton: 2e-7 - 5e-7; x*log2e - max*log2e gave 4e-4 - 7e-3
 
 
 @pytest.mark.cuda

@@ -26,14 +26,21 @@ from .conditions import make_conds
 __all__ = ["DSL", "LIMITS", "available", "config_reason", "native_layer_norm_backward", "register", "launch_bwd"]
 
 DSL = "cutedsl"
-#: Rows up to 16384 elements (CTAs of 512 threads, 32 values each); the forward is never this DSL's.
-LIMITS = Limits(max_n_fwd=0, max_n_bwd=16384)
+#: Rows up to 16384 elements (CTAs of 512 threads, 32 values each), below 2**31 elements in all (32-bit
+#: row offsets); the forward is never this DSL's.
+LIMITS = Limits(max_n_fwd=0, max_n_bwd=16384, max_numel=_cutedsl.MAX_NUMEL)
 
 _k = lazy_module(__package__ + ".cutedsl_kernel")
 
 
 def _config(x: torch.Tensor, m: int, n: int) -> Mapping[str, Any] | None:
-    return tuned_config("layer_norm_bwd", DSL, x, m, n, lambda n: cutedsl_configs.default_config(n, x.element_size()))
+    """The tuning table's config for these rows when it fits them (:func:`accel.kernels._cutedsl.tuned`), else
+    the default for rows of ``n``, else ``None``."""
+    size = x.element_size()
+    default = cutedsl_configs.default_config(n, size)
+    return _cutedsl.tuned(tuned_config("layer_norm_bwd", DSL, x, m, n, default), ("threads", "ctas_per_sm"),
+                          lambda threads, ctas_per_sm: cutedsl_configs.fits(n, size, threads) and ctas_per_sm >= 1,
+                          default)
 
 
 def config_reason(x: torch.Tensor, n: int, mean: torch.Tensor, rstd: torch.Tensor) -> str | None:
@@ -46,8 +53,7 @@ def config_reason(x: torch.Tensor, n: int, mean: torch.Tensor, rstd: torch.Tenso
         return "the CuTeDSL LayerNorm backward reads fp32 mean/rstd"
     if x.data_ptr() % 16:
         return "the base pointer is not 16-byte aligned (the kernel loads 16-byte vectors)"
-    cfg = _config(x, x.numel() // n if n else 0, n)
-    if cfg is None or not cutedsl_configs.fits(n, x.element_size(), cfg["threads"]):
+    if _config(x, x.numel() // n if n else 0, n) is None:
         return (f"no CuTeDSL config covers rows of {n} {dtype_name(x.dtype)} elements (N must be a multiple of "
                 f"threads * {cutedsl_configs.vector_elements(x.element_size())}, at most "
                 f"{cutedsl_configs.MAX_VALUES_PER_THREAD} values per thread)")

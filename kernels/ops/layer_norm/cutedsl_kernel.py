@@ -169,6 +169,9 @@ def build(dtype_name: str, w_dtype_name: str | None, n: int, threads: int, want:
     Raises:
         ValueError: the config does not fit rows of ``n`` (:func:`.cutedsl_configs.fits`).
     """
+    if dtype_name not in DTYPES or (w_dtype_name is not None and w_dtype_name not in DTYPES):
+        raise ValueError(f"LayerNorm backward CuTeDSL kernel: dtypes {dtype_name!r}/{w_dtype_name!r} not in "
+                         f"{sorted(DTYPES)}")
     dtype = DTYPES[dtype_name]
     if not fits(n, dtype.width // 8, threads):
         raise ValueError(f"LayerNorm backward CuTeDSL config threads={threads} does not fit rows of {n} {dtype_name} "

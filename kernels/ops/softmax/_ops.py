@@ -26,7 +26,7 @@ Launch = Callable[[Mapping[str, Any], int, int], Callable[..., None]]
 
 def make_ops(dsl: str, limits: Any, launch_fwd: Callable[..., None], launch_bwd: Callable[..., None],
              config: Config, plans: tuple[Launch, Launch] | None = None,
-             extra_reason: Callable[[str, torch.Tensor, int], str | None] | None = None,
+             extra_reason: Callable[..., str | None] | None = None,
              ) -> tuple[Callable[..., torch.Tensor], Callable[..., torch.Tensor], Callable[..., list]]:
     """``(softmax, softmax_backward_data, register)`` for one DSL.
 
@@ -34,7 +34,7 @@ def make_ops(dsl: str, limits: Any, launch_fwd: Callable[..., None], launch_bwd:
     ``plans``: ``(fwd_launch, bwd_launch)``, each ``(cfg, m, n) -> launch``, where the DSL can
     fix a launch once per argument signature: the ops then carry ``plan``
     (:mod:`accel.kernels._plans`), and a routed call is one allocation and that launch.
-    ``extra_reason``: the DSL's own last check for the cond, ``(op, tensor, n) -> reason or None``
+    ``extra_reason``: the DSL's own last check for the cond, ``(op, tensor, n, *others) -> reason or None``
     (:func:`.conditions.make_conds`).
     """
 

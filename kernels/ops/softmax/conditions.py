@@ -42,14 +42,14 @@ def make_conds(dsl: str, backends: Sequence[str], limits: Limits,
                ) -> tuple[Callable[..., bool], Callable[..., bool]]:
     """``(forward cond, backward cond)`` for one DSL registered for ``backends`` (each with ``why_not``).
 
-    ``extra``: the DSL's own check, run last: ``(op, tensor, n)`` -> ``None`` or the reason sentence
-    (the CuTeDSL kernels' arch and row-length checks).
+    ``extra``: the DSL's own check, run last: ``(op, tensor, n, *others)`` -> ``None`` or the reason sentence
+    (the CuTeDSL kernels' arch, alignment and row-length checks; ``others`` is the backward's ``grad_output``).
     """
     devices = device_types_for(backends)
 
-    def last(op: str, t: torch.Tensor, n: int, max_n: int) -> str | None:
+    def last(op: str, t: torch.Tensor, n: int, max_n: int, *others: torch.Tensor) -> str | None:
         key = rows_reason(t, n, max_n, align=False)
-        if key is None and extra is not None and extra(op, t, n) is not None:
+        if key is None and extra is not None and extra(op, t, n, *others) is not None:
             return "extra"
         return key
 
@@ -84,16 +84,16 @@ def make_conds(dsl: str, backends: Sequence[str], limits: Limits,
         if (grad_output.shape != output.shape or grad_output.dtype != output.dtype or input_dtype != output.dtype
                 or not grad_output.is_contiguous()):
             return "grad"
-        return last("softmax_bwd", output, n, limits.max_n_bwd)
+        return last("softmax_bwd", output, n, limits.max_n_bwd, grad_output)
 
-    def text(key: str | None, t: torch.Tensor, max_n: int, op: str) -> str | None:
+    def text(key: str | None, t: torch.Tensor, max_n: int, op: str, *others: torch.Tensor) -> str | None:
         if key is None:
             return None
         n = t.shape[-1] if t.dim() else 1
         if key == "table":
             return table_reason(op, dsl, t, n)
         if key == "extra":
-            return extra(op, t, n) or "the DSL's own check"  # type: ignore[misc]
+            return extra(op, t, n, *others) or "the DSL's own check"  # type: ignore[misc]
         return reason_text(key, input=t, devices=devices, dsl=dsl, n=n, max_n=max_n, extra=_EXTRA)
 
     def fwd(input, dim, half_to_float) -> bool:
@@ -105,5 +105,5 @@ def make_conds(dsl: str, backends: Sequence[str], limits: Limits,
     fwd.why_not = lambda input, dim, half_to_float: text(  # type: ignore[attr-defined]
         check_fwd(input, dim, half_to_float), input, limits.max_n_fwd, "softmax_fwd")
     bwd.why_not = lambda grad_output, output, dim, input_dtype: text(  # type: ignore[attr-defined]
-        check_bwd(grad_output, output, dim, input_dtype), output, limits.max_n_bwd, "softmax_bwd")
+        check_bwd(grad_output, output, dim, input_dtype), output, limits.max_n_bwd, "softmax_bwd", grad_output)
     return floors(fwd, bwd, "softmax", dsl)

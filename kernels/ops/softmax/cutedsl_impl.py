@@ -30,33 +30,33 @@ __all__ = ["DSL", "LIMITS", "available", "config_reason", "softmax", "softmax_ba
            "launch_fwd", "launch_bwd"]
 
 DSL = "cutedsl"
-#: Rows up to 65536 elements (a cluster of 8 CTAs of 128 threads, 64 elements each).
-LIMITS = Limits(max_n_fwd=65536, max_n_bwd=65536)
+#: Rows up to 65536 elements (a cluster of 8 CTAs of 128 threads, 64 elements each), below 2**31 elements
+#: in all (32-bit row offsets).
+LIMITS = Limits(max_n_fwd=65536, max_n_bwd=65536, max_numel=_cutedsl.MAX_NUMEL)
 
 _kernels = lazy_module(__package__ + ".cutedsl_kernel")  # imports CuTeDSL at the first launch
 _INPUTS = {"softmax_fwd": 1, "softmax_bwd": 2}
 
 
-def _default(op: str, itemsize: int) -> Callable[[int], Mapping[str, Any] | None]:
-    return lambda n: cutedsl_configs.default_config(n, itemsize, _INPUTS[op])
-
-
 def _config(op: str, x: torch.Tensor, m: int, n: int) -> Mapping[str, Any] | None:
-    return tuned_config(op, DSL, x, m, n, _default(op, x.element_size()))
+    """The tuning table's config for these rows when it fits them (:func:`accel.kernels._cutedsl.tuned`), else
+    the default config for rows of ``n``, else ``None`` (no config covers them)."""
+    size, inputs = x.element_size(), _INPUTS[op]
+    default = cutedsl_configs.default_config(n, size, inputs)
+    return _cutedsl.tuned(tuned_config(op, DSL, x, m, n, default), ("cluster", "threads"),
+                          lambda cluster, threads: cutedsl_configs.fits(n, size, cluster, threads, inputs), default)
 
 
-def config_reason(op: str, t: torch.Tensor, n: int) -> str | None:
+def config_reason(op: str, t: torch.Tensor, n: int, *others: torch.Tensor) -> str | None:
     """``None`` when the kernels can take rows of ``n`` of ``t`` (``[..., n]``, contiguous) for ``op``
-    (``"softmax_fwd"``/``"softmax_bwd"``); else why not: arch below SM 9.0, the base pointer not
-    16-byte aligned, or no config (tuned or default) covering rows of ``n``."""
+    (``"softmax_fwd"``/``"softmax_bwd"``; ``others``: the backward's ``grad_output``); else why not: arch below
+    SM 9.0, a base pointer not 16-byte aligned, or no config (tuned or default) covering rows of ``n``."""
     why = _cutedsl.arch_reason(t.device)
     if why is not None:
         return why
-    if t.data_ptr() % 16:
-        return "the base pointer is not 16-byte aligned (the kernels load 16-byte vectors)"
-    m = t.numel() // n if n else 0
-    cfg = _config(op, t, m, n)
-    if cfg is None or not cutedsl_configs.fits(n, t.element_size(), cfg["cluster"], cfg["threads"], _INPUTS[op]):
+    if any(x.data_ptr() % 16 for x in (t, *others)):
+        return "a base pointer is not 16-byte aligned (the kernels load 16-byte vectors)"
+    if _config(op, t, t.numel() // n if n else 0, n) is None:
         return (f"no CuTeDSL config covers rows of {n} {dtype_name(t.dtype)} elements (N must be a multiple of "
                 f"cluster * threads * {cutedsl_configs.vector_elements(t.element_size())}, at most "
                 f"{cutedsl_configs.MAX_ELEMENTS_PER_THREAD} elements per thread)")

@@ -33,7 +33,7 @@ from cutlass import Float32, Int32, Int64, const_expr
 
 from accel.kernels._cute_lib import DTYPES, SmemAllocator, pointer, row_copy
 
-from .cutedsl_configs import fits, vector_elements
+from .cutedsl_configs import MAX_ELEMENTS_PER_THREAD, fits, vector_elements
 
 __all__ = ["SoftmaxFwd", "SoftmaxBwd", "build", "pointer"]
 
@@ -152,7 +152,7 @@ class SoftmaxFwd(_ClusterRows):
         shift = m_w
         if m_w == -Float32.inf:  # a warp of -inf only: exp(x - 0) = 0, not exp(-inf + inf) = nan
             shift = Float32(0.0)
-        e = cute.math.exp2(x * _LOG2E - shift * _LOG2E, fastmath=True)
+        e = cute.math.exp2((x - shift) * _LOG2E, fastmath=True)  # x - shift first: exact for large logits
         s_w = cute.arch.warp_reduction(e.reduce(cute.ReductionOp.ADD, init_val=Float32(0.0), reduction_profile=0),
                                        operator.add)
         pairs = self._exchange(words, mbar, rank, m_w, s_w)
@@ -169,6 +169,8 @@ class SoftmaxFwd(_ClusterRows):
                                                                   fastmath=True)
         total = cute.arch.warp_reduction(total, operator.add)
         scale = cute.math.exp2((shift - big_m) * _LOG2E, fastmath=True) / total
+        if m_w == -Float32.inf:  # e is 0 here; exp(0 - big_m) may overflow to inf, and 0 * inf is nan
+            scale = Float32(0.0)
         self._store(tiled, e * scale, tY)
 
 
@@ -222,12 +224,16 @@ def build(kind: str, dtype_name: str, n: int, cluster: int, threads: int, arch: 
     Raises:
         ValueError: the config does not fit rows of ``n`` (:func:`fits`).
     """
+    if dtype_name not in DTYPES or kind not in _KINDS:
+        raise ValueError(f"softmax CuTeDSL kernel: kind {kind!r} not in {sorted(_KINDS)} or dtype {dtype_name!r} "
+                         f"not in {sorted(DTYPES)}")
     dtype = DTYPES[dtype_name]
     cls = _KINDS[kind]
     if not fits(n, dtype.width // 8, cluster, threads, cls.TENSORS - 1):
         raise ValueError(f"softmax CuTeDSL config cluster={cluster}, threads={threads} does not fit rows of {n} "
                          f"{dtype_name} elements (need N % (cluster * threads * {vector_elements(dtype.width // 8)})"
-                         " == 0)")
+                         f" == 0 and at most {MAX_ELEMENTS_PER_THREAD} values per thread over the "
+                         f"{cls.TENSORS - 1} input(s))")
     import cuda.bindings.driver as cuda
 
     fakes = [pointer(dtype_name, 0) for _ in range(cls.TENSORS)]
