@@ -176,6 +176,18 @@ def _install_kernels(backend_name: str) -> list[str]:
     return names
 
 
+def _why_no_kernels(asked: bool, backend_name: str) -> str | None:
+    """Why the demo runs without kernel overrides (``None`` when some are installed)."""
+    if not asked:
+        return "off (--kernels off)"
+    if backend_name == "cpu":
+        return "the demo runs on cpu; accel's built-in kernels serve CUDA GPUs (accel kernels says why)"
+    import accel.kernels as ak
+
+    reasons = sorted({f"{a.dsl}: {a.reason}" for a in ak.availability() if not a.available})
+    return "none usable here: " + "; ".join(reasons) if reasons else "none usable here"
+
+
 def _kernel_report(names: list[str]) -> dict[str, dict[str, int]]:
     import accel.kernels as ak
 
@@ -317,7 +329,8 @@ def run(device: object = None, *, epochs: int = 12, batch: int = 64, lr: float =
         "step_ms_on", "step_ms_off", "wide"}`` - counts and step times of the digits model (its
         inputs are below the kernels' size floor: every call goes to ATen, so "on" pays only the
         router), and ``wide``: :func:`wide_step_times` of the :data:`WIDE` model, where the
-        kernels route (``installed`` empty and times/``wide`` ``None`` where none installed).
+        kernels route (``installed`` empty and times/``wide`` ``None`` where none installed; then
+        ``why_none`` says why: off, a CPU run, or each DSL's reason).
 
     .. note:: With ``kernels`` on an accelerator, the overrides stay registered after the call.
 
@@ -384,7 +397,8 @@ def run(device: object = None, *, epochs: int = 12, batch: int = 64, lr: float =
         "steps": len(losses),
         "step_ms": step_on,
         "kernels": {"installed": installed, "counts": counts, "step_ms_on": step_on if installed else None,
-                    "step_ms_off": step_off, "wide": wide},
+                    "step_ms_off": step_off, "wide": wide,
+                    "why_none": None if installed else _why_no_kernels(kernels, backend.name)},
         "graphs": graphs,
         "final_loss": losses[-1],
         "resume": {

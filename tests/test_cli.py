@@ -161,9 +161,12 @@ def test_an_error_message_naming_a_sentence_is_not_taken_for_its_source(capsys, 
     assert capsys.readouterr().err == "accel bench --tune: error: no GPU\n"
 
 
-def test_no_subcommand_prints_help(capsys):
+def test_no_subcommand_prints_help_and_an_error_line(capsys):
     assert main([]) == 2
-    assert "usage: accel" in capsys.readouterr().out
+    out, err = capsys.readouterr()
+    assert out == "" and "usage: accel" in err  # a usage error: nothing on stdout, as argparse's own errors
+    assert err.rstrip().endswith("accel: error: a command is required: one of info, doctor, demo, kernels, bench. "
+                                 "See 'accel --help'.")
 
 
 @pytest.mark.slow
@@ -348,3 +351,22 @@ def test_exit_code_survives_a_reader_that_leaves_early():
 def test_python_dash_m_accel_runs_the_command_line():
     proc = subprocess.run([sys.executable, "-m", "accel", "--version"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and proc.stdout.startswith("accel ")
+
+
+def test_demo_says_why_it_ran_without_kernels(monkeypatch):
+    from accel import demo
+    from accel.cli.demo import _kernels_line
+
+    assert demo._why_no_kernels(False, "cuda") == "off (--kernels off)"
+    assert "runs on cpu" in demo._why_no_kernels(True, "cpu")
+    import accel.kernels as ak
+
+    class A:
+        def __init__(self, dsl, ok, reason):
+            self.dsl, self.available, self.reason = dsl, ok, reason
+
+    monkeypatch.setattr(ak, "availability", lambda: [A("triton", False, "triton is not installed"),
+                                                      A("helion", True, "helion 1.4.0 installed")])
+    assert demo._why_no_kernels(True, "cuda") == "none usable here: triton: triton is not installed"
+    line = _kernels_line({"installed": [], "why_none": "off (--kernels off)"})
+    assert line == "none installed: off (--kernels off)"

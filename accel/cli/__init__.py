@@ -71,8 +71,9 @@ def main(argv: list[str] | None = None) -> int:
         head = f"accel {command}" if command else "accel"
         return _report(_UsageError(f"{exc}. See '{head} --help'."), head, command, _asks_json(argv), 2)
     if not getattr(args, "func", None):
-        parser.print_help()
-        return 2
+        parser.print_help(sys.stderr)
+        return _report(_UsageError(f"a command is required: one of {', '.join(SUBCOMMANDS)}. See 'accel --help'."),
+                       "accel", None, _asks_json(argv), 2)
     if isinstance(getattr(args, "device", None), str) and re.fullmatch(r"-?(?:0|[1-9][0-9]*)", args.device):
         args.device = int(args.device)  # "--device 1": an index, as accel.device(1) takes it (digits as after ':')
     from accel.cli._output import quiet_stdout

@@ -61,7 +61,7 @@ def _progress(enabled: bool) -> Iterator[Callable[[str, int], Callable[[], None]
 
 def _kernels_line(k: dict) -> str:
     if not k["installed"]:
-        return "none installed (off, or no accelerator)"
+        return f"none installed: {k.get('why_none') or 'off, or no accelerator'}"
     ran = ", ".join(f"{n} {c['routed']} routed/{c['declined']} to ATen" for n, c in k["counts"].items())
     line = f"digits model: step {k['step_ms_on']:.2f} ms on vs {k['step_ms_off']:.2f} ms off; {ran}"
     w = k.get("wide")
