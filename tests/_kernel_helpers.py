@@ -37,3 +37,34 @@ class Counting:
     def __call__(self, *args, **kwargs):
         self.calls += 1
         return self.fn(*args, **kwargs)
+
+
+#: Builds a CuTeDSL kernel in a subprocess (the CUTE_DSL_* variables must be set before cutlass is imported):
+#: ``build(*args)``, then ``build(*refused)``, which must raise ValueError.
+_CUTE_BUILD = """
+import json, sys
+import importlib
+k = importlib.import_module(sys.argv[1])
+args, refused = ([tuple(a) if isinstance(a, list) else a for a in json.loads(v)] for v in sys.argv[2:4])
+k.build(*args)
+try:
+    k.build(*refused)
+except ValueError as exc:
+    print("REFUSED", exc)
+"""
+
+
+def sm90a_ptx(tmp_path, module: str, args: list, refused: list) -> tuple[str, str]:
+    """``(PTX, stdout)`` of CuTeDSL kernel module ``module``'s ``build(*args)`` compiled for ``sm_90a`` on this
+    machine (no GPU needed), after ``build(*refused)`` was tried too (stdout says ``REFUSED <message>``)."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = {**os.environ, "CUTE_DSL_ARCH": "sm_90a", "CUTE_DSL_KEEP": "ptx", "CUTE_DSL_DUMP_DIR": str(tmp_path)}
+    r = subprocess.run([sys.executable, "-c", _CUTE_BUILD, module, json.dumps(args), json.dumps(refused)],
+                       capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return "\n".join(p.read_text() for p in Path(tmp_path).glob("*.ptx")), r.stdout

@@ -49,3 +49,12 @@ def _no_leaked_fakes():
     for (obj, name), orig in zip(_WATCHED, _ORIGINAL):
         setattr(obj, name, orig)
     assert not leaked, f"test leaked faked torch facts: {leaked} (patch inside the fake_backend block with mock.patch)"
+
+
+@pytest.fixture
+def cutedsl_sm90(monkeypatch):
+    """accel's CuTeDSL checks see an sm_90 device (CPU tensors stand in for CUDA ones) and empty tuning tables."""
+    from accel.kernels import _cutedsl, _tuning
+
+    monkeypatch.setattr(_cutedsl, "arch", lambda device: "sm_90")
+    monkeypatch.setattr(_tuning, "table", lambda arch: {})

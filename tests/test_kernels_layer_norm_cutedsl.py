@@ -11,13 +11,8 @@ against ATen with NaN-poisoned outputs.
 from __future__ import annotations
 
 import importlib.util
-import os
 import re
-import subprocess
-import sys
-import textwrap
 import warnings
-from pathlib import Path
 
 import pytest
 import torch
@@ -29,6 +24,7 @@ from accel.kernels.ops.layer_norm import cutedsl_impl as lc
 
 from _kernel_helpers import PATHS  # noqa: F401
 from _kernel_helpers import _clean_registry  # noqa: F401
+from _kernel_helpers import sm90a_ptx
 
 HAS_CUTLASS = importlib.util.find_spec("cutlass") is not None
 
@@ -51,13 +47,7 @@ def test_configs_refuse_rows_no_cta_covers():
     assert [c["threads"] for c in lcc.candidate_configs(16384, 2)] == [512] * 4
 
 
-@pytest.fixture
-def sm90(monkeypatch):
-    monkeypatch.setattr(_cutedsl, "arch", lambda device: "sm_90")
-    monkeypatch.setattr(_tuning, "table", lambda arch: {})
-
-
-def test_config_reason_checks_arch_statistics_alignment_and_rows(sm90, monkeypatch):
+def test_config_reason_checks_arch_statistics_alignment_and_rows(cutedsl_sm90, monkeypatch):
     x = torch.empty(64, 4096, dtype=torch.bfloat16)
     stat = torch.empty(64)
     assert lc.config_reason(x, 4096, stat, stat) is None
@@ -125,30 +115,14 @@ def test_zero_rows_launch_nothing(monkeypatch):
     assert torch.equal(dw, torch.zeros(1024)) and torch.equal(db, torch.zeros(1024))
 
 
-COMPILE = textwrap.dedent("""
-    import sys
-    from accel.kernels.ops.layer_norm import cutedsl_kernel as k
-    dtype, w, n, threads = sys.argv[1], sys.argv[2] or None, int(sys.argv[3]), int(sys.argv[4])
-    want = tuple(c == "1" for c in sys.argv[5])
-    k.build(dtype, w, n, threads, want)
-    try:
-        k.build(dtype, w, n + 8, threads, want)
-    except ValueError as exc:
-        print("REFUSED", exc)
-""")
-
-
 @pytest.mark.skipif(not HAS_CUTLASS, reason="nvidia-cutlass-dsl not installed here (tox env torch214 installs it)")
 @pytest.mark.parametrize("dtype,w,n,threads,want", [("bfloat16", "bfloat16", 8192, 256, "111"),
                                                     ("float16", "float32", 4096, 128, "110"),
                                                     ("float32", "", 4096, 512, "100")])
 def test_kernel_compiles_for_sm_90a_with_staged_rows_and_no_spills(tmp_path, dtype, w, n, threads, want):
-    env = {**os.environ, "CUTE_DSL_ARCH": "sm_90a", "CUTE_DSL_KEEP": "ptx", "CUTE_DSL_DUMP_DIR": str(tmp_path)}
-    r = subprocess.run([sys.executable, "-c", COMPILE, dtype, w, str(n), str(threads), want], capture_output=True,
-                       text=True, env=env, timeout=300)
-    assert r.returncode == 0, r.stderr[-3000:]
-    assert "REFUSED" in r.stdout
-    ptx = "\n".join(p.read_text() for p in Path(tmp_path).glob("*.ptx"))
+    ptx, out = sm90a_ptx(tmp_path, "accel.kernels.ops.layer_norm.cutedsl_kernel",
+                         [dtype, w or None, n, threads, [c == "1" for c in want]], [dtype, w or None, n + 8, threads, [c == "1" for c in want]])
+    assert "REFUSED" in out
     vec = 16 // (4 if dtype == "float32" else 2)
     k = n // threads // vec  # 16-byte vectors per thread per tensor
     assert len(re.findall(r"cp\.async\.c[ag]\.shared\.global", ptx)) == 2 * 2 * k  # x, dy: first row + loop

@@ -11,13 +11,9 @@ config on the GPU against ATen with NaN-poisoned outputs.
 from __future__ import annotations
 
 import importlib.util
-import os
 import re
-import subprocess
 import sys
-import textwrap
 import warnings
-from pathlib import Path
 
 import pytest
 import torch
@@ -31,6 +27,7 @@ from accel.kernels.ops.softmax import triton_impl as st
 
 from _kernel_helpers import PATHS  # noqa: F401  (fixtures: a clean registry per test)
 from _kernel_helpers import _clean_registry  # noqa: F401
+from _kernel_helpers import sm90a_ptx
 
 HAS_CUTLASS = importlib.util.find_spec("cutlass") is not None
 
@@ -62,14 +59,7 @@ def test_configs_for_the_long_row_and_rows_no_config_covers():
 
 
 # ------------------------------------------------------------------------- cond
-@pytest.fixture
-def sm90(monkeypatch):
-    """Faked arch for the DSL's own check (CPU tensors stand in for CUDA ones)."""
-    monkeypatch.setattr(_cutedsl, "arch", lambda device: "sm_90")
-    monkeypatch.setattr(_tuning, "table", lambda arch: {})
-
-
-def test_config_reason_checks_arch_alignment_and_row_length(sm90, monkeypatch):
+def test_config_reason_checks_arch_alignment_and_row_length(cutedsl_sm90, monkeypatch):
     x = torch.empty(8, 4096, dtype=torch.bfloat16)
     assert ci.config_reason("softmax_fwd", x, 4096) is None
     assert ci.config_reason("softmax_bwd", x, 4096) is None
@@ -85,7 +75,7 @@ def test_config_reason_checks_arch_alignment_and_row_length(sm90, monkeypatch):
     assert ci.config_reason("softmax_fwd", x, 4096) is None
 
 
-def test_a_tuned_config_is_used_and_one_that_does_not_fit_gives_way_to_the_default(sm90, monkeypatch):
+def test_a_tuned_config_is_used_and_one_that_does_not_fit_gives_way_to_the_default(cutedsl_sm90, monkeypatch):
     folded: dict = {}
     _tuning._fold(folded, [dict(op="softmax_fwd", dtype="bfloat16", m=8, n=4096, impl="cutedsl",
                                 config={"cluster": 2, "threads": 128}),
@@ -99,7 +89,7 @@ def test_a_tuned_config_is_used_and_one_that_does_not_fit_gives_way_to_the_defau
     assert ci.config_reason("softmax_bwd", x, 4096) is None
 
 
-def test_a_malformed_or_misfitting_tuned_config_falls_back_to_the_default(sm90, monkeypatch):
+def test_a_malformed_or_misfitting_tuned_config_falls_back_to_the_default(cutedsl_sm90, monkeypatch):
     x = torch.empty(8, 4096, dtype=torch.bfloat16)
     for bad in ({"cluster": 4}, {"cluster": 3, "threads": 256}, {"cluster": 2, "threads": "256"}, 7, [4, 128],
                 "abc", {"cluster": 8, "threads": 512}):
@@ -130,12 +120,12 @@ def test_a_bucket_named_for_cutedsl_leaves_rows_it_cannot_take_to_the_next_dsl(m
     assert ci.config_reason("softmax_bwd", y, 24576) is None
 
 
-def test_backward_checks_the_alignment_of_grad_output_too(sm90):
+def test_backward_checks_the_alignment_of_grad_output_too(cutedsl_sm90):
     y = torch.empty(8, 4096, dtype=torch.bfloat16)
     dy = torch.empty(8 * 4096 + 1, dtype=torch.bfloat16)[1:].view(8, 4096)
     assert "16-byte aligned" in ci.config_reason("softmax_bwd", y, 4096, dy)
 
-def test_backward_cond_declines_a_misaligned_grad_output(sm90, monkeypatch):
+def test_backward_cond_declines_a_misaligned_grad_output(cutedsl_sm90, monkeypatch):
     monkeypatch.setattr(_tuning, "takes", lambda *a: True)
     monkeypatch.setattr(_tuning, "floor", lambda op, dsl: 0)
     y = torch.empty(8, 4096, dtype=torch.bfloat16)
@@ -231,30 +221,14 @@ def test_launch_of_zero_rows_returns_before_the_dsl(monkeypatch):
 
 
 # ---------------------------------------------------------- compiled for sm_90a
-COMPILE = textwrap.dedent("""
-    import json, sys
-    from accel.kernels.ops.softmax import cutedsl_kernel as k
-    kind, dtype, n, cluster, threads = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:6])
-    k.build(kind, dtype, n, cluster, threads)
-    try:
-        k.build(kind, dtype, n + 8, cluster, threads)
-    except ValueError as exc:
-        print("REFUSED", exc)
-""")
-
-
 @pytest.mark.skipif(not HAS_CUTLASS, reason="nvidia-cutlass-dsl not installed here (tox env torch214 installs it)")
 @pytest.mark.parametrize("kind,dtype,n,cluster,threads", [
     ("fwd", "bfloat16", 32768, 4, 128), ("fwd", "float32", 4096, 1, 256), ("bwd", "float16", 32768, 8, 256)])
 def test_kernels_compile_for_sm_90a_with_vector_loads_and_the_cluster_exchange(tmp_path, kind, dtype, n, cluster,
                                                                                 threads):
-    env = {**os.environ, "CUTE_DSL_ARCH": "sm_90a", "CUTE_DSL_KEEP": "ptx", "CUTE_DSL_DUMP_DIR": str(tmp_path),
-           "CUTE_DSL_CACHE_DIR": str(tmp_path / "cache")}
-    r = subprocess.run([sys.executable, "-c", COMPILE, kind, dtype, str(n), str(cluster), str(threads)],
-                       capture_output=True, text=True, env=env, timeout=300)
-    assert r.returncode == 0, r.stderr[-3000:]
-    assert "REFUSED" in r.stdout and f"does not fit rows of {n + 8}" in r.stdout
-    ptx = "\n".join(p.read_text() for p in Path(tmp_path).glob("*.ptx"))
+    ptx, out = sm90a_ptx(tmp_path, "accel.kernels.ops.softmax.cutedsl_kernel", [kind, dtype, n, cluster, threads],
+                         [kind, dtype, n + 8, cluster, threads])
+    assert "REFUSED" in out and f"does not fit rows of {n + 8}" in out
     vectors = n // cluster // threads // (16 // (4 if dtype == "float32" else 2))  # per thread and tensor
     loads = 1 if kind == "fwd" else 2
     assert len(re.findall(r"ld\.global\.v4\.b32", ptx)) == loads * vectors

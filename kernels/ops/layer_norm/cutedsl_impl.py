@@ -17,10 +17,11 @@ from accel.kernels import _cutedsl
 from accel.kernels import _launch
 from accel.kernels._conds import Limits, arch, tuned_config
 from accel.kernels._cutedsl import available
-from accel.kernels._launch import empty, empty_like, lazy_module, row_count, rows_view, shaped_like, sm_count
+from accel.kernels._launch import empty, lazy_module, sm_count
 from accel.kernels._tuning import dtype_name
 
 from . import BWD_OP, cutedsl_configs
+from ._backward import make_backward
 from .conditions import make_conds
 
 __all__ = ["DSL", "LIMITS", "available", "config_reason", "native_layer_norm_backward", "register", "launch_bwd"]
@@ -88,20 +89,7 @@ def launch_bwd(dy, x, w, mean, rstd, dx, want: Sequence[bool], cfg: Mapping[str,
     return (dw.sum(0) if want_dw else None), (db.sum(0) if want_db else None)
 
 
-def native_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask):
-    """``aten::native_layer_norm_backward`` in CuTeDSL; same results as :func:`.reference.native_layer_norm_backward`."""
-    if not any(output_mask):
-        return None, None, None
-    n = row_count(normalized_shape)
-    x = rows_view(input, n)
-    m = x.shape[0]
-    dx = empty_like(x) if output_mask[0] else None
-    cfg = _config(x, m, n)
-    dw, db = launch_bwd(rows_view(grad_out, n), x, weight, mean.reshape(-1), rstd.reshape(-1), dx, output_mask,
-                        cfg, bias is not None)
-    return (shaped_like(dx, input) if dx is not None else None,
-            dw.to(weight.dtype).view(weight.shape) if dw is not None else None,
-            db.to(bias.dtype).view(bias.shape) if db is not None else None)
+native_layer_norm_backward = make_backward("CuTeDSL", launch_bwd, _config)
 
 
 def register(backends: Sequence[str] = ("cuda",), *, suffix: str = "") -> list[str]:

@@ -16,12 +16,13 @@ from accel.kernels._conds import Limits, tuned_config
 from accel.kernels._triton_configs import next_power_of_2
 from accel.kernels._launch import (
     LaunchPlan, SplitLaunch, device_guard, empty, empty_like, lazy_module, row_count, row_launch,
-    rows_view, shaped_like, sm_count, triton_launch,
+    sm_count, triton_launch,
 )
 from accel.kernels._pair import register_pair
 from accel.kernels.ops.rms_norm.triton_impl import available
 
 from . import BWD_OP, FWD_OP, reference
+from ._backward import make_backward
 from .conditions import make_conds
 
 __all__ = ["DSL", "LIMITS", "available", "native_layer_norm", "native_layer_norm_backward", "register",
@@ -129,19 +130,8 @@ def plan_fwd(input: torch.Tensor, normalized_shape: Sequence[int], weight: torch
 native_layer_norm.plan = plan_fwd  # type: ignore[attr-defined]
 
 
-def native_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask):
-    """``aten::native_layer_norm_backward`` in Triton; same results as the reference."""
-    if not any(output_mask):
-        return None, None, None
-    n = row_count(normalized_shape)
-    x = rows_view(input, n)
-    m = x.shape[0]
-    dx = empty_like(x) if output_mask[0] else None
-    dw, db = launch_bwd(rows_view(grad_out, n), x, weight, mean, rstd, dx, output_mask,
-                        tuned_config("layer_norm_bwd", DSL, x, m, n, _k().bwd_config), bias is not None)
-    return (shaped_like(dx, input) if dx is not None else None,
-            dw.to(weight.dtype).view(weight.shape) if dw is not None else None,
-            db.to(bias.dtype).view(bias.shape) if db is not None else None)
+native_layer_norm_backward = make_backward(
+    "Triton", launch_bwd, lambda x, m, n: tuned_config("layer_norm_bwd", DSL, x, m, n, _k().bwd_config))
 
 
 def register(backends: Sequence[str] = ("cuda",), *, suffix: str = "") -> list[str]:
