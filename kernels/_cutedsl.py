@@ -29,11 +29,25 @@ MAX_NUMEL = 2**31 - 1
 _ITEMSIZE = {"float32": 4, "bfloat16": 2, "float16": 2}
 
 
+#: The ATen op of each tuning-table op with a CuTeDSL kernel.
+_ATEN = {"softmax_fwd": "aten::_softmax", "softmax_bwd": "aten::_softmax_backward_data",
+         "layer_norm_bwd": "aten::native_layer_norm_backward"}
+
+
 def covers(op: str, n: int, dtype: str) -> bool:
-    """Whether some CuTeDSL config of ``op`` (``"softmax_fwd"``, ``"softmax_bwd"``, ``"layer_norm_bwd"``) takes
-    rows of ``n`` elements of ``dtype`` (a dtype name); ``False`` for an op without a CuTeDSL kernel."""
+    """Whether a CuTeDSL kernel of ``op`` (``"softmax_fwd"``, ``"softmax_bwd"``, ``"layer_norm_bwd"``) can take
+    rows of ``n`` elements of ``dtype`` (a dtype name) in this process: an override of that DSL is
+    registered for the op (so never without ``nvidia-cutlass-dsl``, or after ``install(dsl="triton")``) and
+    one of its configs covers the row. ``False`` for an op without a CuTeDSL kernel.
+
+    (Registering or unregistering an override bumps :data:`accel.kernels._tuning.GENERATION`, so the
+    other overrides' memoised answers that read this are asked again.)"""
     itemsize = _ITEMSIZE.get(dtype)
-    if itemsize is None:
+    if itemsize is None or op not in _ATEN:
+        return False
+    from accel.kernels import _registry
+
+    if not any(o.dsl == "cutedsl" and o.op.qualname == _ATEN[op] for o in list(_registry._OVERRIDES.values())):
         return False
     if op in ("softmax_fwd", "softmax_bwd"):
         from accel.kernels.ops.softmax import cutedsl_configs

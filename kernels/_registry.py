@@ -861,6 +861,7 @@ def register(
                     slot.fallback = fallback
                 slot.path.add(slot, ov)
                 _sync(opr, key)
+            _tuning._forget_floors()  # memoised answers may depend on which DSLs are registered (_tuning._named)
         except BaseException:
             _OVERRIDES.pop(name, None)
             for key in originals:
@@ -894,6 +895,7 @@ def unregister(name: str, /) -> None:
             if slot is not None:
                 slot.path.remove(slot, ov)
                 _sync(ov.op, key)
+        _tuning._forget_floors()  # as in register: the other overrides' memoised answers are re-asked
 
 
 def _filters(op: object, dsl: str | None, backend: str | None, name: str | None, fn: str) -> list[tuple[str, str]]:

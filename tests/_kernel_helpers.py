@@ -68,3 +68,24 @@ def sm90a_ptx(tmp_path, module: str, args: list, refused: list) -> tuple[str, st
                        capture_output=True, text=True, env=env, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     return "\n".join(p.read_text() for p in Path(tmp_path).glob("*.ptx")), r.stdout
+
+
+def ptxas_spills(tmp_path, ptx: str) -> tuple[int, int]:
+    """``(spill store bytes, spill load bytes)`` of ``ptx`` assembled for ``sm_90a`` by the ``ptxas`` that the
+    triton wheel ships (spills happen in ptxas, after the PTX: the PTX alone cannot show them), summed over
+    the kernels in it."""
+    import os
+    import re
+    import subprocess
+
+    import triton
+
+    ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
+    src = tmp_path / "kernel_for_ptxas.ptx"
+    src.write_text(ptx)
+    r = subprocess.run([ptxas, "-arch=sm_90a", "-v", str(src), "-o", os.devnull], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    found = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", r.stderr)
+    assert found, r.stderr[-2000:]
+    return sum(int(a) for a, _ in found), sum(int(b) for _, b in found)

@@ -24,18 +24,20 @@ from accel.kernels.ops.layer_norm import cutedsl_impl as lc
 
 from _kernel_helpers import PATHS  # noqa: F401
 from _kernel_helpers import _clean_registry  # noqa: F401
-from _kernel_helpers import sm90a_ptx
+from _kernel_helpers import ptxas_spills, sm90a_ptx
 
 HAS_CUTLASS = importlib.util.find_spec("cutlass") is not None
 
 
 @pytest.mark.parametrize("itemsize", [2, 4])
-@pytest.mark.parametrize("n", [1024, 2048, 4096, 8192, 16384])
+@pytest.mark.parametrize("n", [1024, 2048, 4096, 8192])
 def test_every_candidate_covers_the_row_exactly(n, itemsize):
     cands = lcc.candidate_configs(n, itemsize)
     assert cands[0] == lcc.default_config(n, itemsize)
     for c in cands:
-        assert n % (c["threads"] * 16 // itemsize) == 0 and n // c["threads"] <= lcc.MAX_VALUES_PER_THREAD
+        assert n % (c["threads"] * 16 // itemsize) == 0
+        assert n // c["threads"] <= (lcc.MAX_VALUES_PER_THREAD if c["threads"] <= 256 else 16)
+        assert 4 * n * itemsize <= lcc.MAX_SHARED_BYTES
         assert c["ctas_per_sm"] in lcc.CTAS_PER_SM
     assert len({tuple(sorted(c.items())) for c in cands}) == len(cands)
 
@@ -44,7 +46,11 @@ def test_configs_refuse_rows_no_cta_covers():
     assert lcc.candidate_configs(1000, 2) == [] and lcc.default_config(1000, 2) is None
     assert lcc.candidate_configs(32768, 2) == []  # 64 values per thread even at 512 threads
     assert lcc.default_config(4096, 2) == {"threads": 128, "ctas_per_sm": 2}
-    assert [c["threads"] for c in lcc.candidate_configs(16384, 2)] == [512] * 4
+    # 16384 bf16: 32 values per thread at 512 threads, whose 128 registers spill them (ptxas -v: 348 bytes)
+    assert lcc.candidate_configs(16384, 2) == [] and not lcc.fits(16384, 2, 512)
+    # fp32 16384 would stage 256 KiB of shared memory (sm_90 allows 227 KiB per CTA)
+    assert not lcc.fits(16384, 4, 512) and lcc.fits(8192, 4, 256)
+    assert [c["threads"] for c in lcc.candidate_configs(8192, 2)] == [256] * 4 + [512] * 4
 
 
 def test_config_reason_checks_arch_statistics_alignment_and_rows(cutedsl_sm90, monkeypatch):
@@ -57,6 +63,29 @@ def test_config_reason_checks_arch_statistics_alignment_and_rows(cutedsl_sm90, m
     assert "no CuTeDSL config covers rows of 1000" in lc.config_reason(torch.empty(64, 1000), 1000, stat, stat)
     monkeypatch.setattr(_cutedsl, "arch", lambda device: "sm_80")
     assert "sm_90+" in lc.config_reason(x, 4096, stat, stat)
+
+
+def test_a_misaligned_weight_is_declined(cutedsl_sm90):
+    x = torch.empty(64, 4096, dtype=torch.bfloat16)
+    stat = torch.empty(64)
+    flat = torch.empty(2 * 4096 + 1, dtype=torch.bfloat16)
+    w = flat[1:4097]  # a contiguous view at an odd offset (parameters packed in one buffer)
+    assert lc.config_reason(x, 4096, stat, stat, flat[:4096]) is None
+    assert "the weight is not 16-byte aligned" in lc.config_reason(x, 4096, stat, stat, w)
+
+
+def test_the_table_names_cutedsl_only_while_its_override_is_registered(monkeypatch):
+    folded: dict = {}
+    _tuning._fold(folded, [dict(op="layer_norm_bwd", dtype="bfloat16", m=16384, n=8192, impl="cutedsl",
+                                config={"threads": 256, "ctas_per_sm": 1})], "user")
+    monkeypatch.setattr(_tuning, "table", lambda arch: folded)
+    assert _tuning.takes("layer_norm_bwd", "triton", "sm_90", "bfloat16", 16384, 8192)  # none registered
+    (name,) = lc.register(["cpu"])
+    assert not _tuning.takes("layer_norm_bwd", "triton", "sm_90", "bfloat16", 16384, 8192)
+    assert "picks cutedsl" in _tuning.route("layer_norm_bwd", "triton", "sm_90", "bfloat16", 16384, 8192)
+    assert _tuning.takes("layer_norm_bwd", "triton", "sm_90", "bfloat16", 16384, 8000)  # no config covers 8000
+    ak.unregister(name)
+    assert _tuning.takes("layer_norm_bwd", "triton", "sm_90", "bfloat16", 16384, 8192)
 
 
 def test_cond_routes_only_where_the_table_names_cutedsl(fake_backend, monkeypatch):
@@ -118,7 +147,8 @@ def test_zero_rows_launch_nothing(monkeypatch):
 @pytest.mark.skipif(not HAS_CUTLASS, reason="nvidia-cutlass-dsl not installed here (tox env torch214 installs it)")
 @pytest.mark.parametrize("dtype,w,n,threads,want", [("bfloat16", "bfloat16", 8192, 256, "111"),
                                                     ("float16", "float32", 4096, 128, "110"),
-                                                    ("float32", "", 4096, 512, "100")])
+                                                    ("float32", "", 4096, 512, "100"),
+                                                    ("bfloat16", "bfloat16", 8192, 512, "111")])
 def test_kernel_compiles_for_sm_90a_with_staged_rows_and_no_spills(tmp_path, dtype, w, n, threads, want):
     ptx, out = sm90a_ptx(tmp_path, "accel.kernels.ops.layer_norm.cutedsl_kernel",
                          [dtype, w or None, n, threads, [c == "1" for c in want]], [dtype, w or None, n + 8, threads, [c == "1" for c in want]])
@@ -129,7 +159,7 @@ def test_kernel_compiles_for_sm_90a_with_staged_rows_and_no_spills(tmp_path, dty
     assert len(re.findall(r"ld\.shared\.v4", ptx)) == 2 * k
     stores = (k if want[0] == "1" else 0) + sum(n // threads // 4 for c in want[1:] if c == "1")  # dx; dw/db fp32
     assert len(re.findall(r"st\.global\.v4", ptx)) == stores
-    assert "ld.local" not in ptx and "st.local" not in ptx
+    assert ptxas_spills(tmp_path, ptx) == (0, 0)  # registers hold w, x, dy and the dw/db sums (ptxas -v)
     assert f".reqntid {threads}, 1, 1" in ptx
     assert ("bar.sync" in ptx or "barrier.sync" in ptx) is (want[0] == "1")  # the row sums need the CTA
 

@@ -27,7 +27,7 @@ from accel.kernels.ops.softmax import triton_impl as st
 
 from _kernel_helpers import PATHS  # noqa: F401  (fixtures: a clean registry per test)
 from _kernel_helpers import _clean_registry  # noqa: F401
-from _kernel_helpers import sm90a_ptx
+from _kernel_helpers import ptxas_spills, sm90a_ptx
 
 HAS_CUTLASS = importlib.util.find_spec("cutlass") is not None
 
@@ -107,6 +107,9 @@ def test_a_bucket_named_for_cutedsl_leaves_rows_it_cannot_take_to_the_next_dsl(m
                                 config={"cluster": 4, "threads": 128}) for d in ("fwd", "bwd")], "user")
     monkeypatch.setattr(_tuning, "table", lambda arch: folded)
     monkeypatch.setattr(_cutedsl, "arch", lambda device: "sm_90")
+    for op in ("softmax_fwd", "softmax_bwd"):  # no CuTeDSL override registered: the entry is a miss for Triton
+        assert _tuning.takes(op, "triton", "sm_90", "bfloat16", 8192, 32768)
+    names = ci.register(["cpu"])
     for n, cute_takes in ((32768, True), (30720, False), (20000, False), (24576, True)):
         for op in ("softmax_fwd", "softmax_bwd"):
             assert _tuning.takes(op, "triton", "sm_90", "bfloat16", 8192, n) is not cute_takes, (op, n)
@@ -118,6 +121,9 @@ def test_a_bucket_named_for_cutedsl_leaves_rows_it_cannot_take_to_the_next_dsl(m
     monkeypatch.setattr(torch.Tensor, "data_ptr", lambda self: 0)
     assert ci._config("softmax_bwd", y, 8192, 24576) == cc.default_config(24576, 2, 2) is not None
     assert ci.config_reason("softmax_bwd", y, 24576) is None
+    ak.unregister(names[0])  # the forward's override gone: Triton takes the forward's bucket again
+    assert _tuning.takes("softmax_fwd", "triton", "sm_90", "bfloat16", 8192, 32768)
+    assert not _tuning.takes("softmax_bwd", "triton", "sm_90", "bfloat16", 8192, 32768)
 
 
 def test_backward_checks_the_alignment_of_grad_output_too(cutedsl_sm90):
@@ -160,6 +166,7 @@ def test_cond_routes_only_where_the_table_names_cutedsl(fake_backend, monkeypatc
     _tuning._forget_floors()
     fwd, _ = sm_conds.make_conds("cutedsl", ["cuda"], ci.LIMITS, ci.config_reason)
     tfwd, _ = sm_conds.make_conds("triton", ["cuda"], st.LIMITS)
+    ci.register(["cpu"])  # an override of the DSL the table names must exist for Triton to step aside
     try:
         with FakeTensorMode(), warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)  # FakeTensor.data_ptr() deprecation
@@ -239,6 +246,7 @@ def test_kernels_compile_for_sm_90a_with_vector_loads_and_the_cluster_exchange(t
     for op in clustered:
         assert (op in ptx) is (cluster > 1), op
     assert ("bar.sync" in ptx or "barrier.sync" in ptx) is (cluster == 1)
+    assert ptxas_spills(tmp_path, ptx) == (0, 0)
 
 
 @pytest.mark.skipif(not HAS_CUTLASS, reason="nvidia-cutlass-dsl not installed here (tox env torch214 installs it)")
@@ -272,6 +280,11 @@ def test_every_config_matches_aten_on_the_gpu(m, n, dtype):
         x[1] = -float("inf")  # a fully masked row: NaN, as ATen
         x[2] = -100.0
         x[2, : n // 2] = -float("inf")  # whole CTAs of -inf beside logits whose exp underflows: 0, not NaN
+    if m > 4:
+        x[3, n // 2:] = -float("inf")
+        x[3, 0] = float("nan")  # a NaN beside whole warps of -inf: NaN everywhere, as ATen
+        x[4, n // 2:] = -float("inf")
+        x[4, 1] = float("inf")  # +inf: NaN everywhere, as ATen
     dy = torch.randn_like(x)
     with ak.disabled():
         y_ref = torch.softmax(x, -1)

@@ -54,8 +54,8 @@ def make_conds(dsl: str, backends: Sequence[str], limits: Limits,
                extra: Callable[..., str | None] | None = None) -> tuple[Callable[..., bool], Callable[..., bool]]:
     """``(forward cond, backward cond)`` for one DSL registered for ``backends`` (each with ``why_not``).
 
-    ``extra``: the DSL's own last check of the backward, ``(input, n, mean, rstd)`` -> ``None`` or the
-    reason sentence (the CuTeDSL kernel's arch, statistics and row-length checks).
+    ``extra``: the DSL's own last check of the backward, ``(input, n, mean, rstd, weight)`` -> ``None`` or the
+    reason sentence (the CuTeDSL kernel's arch, statistics, alignment and row-length checks).
     """
     devices = device_types_for(backends)
 
@@ -90,7 +90,7 @@ def make_conds(dsl: str, backends: Sequence[str], limits: Limits,
         for s in (mean, rstd):
             if s.dtype not in (torch.float32, input.dtype) or s.numel() != m or not s.is_contiguous():
                 return "stats"
-        if extra is not None and extra(input, n, mean, rstd) is not None:
+        if extra is not None and extra(input, n, mean, rstd, weight) is not None:
             return "extra"
         return None
 
@@ -117,5 +117,5 @@ def make_conds(dsl: str, backends: Sequence[str], limits: Limits,
         "layer_norm_fwd")
     bwd.why_not = lambda grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask: text(  # type: ignore[attr-defined]
         check_bwd(grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask), input, normalized_shape,
-        limits.max_n_bwd, "layer_norm_bwd", (mean, rstd))
+        limits.max_n_bwd, "layer_norm_bwd", (mean, rstd, weight))
     return floors(fwd, bwd, "layer_norm", dsl)

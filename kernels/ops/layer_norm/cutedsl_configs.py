@@ -16,16 +16,22 @@ THREADS = (128, 256, 512)
 #: Persistent CTAs per SM tried.
 CTAS_PER_SM = (1, 2, 3, 4)
 #: Values of one row per thread: the weight, the dw and db partial sums, x and dy are each that many
-#: fp32 registers, 5 x 32 = 160 of a thread's 255.
+#: fp32 registers, 5 x 32 = 160 of a thread's 255. CTAs of 512 threads get at most 128 registers per
+#: thread (65536 per SM, H100/H200 datasheet), so there at most 16 (32 spilled 348 bytes, ptxas -v).
 MAX_VALUES_PER_THREAD = 32
+#: Shared memory one CTA may use on sm_90 (227 KiB, CUDA C++ Programming Guide, "Compute Capability 9.0");
+#: the kernel stages x and dy of two rows.
+MAX_SHARED_BYTES = 227 * 1024
 
 
 
 def fits(n: int, itemsize: int, threads: int) -> bool:
     """Whether CTAs of ``threads`` cover rows of ``n`` elements exactly in 16-byte vectors, at most
-    :data:`MAX_VALUES_PER_THREAD` per thread."""
+    :data:`MAX_VALUES_PER_THREAD` per thread (16 for 512 threads), with the two staged rows of x and dy
+    (``4 * n * itemsize`` bytes) in :data:`MAX_SHARED_BYTES`."""
+    per_thread = MAX_VALUES_PER_THREAD if threads <= 256 else MAX_VALUES_PER_THREAD // 2
     return (threads in THREADS and n > 0 and n % (threads * vector_elements(itemsize)) == 0
-            and n // threads <= MAX_VALUES_PER_THREAD)
+            and n // threads <= per_thread and 4 * n * itemsize + 1024 <= MAX_SHARED_BYTES)
 
 
 def candidate_configs(n: int, itemsize: int) -> list[dict]:

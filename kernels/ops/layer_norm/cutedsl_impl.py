@@ -27,9 +27,9 @@ from .conditions import make_conds
 __all__ = ["DSL", "LIMITS", "available", "config_reason", "native_layer_norm_backward", "register", "launch_bwd"]
 
 DSL = "cutedsl"
-#: Rows up to 16384 elements (CTAs of 512 threads, 32 values each), below 2**31 elements in all (32-bit
-#: row offsets); the forward is never this DSL's.
-LIMITS = Limits(max_n_fwd=0, max_n_bwd=16384, max_numel=_cutedsl.MAX_NUMEL)
+#: Rows up to 8192 elements (CTAs of 256 threads, 32 values each: :func:`.cutedsl_configs.fits`), below
+#: 2**31 elements in all (32-bit row offsets); the forward is never this DSL's.
+LIMITS = Limits(max_n_fwd=0, max_n_bwd=8192, max_numel=_cutedsl.MAX_NUMEL)
 
 _k = lazy_module(__package__ + ".cutedsl_kernel")
 
@@ -44,16 +44,18 @@ def _config(x: torch.Tensor, m: int, n: int) -> Mapping[str, Any] | None:
                           default)
 
 
-def config_reason(x: torch.Tensor, n: int, mean: torch.Tensor, rstd: torch.Tensor) -> str | None:
+def config_reason(x: torch.Tensor, n: int, mean: torch.Tensor, rstd: torch.Tensor,
+                  weight: torch.Tensor | None = None) -> str | None:
     """``None`` when the kernel takes rows of ``n`` of ``x``; else why not: the arch (SM 9.0+), fp32
-    statistics, a 16-byte aligned base, a config (tuned or default) covering rows of ``n``."""
+    statistics, 16-byte aligned ``x`` and ``weight`` (both loaded in 16-byte vectors), a config (tuned
+    or default) covering rows of ``n``."""
     why = _cutedsl.arch_reason(x.device)
     if why is not None:
         return why
     if mean.dtype != torch.float32 or rstd.dtype != torch.float32:
         return "the CuTeDSL LayerNorm backward reads fp32 mean/rstd"
-    if x.data_ptr() % 16:
-        return "the base pointer is not 16-byte aligned (the kernel loads 16-byte vectors)"
+    if x.data_ptr() % 16 or (weight is not None and weight.data_ptr() % 16):
+        return "the input or the weight is not 16-byte aligned (the kernel loads 16-byte vectors)"
     if _config(x, x.numel() // n if n else 0, n) is None:
         return (f"no CuTeDSL config covers rows of {n} {dtype_name(x.dtype)} elements (N must be a multiple of "
                 f"threads * {cutedsl_configs.vector_elements(x.element_size())}, at most "

@@ -169,9 +169,9 @@ class SoftmaxFwd(_ClusterRows):
                                                                   fastmath=True)
         total = cute.arch.warp_reduction(total, operator.add)
         scale = cute.math.exp2((shift - big_m) * _LOG2E, fastmath=True) / total
-        if m_w == -Float32.inf and big_m != -Float32.inf:
+        if m_w == -Float32.inf and big_m != -Float32.inf and total == total:
             scale = Float32(0.0)  # e is 0 here, and exp(0 - big_m) may overflow: 0 * inf would be nan
-        # (a row of -inf only keeps total = 0 * exp(nan) = nan, hence nan everywhere, as ATen)
+        # (a row of -inf only, or one holding a nan or +inf, has total nan: nan everywhere, as ATen)
         self._store(tiled, e * scale, tY)
 
 
