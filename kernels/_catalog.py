@@ -32,7 +32,7 @@ BUILTIN: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
 
 #: Where accel's CuTeDSL kernels run, said beside their availability (the arch is checked per call:
 #: knowing it here would initialise the device).
-_CUTEDSL_SCOPE = "runs on sm_90+ GPUs, only for the shapes a tuning table routes to it"
+_CUTEDSL_SCOPE = "CuTeDSL kernels run on sm_90+ GPUs, only for the shapes a tuning table routes to them"
 
 
 @dataclass(frozen=True)
@@ -93,8 +93,8 @@ def availability() -> list[Availability]:
             why = no_hw + ("" if ok else f"; also {why}")
             ok = False
         installed = f"{kernel}_fwd.{dsl}" in names or f"{kernel}_bwd.{dsl}" in names
-        if ok and dsl == "cutedsl":  # the package says nothing of where its kernels run
-            why += f"; {_CUTEDSL_SCOPE}"
+        if dsl == "cutedsl":  # the package says nothing of where its kernels run
+            why += f" ({_CUTEDSL_SCOPE}{'; the backward only' if kernel == 'layer_norm' else ''})"
         out.append(Availability(kernel, dsl, backends, ok, why, installed))
     return out
 
@@ -115,6 +115,8 @@ def install(*, dsl: str | Sequence[str] | None = None, kernels: str | Sequence[s
 
     Raises:
         UnknownKernelError: ``dsl`` or ``kernels`` names one no built-in kernel has (nothing is installed).
+        TypeError: ``dsl`` or ``kernels`` is neither a name nor a sequence of names.
+        KernelRegistrationError: a registration failed; the ones this call had made are removed again.
 
     Example:
         >>> import accel.kernels as ak
@@ -122,8 +124,7 @@ def install(*, dsl: str | Sequence[str] | None = None, kernels: str | Sequence[s
         >>> all(n in {o.name for o in ak.overrides()} for n in names)
         True
     """
-    want_dsl = {dsl} if isinstance(dsl, str) else set(dsl) if dsl is not None else None
-    want_kernel = {kernels} if isinstance(kernels, str) else set(kernels) if kernels is not None else None
+    want_dsl, want_kernel = _names(dsl, "dsl"), _names(kernels, "kernels")
     for asked, known, what in ((want_dsl, {d for _, d, _, _ in BUILTIN}, "DSL"),
                                (want_kernel, {k for k, _, _, _ in BUILTIN}, "kernel family")):
         unknown = sorted(map(repr, asked - known)) if asked is not None else []
@@ -131,17 +132,36 @@ def install(*, dsl: str | Sequence[str] | None = None, kernels: str | Sequence[s
             raise UnknownKernelError(f"accel.kernels.install: unknown {what} {', '.join(unknown)}; the built-in "
                                      f"kernels have {', '.join(sorted(known))} (names are lower case).")
     added: list[str] = []
-    for a in availability():
-        if not a.available or a.installed:
-            continue
-        if want_dsl is not None and a.dsl not in want_dsl:
-            continue
-        if want_kernel is not None and a.kernel not in want_kernel:
-            continue
-        from accel import probes
+    try:
+        for a in availability():
+            if not a.available or a.installed:
+                continue
+            if want_dsl is not None and a.dsl not in want_dsl:
+                continue
+            if want_kernel is not None and a.kernel not in want_kernel:
+                continue
+            from accel import probes
 
-        found = probes()
-        backends = [b for b in a.backends if found[b].available]
-        module = next(m for k, d, m, _ in BUILTIN if k == a.kernel and d == a.dsl)
-        added += importlib.import_module(module).register(backends)
+            found = probes()
+            backends = [b for b in a.backends if found[b].available]
+            module = next(m for k, d, m, _ in BUILTIN if k == a.kernel and d == a.dsl)
+            added += importlib.import_module(module).register(backends)
+    except BaseException:  # all or nothing: what this call registered goes again
+        from accel.kernels import unregister
+
+        for name in added:
+            unregister(name)
+        raise
     return added
+
+
+def _names(value: str | Sequence[str] | None, what: str) -> set[str] | None:
+    """``install``'s ``dsl``/``kernels`` argument as a set of names (None: all)."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return {value}
+    if isinstance(value, Sequence) and all(isinstance(v, str) for v in value):
+        return set(value)
+    raise TypeError(f"accel.kernels.install: {what} must be a name or a sequence of names (str), not "
+                    f"{type(value).__name__} {value!r}; see accel.kernels.availability() for the names.")

@@ -142,7 +142,9 @@ class _Policy(dict):
 #: for them (their row-length constraints and 37 µs host cost per launch make a
 #: miss no evidence of a win: session 7 run A). Changing it takes effect at once
 #: (conds and router).
-MIN_NUMEL: dict[str, int] = _Policy({"triton": 1 << 20, "helion": 1 << 20, "cutedsl": 1 << 62})
+#: A :data:`MIN_NUMEL` this large means: only where a table routes to the DSL.
+TABLE_ONLY = 1 << 62
+MIN_NUMEL: dict[str, int] = _Policy({"triton": 1 << 20, "helion": 1 << 20, "cutedsl": TABLE_ONLY})
 FORMAT = 1
 
 _DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
@@ -330,6 +332,10 @@ def route(op: str, dsl: str, arch: str, dtype: str, m: int, n: int) -> str | Non
     if hit is not None and hit.impl != dsl:
         hit = _named(hit, op, dtype, n)
     if hit is None:
+        if MIN_NUMEL.get(dsl, 0) >= TABLE_ONLY:
+            return (f"no tuning-table entry for {op} {dtype} bucket {bucket(m, n)} on {arch}: {dsl} kernels run "
+                    f"only where a table routes them (tuning.MIN_NUMEL[{dsl!r}] is 2**62; accel bench --tune "
+                    f"measures a table for this GPU)")
         if m * n < MIN_NUMEL.get(dsl, 0):
             return (f"{m * n} elements < tuning.MIN_NUMEL[{dsl!r}]={MIN_NUMEL.get(dsl, 0)} and no table entry "
                     f"(ATen is faster)")

@@ -44,6 +44,43 @@ def test_install_refuses_unknown_dsl_or_kernel_names():
     assert ak.overrides() == []
 
 
+def test_install_refuses_non_names_and_is_all_or_nothing(monkeypatch):
+    from accel.errors import KernelRegistrationError
+    from accel.kernels import _catalog
+
+    with pytest.raises(TypeError, match="dsl must be a name or a sequence of names"):
+        ak.install(dsl=3)
+    with pytest.raises(TypeError, match="kernels must be"):
+        ak.install(kernels=[None])
+
+    class P:
+        available, reason = True, "1 device(s) visible"
+
+    monkeypatch.setattr("accel.probes", lambda: {"cuda": P(), "cpu": P()})
+    rows = [_catalog.Availability(k, d, ("cuda",), True, "ok", False) for k, d in (("rms_norm", "triton"),
+                                                                                  ("softmax", "triton"))]
+    monkeypatch.setattr(_catalog, "availability", lambda: rows)
+
+    def fails(backends):
+        raise KernelRegistrationError("no")
+
+    monkeypatch.setattr(triton_impl, "register", lambda backends: [ak.register(
+        "aten::sin", impl=torch.sin, backends=["cpu"], dsl="triton", name="probe.sin")])
+    from accel.kernels.ops.softmax import triton_impl as sm_t
+
+    monkeypatch.setattr(sm_t, "register", fails)
+    with pytest.raises(KernelRegistrationError):
+        ak.install()
+    assert ak.overrides() == []  # the first family's registration was taken back
+
+
+def test_cutedsl_rows_say_where_the_kernels_run():
+    rows = {a.kernel: a.reason for a in ak.availability() if a.dsl == "cutedsl"}
+    assert rows["softmax"].endswith("(CuTeDSL kernels run on sm_90+ GPUs, only for the shapes a tuning table "
+                                    "routes to them)")
+    assert rows["layer_norm"].endswith("routes to them; the backward only)")
+
+
 def test_helion_absent_or_too_old_is_reported(monkeypatch):
     monkeypatch.setattr(helion_impl.importlib.util, "find_spec", lambda name: None)
     assert helion_impl.available() == (False, "helion is not installed (pip install helion, or in your accel clone: pip install '.[helion]')")
