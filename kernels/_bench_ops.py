@@ -115,8 +115,7 @@ def _cases(family: str, m: int, n: int, dtype: torch.dtype, device: torch.device
         fwd = {"triton": lambda: st.softmax(x, -1, False)}
         if sh.available()[0] and n <= sh.LIMITS.max_n_fwd:
             fwd["helion"] = lambda: sh.softmax(x, -1, False)
-        cute_ok = sc.available()[0] and n <= sc.LIMITS.max_n_fwd
-        if cute_ok and sc.config_reason("softmax_fwd", x, n) is None:
+        if sc.usable("softmax_fwd", x, n):
             fwd["cutedsl"] = lambda: sc.softmax(x, -1, False)
         fwd["routed"] = lambda: torch.softmax(x, -1)
         if ok("liger"):
@@ -126,7 +125,7 @@ def _cases(family: str, m: int, n: int, dtype: torch.dtype, device: torch.device
         bwd = {"triton": lambda: st.softmax_backward_data(dy, y, -1, dtype)}
         if sh.available()[0] and n <= sh.LIMITS.max_n_bwd:
             bwd["helion"] = lambda: sh.softmax_backward_data(dy, y, -1, dtype)
-        if cute_ok and sc.config_reason("softmax_bwd", y, n) is None:
+        if sc.usable("softmax_bwd", y, n, dy):
             bwd["cutedsl"] = lambda: sc.softmax_backward_data(dy, y, -1, dtype)
         bwd["routed"] = lambda: torch.ops.aten._softmax_backward_data.default(dy, y, -1, dtype)
         if ok("liger"):
@@ -155,7 +154,7 @@ def _cases(family: str, m: int, n: int, dtype: torch.dtype, device: torch.device
         bwd["helion"] = lambda: lh.native_layer_norm_backward(dy, x, [n], mean, rstd, w, b, mask)[0]
     from accel.kernels.ops.layer_norm import cutedsl_impl as lc
 
-    if lc.available()[0] and n <= lc.LIMITS.max_n_bwd and lc.config_reason(x, n, mean, rstd) is None:
+    if lc.usable(x, n, mean, rstd, w):
         bwd["cutedsl"] = lambda: lc.native_layer_norm_backward(dy, x, [n], mean, rstd, w, b, mask)[0]
     bwd["routed"] = lambda: torch.ops.aten.native_layer_norm_backward.default(dy, x, [n], mean, rstd, w, b, mask)[0]
     if ok("liger"):

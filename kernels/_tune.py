@@ -72,7 +72,7 @@ def _build(family: str, direction: str, dtype: torch.dtype, m: int, n: int, devi
     if family == "softmax":
         from accel.kernels.ops.softmax import cutedsl_configs as cc, cutedsl_impl as sc, triton_kernel as tk
 
-        cute_ok = sc.available()[0] and sc.config_reason(f"softmax_{direction}", x, n) is None
+        cute_ok = sc.usable(f"softmax_{direction}", x, n)
 
         with ak.disabled():
             y = torch.ops.aten._softmax.default(x, -1, False)
@@ -132,7 +132,7 @@ def _build(family: str, direction: str, dtype: torch.dtype, m: int, n: int, devi
                                    hk.candidate_configs(n, "bwd"))
             from accel.kernels.ops.layer_norm import cutedsl_configs as lcc, cutedsl_impl as lc
 
-            if lc.available()[0] and n <= lc.LIMITS.max_n_bwd and lc.config_reason(x, n, am, ar) is None:
+            if lc.usable(x, n, am, ar, w):
                 cands["cutedsl"] = (lambda c: (lc.launch_bwd(dy, x, w, am.view(-1), ar.view(-1), out, mask, c, True),
                                                out)[1], lcc.candidate_configs(n, x.element_size()))
         return aten, cands

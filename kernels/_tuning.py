@@ -136,14 +136,14 @@ class _Policy(dict):
         return self
 
 
+#: A :data:`MIN_NUMEL` this large means: only where a table routes to the DSL.
+TABLE_ONLY = 1 << 62
 #: Miss policy: inputs with fewer elements than this run ATen, per DSL (launch
 #: overhead of a Python-launched kernel, several µs, dominates below 2**20
 #: elements = 2 MiB in bf16). CuTeDSL's kernels serve only the buckets a table names
 #: for them (their row-length constraints and 37 µs host cost per launch make a
 #: miss no evidence of a win: session 7 run A). Changing it takes effect at once
 #: (conds and router).
-#: A :data:`MIN_NUMEL` this large means: only where a table routes to the DSL.
-TABLE_ONLY = 1 << 62
 MIN_NUMEL: dict[str, int] = _Policy({"triton": 1 << 20, "helion": 1 << 20, "cutedsl": TABLE_ONLY})
 FORMAT = 1
 

@@ -24,7 +24,7 @@ from . import BWD_OP, cutedsl_configs
 from ._backward import make_backward
 from .conditions import make_conds
 
-__all__ = ["DSL", "LIMITS", "available", "config_reason", "native_layer_norm_backward", "register", "launch_bwd"]
+__all__ = ["DSL", "LIMITS", "available", "config_reason", "usable", "native_layer_norm_backward", "register", "launch_bwd"]
 
 DSL = "cutedsl"
 #: Rows up to 8192 elements (CTAs of 256 threads, 32 values each: :func:`.cutedsl_configs.fits`), below
@@ -61,6 +61,13 @@ def config_reason(x: torch.Tensor, n: int, mean: torch.Tensor, rstd: torch.Tenso
                 f"threads * {cutedsl_configs.vector_elements(x.element_size())}, at most "
                 f"{cutedsl_configs.MAX_VALUES_PER_THREAD} values per thread)")
     return None
+
+
+def usable(x: torch.Tensor, n: int, mean: torch.Tensor, rstd: torch.Tensor, weight: torch.Tensor | None = None
+           ) -> bool:
+    """Whether CuTeDSL is installed and the kernel takes these rows (within :data:`LIMITS`, and
+    :func:`config_reason` is ``None``): the benchmark's and the tuner's test before they time it."""
+    return available()[0] and n <= LIMITS.max_n_bwd and config_reason(x, n, mean, rstd, weight) is None
 
 
 def launch_bwd(dy, x, w, mean, rstd, dx, want: Sequence[bool], cfg: Mapping[str, Any], has_b: bool):

@@ -38,7 +38,7 @@ def _last(dim: int, ndim: int) -> bool:
 
 
 def make_conds(dsl: str, backends: Sequence[str], limits: Limits,
-               extra: Callable[[str, torch.Tensor, int], str | None] | None = None,
+               extra: Callable[..., str | None] | None = None,
                ) -> tuple[Callable[..., bool], Callable[..., bool]]:
     """``(forward cond, backward cond)`` for one DSL registered for ``backends`` (each with ``why_not``).
 

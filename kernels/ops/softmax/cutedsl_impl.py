@@ -20,13 +20,13 @@ import torch
 from accel.kernels import _cutedsl
 from accel.kernels._conds import Limits, arch, tuned_config
 from accel.kernels._cutedsl import available
-from accel.kernels._launch import lazy_module
+from accel.kernels._launch import device_guard, lazy_module
 from accel.kernels._tuning import dtype_name
 
 from . import cutedsl_configs
 from ._ops import make_ops
 
-__all__ = ["DSL", "LIMITS", "available", "config_reason", "softmax", "softmax_backward_data", "register",
+__all__ = ["DSL", "LIMITS", "available", "config_reason", "usable", "softmax", "softmax_backward_data", "register",
            "launch_fwd", "launch_bwd"]
 
 DSL = "cutedsl"
@@ -63,6 +63,12 @@ def config_reason(op: str, t: torch.Tensor, n: int, *others: torch.Tensor) -> st
     return None
 
 
+def usable(op: str, t: torch.Tensor, n: int, *others: torch.Tensor) -> bool:
+    """Whether CuTeDSL is installed and its kernel takes these rows (within :data:`LIMITS`, and
+    :func:`config_reason` is ``None``): the benchmark's and the tuner's test before they time it."""
+    return available()[0] and n <= LIMITS.max_n_fwd and config_reason(op, t, n, *others) is None
+
+
 def _launcher(kind: str, cfg: Mapping[str, Any], m: int, n: int) -> Callable[..., None]:
     k = _kernels()
     cluster, threads = int(cfg["cluster"]), int(cfg["threads"])
@@ -75,7 +81,7 @@ def _launcher(kind: str, cfg: Mapping[str, Any], m: int, n: int) -> Callable[...
         key = (t.dtype, t.device.index)
         fn = compiled.get(key)
         if fn is None:
-            with torch.cuda.device(t.device):
+            with device_guard(t.device):  # compiles for the current device
                 fn = compiled[key] = k.build(kind, dtype_name(t.dtype), n, cluster, threads, arch(t.device))
         name = dtype_name(t.dtype)
         _cutedsl.launch(fn, t.device, *(k.pointer(name, x.data_ptr()) for x in tensors), m)
