@@ -2,6 +2,7 @@
 
 - :data:`DTYPES`: torch dtype names to CuTeDSL types; :func:`pointer`: a 16-byte aligned global pointer;
 - :data:`SmemAllocator`: ``cutlass.memory``'s where it exists (``cutlass.utils``' is deprecated from 4.8);
+- :func:`compile_kernel`: ``cute.compile`` into accel's calling convention (:class:`accel.kernels._cutedsl.Kernel`);
 - :func:`row_copy`: the tiled copy that gives each of ``threads`` threads 16-byte vectors of a row,
   thread ``t`` holding vectors ``t, t + threads, ...`` (coalesced).
 """
@@ -10,9 +11,11 @@ from __future__ import annotations
 
 import cutlass
 import cutlass.cute as cute
-from cutlass import Float32
+from cutlass import Float32, Int32
 
-__all__ = ["DTYPES", "SmemAllocator", "pointer", "row_copy", "vector_elements"]
+from accel.kernels._cutedsl import Kernel, ffi_reason
+
+__all__ = ["DTYPES", "SmemAllocator", "compile_kernel", "pointer", "row_copy", "vector_elements"]
 
 DTYPES = {"float32": Float32, "bfloat16": cutlass.BFloat16, "float16": cutlass.Float16}
 SmemAllocator = getattr(getattr(cutlass, "memory", None), "SmemAllocator", None) or cutlass.utils.SmemAllocator
@@ -26,6 +29,30 @@ def vector_elements(dtype) -> int:
 def pointer(dtype_name: str, address: int):
     """A 16-byte aligned global-memory pointer to ``dtype_name`` elements at ``address``."""
     return cute.runtime.make_ptr(DTYPES[dtype_name], address, cute.AddressSpace.gmem, assumed_align=16)
+
+
+def compile_kernel(op, pointers: tuple[str, ...], scalars: int) -> Kernel:
+    """Compile ``op`` (a kernel object whose ``@cute.jit __call__`` takes ``len(pointers)`` global pointers of
+    the named dtypes, 16-byte aligned, then ``scalars`` ``Int32`` values, then the stream) for the current
+    device; TVM-FFI calls where :func:`accel.kernels._cutedsl.ffi_reason` is ``None``.
+
+    Raises what ``cute.compile`` raises (a DSL or MLIR error for a kernel that does not compile)."""
+    import cuda.bindings.driver as cuda
+
+    fakes = [pointer(d, 0) for d in pointers]
+    ints = [Int32(1)] * scalars
+    if ffi_reason() is None:
+        compiled = cute.compile(op, *fakes, *ints, cuda.CUstream(0), options="--enable-tvm-ffi")
+        raw = getattr(compiled, "__tvm_ffi_object__", None)  # the tvm_ffi.Function, past CuTeDSL's kwargs wrapper
+        fn = raw() if raw is not None else compiled
+        return Kernel(compiled, fn if fn is not None else compiled, True)
+    compiled = cute.compile(op, *fakes, *ints, cuda.CUstream(0))
+    count = len(pointers)
+
+    def wrap(args: tuple) -> tuple:
+        return (*(pointer(d, a) for d, a in zip(pointers, args[:count])), *args[count:])
+
+    return Kernel(compiled, compiled, False, wrap)
 
 
 def row_copy(op, dtype, threads: int):

@@ -1,5 +1,5 @@
 """What accel's CuTeDSL kernels share on the host, without importing CuTeDSL: availability, the arch
-check, the launch's stream and device guard, compiled-kernel caching.
+check, the calling convention of a compiled kernel (:class:`Kernel`: stream, device guard, TVM-FFI).
 
 The kernels themselves (``kernels/ops/*/cutedsl_kernel.py``) share :mod:`accel.kernels._cute_lib`,
 which imports CuTeDSL (``cutlass``, from ``nvidia-cutlass-dsl``).
@@ -7,7 +7,9 @@ which imports CuTeDSL (``cutlass``, from ``nvidia-cutlass-dsl``).
 
 from __future__ import annotations
 
+import functools
 import importlib.util
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -15,10 +17,9 @@ import torch
 
 from accel._compat import module_version
 from accel.kernels._conds import arch
-from accel.kernels._launch import device_guard
 
-__all__ = ["DISTRIBUTION", "MAX_NUMEL", "MIN_ARCH", "available", "arch_reason", "covers", "launch", "tuned",
-           "vector_elements"]
+__all__ = ["DISTRIBUTION", "MAX_NUMEL", "MIN_ARCH", "Kernel", "available", "arch_reason", "covers", "ffi_reason",
+           "launch", "tuned", "vector_elements"]
 
 #: The package that provides CuTeDSL (``import cutlass``).
 DISTRIBUTION = "nvidia-cutlass-dsl"
@@ -96,10 +97,58 @@ def arch_reason(device: torch.device) -> str | None:
     return None
 
 
-def launch(compiled: Callable[..., Any], device: torch.device, *args: Any) -> None:
-    """Call a compiled CuTeDSL host function with ``args`` and the current CUDA stream of ``device``, with
-    ``device`` current (the launch uses the current context)."""
-    import cuda.bindings.driver as cuda
+@functools.cache
+def _ffi_installed() -> bool:
+    return importlib.util.find_spec("tvm_ffi") is not None
 
-    with device_guard(device):
-        compiled(*args, cuda.CUstream(torch.cuda.current_stream(device).cuda_stream))
+
+def ffi_reason() -> str | None:
+    """``None`` when accel's CuTeDSL kernels are compiled for TVM-FFI calls (``--enable-tvm-ffi``: the
+    ``apache-tvm-ffi`` package is installed and ``ACCEL_CUTEDSL_TVM_FFI`` is not ``0``); else why they use
+    CuTeDSL's Python executor, whose per-call argument packing costs tens of µs (:class:`Kernel`)."""
+    if os.environ.get("ACCEL_CUTEDSL_TVM_FFI", "1").strip() == "0":
+        return "ACCEL_CUTEDSL_TVM_FFI=0"
+    if not _ffi_installed():
+        return "apache-tvm-ffi is not installed (pip install apache-tvm-ffi, or '.[cutedsl]')"
+    return None
+
+
+class Kernel:
+    """A compiled CuTeDSL kernel with accel's calling convention: ``kernel(index, *addresses, *scalars)``
+    launches it on the current stream of CUDA device ``index``, which must be the current device
+    (:func:`launch` guards).
+
+    ``addresses``: one ``data_ptr()`` per pointer parameter, 16-byte aligned; ``scalars``: the int parameters.
+
+    Two ways in, fixed at compile time (:func:`ffi_reason`):
+
+    - ``ffi``: ``fn`` is the compiled function's ``tvm_ffi.Function``; addresses, scalars and the raw stream
+      go to it as ints, one C call (quack calls its CuTeDSL kernels the same way);
+    - otherwise ``fn`` is CuTeDSL's executor, called with ``cute.Pointer`` objects (``pointers(addresses)``)
+      and a ``CUstream``. Measured on the H200's host (torch 2.11, CuTeDSL 4.8.1): 33-37 µs per softmax
+      launch on ``[4, 1024]`` where ATen's softmax takes 12.5 (``benchmarks/results/h200/session7``).
+    """
+
+    __slots__ = ("fn", "ffi", "pointers", "compiled")
+
+    def __init__(self, compiled: Any, fn: Callable[..., Any], ffi: bool,
+                 pointers: Callable[[tuple], tuple] | None = None) -> None:
+        self.compiled, self.fn, self.ffi, self.pointers = compiled, fn, ffi, pointers
+
+    def __call__(self, index: int, *args: Any) -> None:
+        stream = torch._C._cuda_getCurrentRawStream(index)
+        if self.ffi:
+            self.fn(*args, stream)
+        else:
+            import cuda.bindings.driver as cuda
+
+            self.fn(*self.pointers(args), cuda.CUstream(stream))
+
+
+def launch(kernel: Kernel, index: int, *args: Any) -> None:
+    """``kernel(index, *args)`` with CUDA device ``index`` current (the launch uses the current context)."""
+    if index == torch._C._cuda_getDevice():
+        kernel(index, *args)
+        return
+    with torch.cuda.device(index):
+        kernel(index, *args)

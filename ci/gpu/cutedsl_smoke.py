@@ -140,21 +140,45 @@ def layer_norm_rows(m: int, n: int, dtype: torch.dtype, rows: list) -> int:
     return bad
 
 
+def _host_us(fn, calls: int = 2000) -> float:
+    for _ in range(20):
+        fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t0) / calls * 1e6
+
+
 def host_cost() -> dict:
+    """Host µs per call on ``[4, 1024]`` bf16 (the GPU work is negligible): ATen's softmax and LayerNorm
+    backward, and the CuTeDSL launches through TVM-FFI and through CuTeDSL's executor
+    (``ACCEL_CUTEDSL_TVM_FFI=0``; each convention compiles its own kernels)."""
+    import os
+
+    from accel.kernels import _cutedsl
+
     x = torch.randn(4, 1024, device="cuda", dtype=torch.bfloat16)
-    y = torch.empty_like(x)
-    cfg = cc.default_config(1024, 2)
-    launch = ci.fwd_launch(cfg, 4, 1024)
-    out = {}
-    for name, fn in (("aten", lambda: torch.ops.aten._softmax(x, -1, False)), ("cutedsl", lambda: launch(x, y))):
-        for _ in range(20):
-            fn()
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(2000):
-            fn()
-        torch.cuda.synchronize()
-        out[name] = (time.perf_counter() - t0) / 2000 * 1e6
+    y, dy, dx = torch.empty_like(x), torch.randn_like(x), torch.empty_like(x)
+    w = torch.randn(1024, device="cuda", dtype=torch.bfloat16)
+    mean, rstd = x.float().mean(-1), torch.ones(4, device="cuda")
+    mask = [True, True, True]
+    out = {"aten softmax": _host_us(lambda: torch.ops.aten._softmax(x, -1, False)),
+           "aten layer_norm_bwd": _host_us(lambda: torch.ops.aten.native_layer_norm_backward(
+               dy, x, [1024], mean, rstd, w, w, mask))}
+    for mode, switch in (("tvm-ffi", "1"), ("executor", "0")):
+        os.environ["ACCEL_CUTEDSL_TVM_FFI"] = switch
+        if switch == "1" and _cutedsl.ffi_reason() is not None:
+            out[f"cutedsl {mode}"] = _cutedsl.ffi_reason()
+            continue
+        launch = ci.fwd_launch(cc.default_config(1024, 2), 4, 1024)
+        out[f"cutedsl softmax {mode}"] = _host_us(lambda: launch(x, y))
+        plan = lci.plan_bwd(x, w, (True, True, True), lcc.default_config(1024, 2), True, torch.bfloat16)
+        out[f"cutedsl layer_norm_bwd plan {mode}"] = _host_us(lambda: plan(dy, x, w, mean, rstd, dx))
+    os.environ.pop("ACCEL_CUTEDSL_TVM_FFI")
+    tplan = lti.plan_bwd(x, w, (True, True, True), lti._k().bwd_config(1024), True, torch.bfloat16)
+    out["triton layer_norm_bwd plan"] = _host_us(lambda: tplan(dy, x, w, mean, rstd, dx))
     return out
 
 
@@ -182,7 +206,8 @@ def main() -> int:
               f"{100 * r['gbps'] / ceiling:5.1f}% {r.get('config', '')} {r.get('check', '')} "
               f"{'first %.2fs' % r['first_call_s'] if 'first_call_s' in r else ''}")
     host = host_cost()
-    print("host cost per call, [4, 1024] bf16, us:", {k: round(v, 2) for k, v in host.items()})
+    print("host cost per call, [4, 1024] bf16, us:",
+          {k: round(v, 2) if isinstance(v, float) else v for k, v in host.items()})
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"rows": rows, "host_us": host, "torch": torch.__version__}, f, indent=1)

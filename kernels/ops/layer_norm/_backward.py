@@ -1,7 +1,10 @@
 """``aten::native_layer_norm_backward`` for the DSLs whose launch takes ``[M, N]`` rows and returns fp32 dw/db sums.
 
 Each such DSL supplies ``launch_bwd(dy, x, w, mean, rstd, dx, output_mask, cfg, has_b) -> (dw, db)`` and a
-``config(x, m, n)``; :func:`make_backward` turns them into the ATen-signature op (Triton, CuTeDSL).
+``config(x, m, n)``, and may supply ``plan_bwd(x, w, output_mask, cfg, has_b, cast) -> launch``, the launch
+fixed once per argument signature (``launch(dy, x, w, mean, rstd, dx) -> (dw, db)`` in dtype ``cast``);
+:func:`make_backward` turns them into the ATen-signature op (Triton, CuTeDSL), with a ``plan``
+(:mod:`accel.kernels._plans`) where the DSL gave ``plan_bwd``.
 """
 
 from __future__ import annotations
@@ -11,13 +14,67 @@ from typing import Any
 
 import torch
 
-from accel.kernels._launch import empty_like, row_count, rows_view, shaped_like
+from accel.kernels._launch import empty, empty_like, row_count, rows_view, shaped_like
 
-__all__ = ["make_backward"]
+__all__ = ["Partials", "make_backward"]
 
 
-def make_backward(dsl: str, launch_bwd: Callable[..., tuple], config: Callable[[torch.Tensor, int, int], Mapping[str, Any]]
-                  ) -> Callable[..., tuple]:
+class Partials:
+    """The layout of the fp32 dw/db partial sums of ``groups`` programs over rows of ``n``, both in one buffer
+    (one allocation, one ``sum`` and at most one cast per call, where separate buffers made two of each).
+
+    ``buffer[k * stride : k * stride + groups * n]`` is the ``[groups, n]`` partials of the ``k``-th wanted
+    output (dw first); ``stride`` keeps each part 16-byte aligned.
+    """
+
+    __slots__ = ("want_dw", "want_db", "parts", "groups", "n", "stride", "cast")
+
+    def __init__(self, want_dw: bool, want_db: bool, groups: int, n: int, cast: torch.dtype | None) -> None:
+        self.want_dw, self.want_db, self.groups, self.n = want_dw, want_db, groups, n
+        self.parts = int(want_dw) + int(want_db)
+        self.stride = -(-groups * n // 4) * 4
+        self.cast = cast if cast is not None and cast != torch.float32 else None
+
+    def alloc(self, device: torch.device) -> torch.Tensor | None:
+        """The buffer (``None`` when neither dw nor db is wanted)."""
+        return empty(self.parts * self.stride, torch.float32, device) if self.parts else None
+
+    def views(self, buf: torch.Tensor | None) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """``(dw partials, db partials)``, ``[groups, n]`` views of ``buf`` (``None`` where not wanted)."""
+        if buf is None:
+            return None, None
+        size, shape = self.groups * self.n, (self.groups, self.n)
+        dw = buf[:size].view(shape) if self.want_dw else None
+        db = buf[self.stride * (self.parts - 1):][:size].view(shape) if self.want_db else None
+        return dw, db
+
+    def addresses(self, buf: torch.Tensor | None, spare: int) -> tuple[int, int]:
+        """``(dw partials address, db partials address)`` in ``buf``; ``spare`` (any valid address) where not
+        wanted."""
+        if buf is None:
+            return spare, spare
+        base = buf.data_ptr()
+        return (base if self.want_dw else spare), (base + 4 * self.stride * (self.parts - 1) if self.want_db else spare)
+
+    def finish(self, buf: torch.Tensor | None) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """``(dw, db)``: ``[n]`` sums over the groups, in the cast dtype (fp32 without one)."""
+        if buf is None:
+            return None, None
+        sums = buf.as_strided((self.parts, self.groups, self.n), (self.stride, self.n, 1)).sum(1)
+        if self.cast is not None:
+            sums = sums.to(self.cast)
+        return (sums[0] if self.want_dw else None), (sums[-1] if self.want_db else None)
+
+    def zeros(self, device: torch.device) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """``(dw, db)`` of no rows: sums over nothing."""
+        if not self.parts:
+            return None, None
+        sums = torch.zeros((self.parts, self.n), dtype=self.cast or torch.float32, device=device)
+        return (sums[0] if self.want_dw else None), (sums[-1] if self.want_db else None)
+
+
+def make_backward(dsl: str, launch_bwd: Callable[..., tuple], config: Callable[[torch.Tensor, int, int], Mapping[str, Any]],
+                  plan_bwd: Callable[..., Callable[..., tuple]] | None = None) -> Callable[..., tuple]:
     """The ``native_layer_norm_backward`` of ``dsl``: flatten to rows, allocate ``dx``, launch, cast dw/db."""
 
     def native_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask):
@@ -32,6 +89,31 @@ def make_backward(dsl: str, launch_bwd: Callable[..., tuple], config: Callable[[
                 dw.to(weight.dtype).view(weight.shape) if dw is not None else None,
                 db.to(bias.dtype).view(bias.shape) if db is not None else None)
 
+    def plan(grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask):
+        """The op for calls with this argument signature: config, outputs and kernel fixed once."""
+        if not any(output_mask):
+            return native_layer_norm_backward
+        n = row_count(normalized_shape)
+        x = rows_view(input, n)
+        want_dx = bool(output_mask[0])
+        cast = weight.dtype if weight is not None else (bias.dtype if bias is not None else None)
+        if weight is not None and bias is not None and bias.dtype != weight.dtype and output_mask[2]:
+            return native_layer_norm_backward  # dw and db in two dtypes: no shared cast
+        launch = plan_bwd(x, weight, tuple(bool(v) for v in output_mask), config(x, x.shape[0], n),
+                          bias is not None, cast)
+
+        def run(grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask):
+            x = rows_view(input, n)
+            dx = empty_like(x) if want_dx else None
+            dw, db = launch(rows_view(grad_out, n), x, weight, mean, rstd, dx)
+            return (shaped_like(dx, input) if dx is not None else None,
+                    dw.view(weight.shape) if dw is not None else None,
+                    db.view(bias.shape) if db is not None else None)
+        run.launch = launch  # type: ignore[attr-defined]
+        return run
+
+    if plan_bwd is not None:
+        native_layer_norm_backward.plan = plan  # type: ignore[attr-defined]
     native_layer_norm_backward.__doc__ = (f"``aten::native_layer_norm_backward`` in {dsl}; same results as "
                                           ":func:`.reference.native_layer_norm_backward`.")
     return native_layer_norm_backward

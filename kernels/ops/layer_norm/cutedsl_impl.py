@@ -17,14 +17,14 @@ from accel.kernels import _cutedsl
 from accel.kernels import _launch
 from accel.kernels._conds import Limits, arch, tuned_config
 from accel.kernels._cutedsl import available
-from accel.kernels._launch import empty, lazy_module, sm_count
+from accel.kernels._launch import lazy_module, sm_count
 from accel.kernels._tuning import dtype_name
 
 from . import BWD_OP, cutedsl_configs
-from ._backward import make_backward
+from ._backward import Partials, make_backward
 from .conditions import make_conds
 
-__all__ = ["DSL", "LIMITS", "available", "config_reason", "usable", "native_layer_norm_backward", "register", "launch_bwd"]
+__all__ = ["DSL", "LIMITS", "available", "config_reason", "usable", "native_layer_norm_backward", "register", "launch_bwd", "plan_bwd"]
 
 DSL = "cutedsl"
 #: Rows up to 8192 elements (CTAs of 256 threads, 32 values each: :func:`.cutedsl_configs.fits`), below
@@ -70,35 +70,60 @@ def usable(x: torch.Tensor, n: int, mean: torch.Tensor, rstd: torch.Tensor, weig
     return available()[0] and n <= LIMITS.max_n_bwd and config_reason(x, n, mean, rstd, weight) is None
 
 
+class _Plan:
+    """One backward launch with all but its tensors fixed (once per argument signature: the registry's plan,
+    :mod:`accel.kernels._plans`): ``plan(dy, x, w, mean, rstd, dx) -> (dw, db)``.
+
+    A call is one partials buffer (:class:`._backward.Partials`), the kernel (its TVM-FFI call where
+    available, :class:`accel.kernels._cutedsl.Kernel`), one ``sum`` over the CTAs' partials and, with
+    ``cast``, one cast of dw and db together.
+    """
+
+    __slots__ = ("m", "n", "want_dx", "partials", "threads", "kernel", "index", "x_dtype", "w_dtype")
+
+    def __init__(self, x: torch.Tensor, w: torch.Tensor | None, want: Sequence[bool], cfg: Mapping[str, Any],
+                 has_b: bool, cast: torch.dtype | None = None) -> None:
+        self.m, self.n = x.shape
+        self.want_dx = bool(want[0])
+        groups = max(1, min(self.m, sm_count(x.device) * int(cfg["ctas_per_sm"])))
+        self.partials = Partials(bool(want[1]) and w is not None, bool(want[2]) and has_b, groups, self.n, cast)
+        self.threads, self.kernel, self.index = int(cfg["threads"]), None, x.get_device()
+        self.x_dtype, self.w_dtype = dtype_name(x.dtype), dtype_name(w.dtype) if w is not None else None
+
+    def __call__(self, dy, x, w, mean, rstd, dx):
+        p = self.partials
+        if self.m == 0:  # no rows: no launch
+            return p.zeros(x.device)
+        kernel = self.kernel
+        if kernel is None:
+            with _launch.device_guard(x.device):  # compiles for the current device on a cache miss
+                kernel = self.kernel = _k().build(self.x_dtype, self.w_dtype, self.n, self.threads,
+                                                  (self.want_dx and dx is not None, p.want_dw, p.want_db),
+                                                  arch(x.device))
+        buf = p.alloc(x.device)
+        dw, db = p.addresses(buf, mean.data_ptr())
+        _cutedsl.launch(kernel, self.index, dy.data_ptr(), x.data_ptr(), (w if w is not None else x).data_ptr(),
+                        mean.data_ptr(), rstd.data_ptr(), (dx if dx is not None else x).data_ptr(), dw, db,
+                        self.m, p.groups)
+        return p.finish(buf)
+
+
 def launch_bwd(dy, x, w, mean, rstd, dx, want: Sequence[bool], cfg: Mapping[str, Any], has_b: bool):
     """Run the backward on ``[M, N]`` rows; returns ``(dw fp32 [N] or None, db fp32 [N] or None)``.
 
     ``cfg``: ``{"threads", "ctas_per_sm"}``; ``w``: the weight or None; ``dx``: the output or None when not wanted.
     """
-    m, n = x.shape
-    want_dx, want_dw, want_db = bool(want[0]) and dx is not None, bool(want[1]) and w is not None, \
-        bool(want[2]) and has_b
-    if m == 0:  # no rows: no launch; dw and db are sums over nothing
-        zeros = torch.zeros(n, dtype=torch.float32, device=x.device)
-        return (zeros if want_dw else None), (zeros.clone() if want_db else None)
-    k = _k()
-    groups = max(1, min(m, sm_count(x.device) * int(cfg["ctas_per_sm"])))
-    dw = empty((groups, n), torch.float32, x.device) if want_dw else None
-    db = empty((groups, n), torch.float32, x.device) if want_db else None
-    name = dtype_name(x.dtype)
-    w_name = dtype_name(w.dtype) if w is not None else None
-    with _launch.device_guard(x.device):  # compiles for the current device on a cache miss
-        fn = k.build(name, w_name, n, int(cfg["threads"]), (want_dx, want_dw, want_db), arch(x.device))
-    ptr = k.pointer
-    _cutedsl.launch(fn, x.device, ptr(name, dy.data_ptr()), ptr(name, x.data_ptr()),
-                    ptr(w_name or name, (w if w is not None else x).data_ptr()), ptr("float32", mean.data_ptr()),
-                    ptr("float32", rstd.data_ptr()), ptr(name, (dx if want_dx else x).data_ptr()),
-                    ptr("float32", (dw if dw is not None else mean).data_ptr()),
-                    ptr("float32", (db if db is not None else mean).data_ptr()), m, groups)
-    return (dw.sum(0) if want_dw else None), (db.sum(0) if want_db else None)
+    return _Plan(x, w, (bool(want[0]) and dx is not None, want[1], want[2]), cfg, has_b)(dy, x, w, mean, rstd, dx)
 
 
-native_layer_norm_backward = make_backward("CuTeDSL", launch_bwd, _config)
+def plan_bwd(x: torch.Tensor, w: torch.Tensor | None, want: Sequence[bool], cfg: Mapping[str, Any], has_b: bool,
+             cast: torch.dtype | None) -> _Plan:
+    """The backward's launch for rows like ``x`` (``[M, N]``) fixed once: call it with
+    ``(dy, x, w, mean, rstd, dx)``; it returns ``(dw, db)`` as ``[N]`` in ``cast`` (fp32 when ``None``)."""
+    return _Plan(x, w, want, cfg, has_b, cast)
+
+
+native_layer_norm_backward = make_backward("CuTeDSL", launch_bwd, _config, plan_bwd)
 
 
 def register(backends: Sequence[str] = ("cuda",), *, suffix: str = "") -> list[str]:

@@ -34,7 +34,8 @@ import cutlass.cute as cute
 from cutlass import Float32, Int32, const_expr
 from cutlass.cute.nvgpu import cpasync
 
-from accel.kernels._cute_lib import DTYPES, SmemAllocator, pointer, row_copy
+from accel.kernels._cute_lib import DTYPES, SmemAllocator, compile_kernel, pointer, row_copy
+from accel.kernels._cutedsl import Kernel, ffi_reason
 
 from .cutedsl_configs import fits, vector_elements
 
@@ -163,15 +164,25 @@ class LayerNormBwd:
             cute.autovec_copy(db_acc, r2.partition_D(self._row(mDB, bid)))
 
 
-@functools.cache
 def build(dtype_name: str, w_dtype_name: str | None, n: int, threads: int, want: tuple[bool, bool, bool],
-          arch: str = ""):
+          arch: str = "") -> Kernel:
     """Compile the backward for ``dtype_name`` rows of ``n`` (weight ``w_dtype_name`` or None), CTAs of
-    ``threads``, outputs ``want = (dx, dw, db)``; cached per process (``arch``: a cache key only).
+    ``threads``, outputs ``want = (dx, dw, db)``; cached per process (and per calling convention,
+    :func:`accel.kernels._cutedsl.ffi_reason`; ``arch``: a cache key only).
+
+    Returns:
+        The kernel (:class:`accel.kernels._cutedsl.Kernel`); call it with the device index, the addresses of
+        ``(dy, x, w, mean, rstd, dx, dw_part, db_part)`` and ``(m, groups)``.
 
     Raises:
         ValueError: the config does not fit rows of ``n`` (:func:`.cutedsl_configs.fits`).
     """
+    return _build(dtype_name, w_dtype_name, n, threads, tuple(bool(w) for w in want), arch, ffi_reason() is None)
+
+
+@functools.cache
+def _build(dtype_name: str, w_dtype_name: str | None, n: int, threads: int, want: tuple[bool, bool, bool],
+           arch: str, ffi: bool) -> Kernel:
     if dtype_name not in DTYPES or (w_dtype_name is not None and w_dtype_name not in DTYPES):
         raise ValueError(f"LayerNorm backward CuTeDSL kernel: dtypes {dtype_name!r}/{w_dtype_name!r} not in "
                          f"{sorted(DTYPES)}")
@@ -180,11 +191,7 @@ def build(dtype_name: str, w_dtype_name: str | None, n: int, threads: int, want:
         raise ValueError(f"LayerNorm backward CuTeDSL config threads={threads} does not fit rows of {n} {dtype_name} "
                          f"elements (need N % (threads * {vector_elements(dtype.width // 8)}) == 0, at most 32 "
                          "values per thread, 16 with 512 threads, and both staged rows in shared memory)")
-    import cuda.bindings.driver as cuda
-
     w_dtype = DTYPES[w_dtype_name] if w_dtype_name else None
-    fakes = [pointer(d, 0) for d in (dtype_name, dtype_name, w_dtype_name or dtype_name, "float32", "float32",
-                                     dtype_name, "float32", "float32")]
-    return cute.compile(LayerNormBwd(dtype, w_dtype, n, threads, *want), *fakes, Int32(1), Int32(1),
-                        cuda.CUstream(0))
-
+    return compile_kernel(LayerNormBwd(dtype, w_dtype, n, threads, *want),
+                          (dtype_name, dtype_name, w_dtype_name or dtype_name, "float32", "float32", dtype_name,
+                           "float32", "float32"), 2)

@@ -15,18 +15,17 @@ from accel.errors import UnsupportedOperationError
 from accel.kernels._conds import Limits, tuned_config
 from accel.kernels._triton_configs import next_power_of_2
 from accel.kernels._launch import (
-    LaunchPlan, SplitLaunch, device_guard, empty, empty_like, lazy_module, row_count, row_launch,
-    sm_count, triton_launch,
+    LaunchPlan, SplitLaunch, empty, empty_like, lazy_module, row_count, row_launch, sm_count,
 )
 from accel.kernels._pair import register_pair
 from accel.kernels.ops.rms_norm.triton_impl import available
 
 from . import BWD_OP, FWD_OP, reference
-from ._backward import make_backward
+from ._backward import Partials, make_backward
 from .conditions import make_conds
 
 __all__ = ["DSL", "LIMITS", "available", "native_layer_norm", "native_layer_norm_backward", "register",
-           "launch_fwd", "launch_bwd"]
+           "launch_fwd", "launch_bwd", "plan_bwd"]
 
 DSL = "triton"
 #: Rows up to 16384 elements, whole in registers (triton_kernel.MAX_BLOCK_N); longer rows stay with ATen.
@@ -61,37 +60,62 @@ def launch_fwd(x, w, b, y, mean, rstd, eps: float, cfg: Mapping[str, Any], m: in
                                                           y, mean, rstd)
 
 
-def launch_bwd(dy, x, w, mean, rstd, dx, want: Sequence[bool], cfg: Mapping[str, Any], has_b: bool):
-    """Run the backward; returns ``(dw fp32 [N] or None, db fp32 [N] or None)``.
+class _BwdPlan:
+    """One backward launch with all but its tensors fixed (once per argument signature: the registry's plan,
+    :mod:`accel.kernels._plans`): ``plan(dy, x, w, mean, rstd, dx) -> (dw, db)`` in ``cast`` (fp32 when
+    ``None``). A call is one partials buffer (:class:`._backward.Partials`), the kernel (its compiled
+    launcher from the third call, :class:`accel.kernels._launch.LaunchPlan`), one ``sum`` and at most one
+    cast.
 
     ``cfg``: ``{"block_n", "num_warps", "programs_per_sm"}``: the rows kernel, or with ``"split"`` the split
-    kernel (:class:`accel.kernels._launch.SplitLaunch`; ``block_n`` is the part)."""
-    k = _k()
-    m, n = x.shape
-    want_dx, want_dw, want_db = (bool(want[0]), bool(want[1]) and w is not None, bool(want[2]) and has_b)
-    if m == 0:  # no rows: no launch (an empty grid); dw and db are sums over nothing
-        zeros = torch.zeros(n, dtype=torch.float32, device=x.device)
-        return (zeros if want_dw else None), (zeros.clone() if want_db else None)
-    if cfg.get("split"):
-        groups, rows = k.split_groups(m, cfg["split"], sm_count(x.device) * cfg["programs_per_sm"])
-        dw = empty((groups, n), torch.float32, x.device) if want_dw else x
-        db = empty((groups, n), torch.float32, x.device) if want_db else x
-        with device_guard(x.device):
-            SplitLaunch(k.layer_norm_bwd_split, cfg, m, n, (m, n, rows), groups, HAS_W=w is not None,
-                        WANT_DX=want_dx, WANT_DW=want_dw, WANT_DB=want_db)(
-                dy, x, w if w is not None else x, mean, rstd, dx if want_dx else x, dw, db)
-        return (dw.sum(0) if want_dw else None), (db.sum(0) if want_db else None)
-    programs = max(1, min(m, sm_count(x.device) * cfg["programs_per_sm"]))
-    per_program = -(-m // programs)
-    programs = -(-m // per_program)
-    dw = empty((programs, n), torch.float32, x.device) if want_dw else x
-    db = empty((programs, n), torch.float32, x.device) if want_db else x
-    with device_guard(x.device):
-        triton_launch(k.layer_norm_bwd_rows, (programs,), dy, x, w if w is not None else x, mean, rstd, dx if want_dx else x, dw, db,
-                                           m, n, per_program, BLOCK_N=max(cfg["block_n"], next_power_of_2(n)),
-                                           HAS_W=w is not None, WANT_DX=want_dx, WANT_DW=want_dw, WANT_DB=want_db,
-                                           num_warps=cfg["num_warps"])
-    return (dw.sum(0) if want_dw else None), (db.sum(0) if want_db else None)
+    kernel (:class:`accel.kernels._launch.SplitLaunch`; ``block_n`` is the part).
+    """
+
+    __slots__ = ("m", "want_dx", "partials", "launch")
+
+    def __init__(self, x: torch.Tensor, w: torch.Tensor | None, want: Sequence[bool], cfg: Mapping[str, Any],
+                 has_b: bool, cast: torch.dtype | None = None) -> None:
+        k = _k()
+        m, n = x.shape
+        self.m, self.want_dx = m, bool(want[0])
+        want_dw, want_db = bool(want[1]) and w is not None, bool(want[2]) and has_b
+        flags = dict(HAS_W=w is not None, WANT_DX=self.want_dx, WANT_DW=want_dw, WANT_DB=want_db)
+        self.launch: Any = None
+        if cfg.get("split"):
+            groups, rows = k.split_groups(max(m, 1), cfg["split"], sm_count(x.device) * cfg["programs_per_sm"])
+            if m:
+                self.launch = SplitLaunch(k.layer_norm_bwd_split, cfg, m, n, (m, n, rows), groups, **flags)
+        else:
+            groups = max(1, min(m, sm_count(x.device) * cfg["programs_per_sm"]))
+            per_program = -(-m // groups) if m else 1
+            groups = -(-m // per_program) if m else 1
+            if m:
+                self.launch = LaunchPlan(k.layer_norm_bwd_rows, (groups,), (m, n, per_program),
+                                         num_warps=cfg["num_warps"], BLOCK_N=max(cfg["block_n"], next_power_of_2(n)),
+                                         **flags)
+        self.partials = Partials(want_dw, want_db, groups, n, cast)
+
+    def __call__(self, dy, x, w, mean, rstd, dx):
+        p = self.partials
+        if self.m == 0:  # no rows: no launch (an empty grid); dw and db are sums over nothing
+            return p.zeros(x.device)
+        buf = p.alloc(x.device)
+        dw, db = p.views(buf)
+        self.launch(dy, x, w if w is not None else x, mean, rstd, dx if dx is not None else x,
+                    dw if dw is not None else x, db if db is not None else x)
+        return p.finish(buf)
+
+
+def launch_bwd(dy, x, w, mean, rstd, dx, want: Sequence[bool], cfg: Mapping[str, Any], has_b: bool):
+    """Run the backward; returns ``(dw fp32 [N] or None, db fp32 [N] or None)`` (configs: :class:`_BwdPlan`)."""
+    return _BwdPlan(x, w, (bool(want[0]) and dx is not None, want[1], want[2]), cfg, has_b)(dy, x, w, mean, rstd, dx)
+
+
+def plan_bwd(x: torch.Tensor, w: torch.Tensor | None, want: Sequence[bool], cfg: Mapping[str, Any], has_b: bool,
+             cast: torch.dtype | None) -> _BwdPlan:
+    """The backward's launch for rows like ``x`` (``[M, N]``) fixed once: call it with
+    ``(dy, x, w, mean, rstd, dx)``; it returns ``(dw, db)`` as ``[N]`` in ``cast`` (fp32 when ``None``)."""
+    return _BwdPlan(x, w, want, cfg, has_b, cast)
 
 
 def native_layer_norm(input: torch.Tensor, normalized_shape: Sequence[int], weight: torch.Tensor | None,
@@ -131,7 +155,7 @@ native_layer_norm.plan = plan_fwd  # type: ignore[attr-defined]
 
 
 native_layer_norm_backward = make_backward(
-    "Triton", launch_bwd, lambda x, m, n: tuned_config("layer_norm_bwd", DSL, x, m, n, _k().bwd_config))
+    "Triton", launch_bwd, lambda x, m, n: tuned_config("layer_norm_bwd", DSL, x, m, n, _k().bwd_config), plan_bwd)
 
 
 def register(backends: Sequence[str] = ("cuda",), *, suffix: str = "") -> list[str]:

@@ -78,13 +78,13 @@ def _launcher(kind: str, cfg: Mapping[str, Any], m: int, n: int) -> Callable[...
         if not m:
             return  # an empty grid is a launch error
         t = tensors[0]
-        key = (t.dtype, t.device.index)
-        fn = compiled.get(key)
+        index = t.get_device()
+        fn = compiled.get((t.dtype, index))
         if fn is None:
             with device_guard(t.device):  # compiles for the current device
-                fn = compiled[key] = k.build(kind, dtype_name(t.dtype), n, cluster, threads, arch(t.device))
-        name = dtype_name(t.dtype)
-        _cutedsl.launch(fn, t.device, *(k.pointer(name, x.data_ptr()) for x in tensors), m)
+                fn = compiled[(t.dtype, index)] = k.build(kind, dtype_name(t.dtype), n, cluster, threads,
+                                                          arch(t.device))
+        _cutedsl.launch(fn, index, *[x.data_ptr() for x in tensors], m)
 
     return launch
 

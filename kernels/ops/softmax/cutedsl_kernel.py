@@ -39,7 +39,8 @@ import cutlass
 import cutlass.cute as cute
 from cutlass import Float32, Int32, Int64, const_expr
 
-from accel.kernels._cute_lib import DTYPES, SmemAllocator, pointer, row_copy
+from accel.kernels._cute_lib import DTYPES, SmemAllocator, compile_kernel, pointer, row_copy
+from accel.kernels._cutedsl import Kernel, ffi_reason
 
 from .cutedsl_configs import MAX_ELEMENTS_PER_THREAD, fits, vector_elements
 
@@ -213,26 +214,29 @@ class SoftmaxBwd(_ClusterRows):
         self._store(tiled, y * (dy - dot), tDX)
 
 
-_DTYPES = {"float32": Float32, "bfloat16": cutlass.BFloat16, "float16": cutlass.Float16}
-
 
 _KINDS = {"fwd": SoftmaxFwd, "bwd": SoftmaxBwd}
 
 
-@functools.cache
-def build(kind: str, dtype_name: str, n: int, cluster: int, threads: int, arch: str = ""):
+def build(kind: str, dtype_name: str, n: int, cluster: int, threads: int, arch: str = "") -> Kernel:
     """Compile the ``kind`` (``"fwd"``, ``"bwd"``) kernel for ``dtype_name`` (``"bfloat16"``, ``"float16"``, ``"float32"``) rows of
-    ``n`` with config ``(cluster, threads)``; cached per process.
+    ``n`` with config ``(cluster, threads)``; cached per process (and per calling convention,
+    :func:`accel.kernels._cutedsl.ffi_reason`).
 
     ``arch``: only a cache key (the compiler targets the current device, or ``CUTE_DSL_ARCH``).
 
     Returns:
-        The compiled function; call it with the pointers (:func:`pointer`; ``(x, y)`` forward,
-        ``(dy, y, dx)`` backward), ``m`` and the stream (a ``cuda.CUstream``).
+        The kernel (:class:`accel.kernels._cutedsl.Kernel`); call it with the device index, the addresses
+        (``(x, y)`` forward, ``(dy, y, dx)`` backward) and ``m``.
 
     Raises:
         ValueError: the config does not fit rows of ``n`` (:func:`fits`).
     """
+    return _build(kind, dtype_name, n, cluster, threads, arch, ffi_reason() is None)
+
+
+@functools.cache
+def _build(kind: str, dtype_name: str, n: int, cluster: int, threads: int, arch: str, ffi: bool) -> Kernel:
     if dtype_name not in DTYPES or kind not in _KINDS:
         raise ValueError(f"softmax CuTeDSL kernel: kind {kind!r} not in {sorted(_KINDS)} or dtype {dtype_name!r} "
                          f"not in {sorted(DTYPES)}")
@@ -243,8 +247,4 @@ def build(kind: str, dtype_name: str, n: int, cluster: int, threads: int, arch: 
                          f"{dtype_name} elements (need N % (cluster * threads * {vector_elements(dtype.width // 8)})"
                          f" == 0 and at most {MAX_ELEMENTS_PER_THREAD} values per thread over the "
                          f"{cls.TENSORS - 1} input(s))")
-    import cuda.bindings.driver as cuda
-
-    fakes = [pointer(dtype_name, 0) for _ in range(cls.TENSORS)]
-    return cute.compile(cls(dtype, n, cluster, threads), *fakes, Int32(1), cuda.CUstream(0))
-
+    return compile_kernel(cls(dtype, n, cluster, threads), (dtype_name,) * cls.TENSORS, 1)
