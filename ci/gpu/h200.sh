@@ -55,7 +55,9 @@ for stage in "$@"; do
     graphs) timeout 240 python3 "$REPO/benchmarks/graphs.py" --out "$OUT" 2>&1 | tail -30 ;;
     example) timeout 200 python3 "$REPO/examples/kernels_rmsnorm.py" 2>&1 | tail -30 | tee "$OUT/example.txt" ;;
     plan) python3 -c "import accel; p=accel.compile_plan('max-autotune'); print(list(p)); [print(s) for s in p.skipped]" ;;
-    kernels) timeout 300 python3 "$REPO/benchmarks/kernels.py" --budget "${ACCEL_GPU_BENCH_BUDGET:-200}" --out "$OUT" \
+    kernels) # ACCEL_GPU_BENCH_TABLE: a directory of user tables (<arch>.json) for this stage only
+             ${ACCEL_GPU_BENCH_TABLE:+env ACCEL_TUNING_DIR="$REPO/$ACCEL_GPU_BENCH_TABLE"} \
+             timeout 300 python3 "$REPO/benchmarks/kernels.py" --budget "${ACCEL_GPU_BENCH_BUDGET:-200}" --out "$OUT" \
                ${ACCEL_GPU_BENCH_ARGS:-} 2>&1 | tail -80 ;;
     tune)
       # ACCEL_GPU_TUNE_ARGS: '|'-separated argument sets, one `accel bench --tune` each, e.g.
