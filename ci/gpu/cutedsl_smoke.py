@@ -151,7 +151,7 @@ def _host_us(fn, calls: int = 2000) -> float:
     return (time.perf_counter() - t0) / calls * 1e6
 
 
-def host_cost() -> dict:
+def host_cost(profile: bool = False) -> dict:
     """Host µs per call on ``[4, 1024]`` bf16 (the GPU work is negligible): ATen's softmax and LayerNorm
     backward, and the CuTeDSL launches through TVM-FFI and through CuTeDSL's executor
     (``ACCEL_CUTEDSL_TVM_FFI=0``; each convention compiles its own kernels)."""
@@ -179,6 +179,16 @@ def host_cost() -> dict:
     os.environ.pop("ACCEL_CUTEDSL_TVM_FFI")
     tplan = lti.plan_bwd(x, w, (True, True, True), lti._k().bwd_config(1024), True, torch.bfloat16)
     out["triton layer_norm_bwd plan"] = _host_us(lambda: tplan(dy, x, w, mean, rstd, dx))
+    if profile:  # where the plans' host time goes (cProfile, own time)
+        from pathlib import Path
+
+        sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+        from launch_cost import profile as cprofile
+
+        cplan = lci.plan_bwd(x, w, (True, True, True), lcc.default_config(1024, 2), True, torch.bfloat16)
+        for label, fn in (("triton layer_norm_bwd plan", lambda: tplan(dy, x, w, mean, rstd, dx)),
+                          ("cutedsl layer_norm_bwd plan", lambda: cplan(dy, x, w, mean, rstd, dx))):
+            print(cprofile(fn, label, calls=2000, top=18))
     return out
 
 
@@ -188,6 +198,7 @@ def main() -> int:
     p.add_argument("--layer-norm", default="4096x4096,16384x8192,32768x4096,8192x16384,65536x1024")
     p.add_argument("--dtypes", default="bfloat16")
     p.add_argument("--json", default="")
+    p.add_argument("--profile", action="store_true", help="also print a cProfile of the LayerNorm backward plans")
     a = p.parse_args()
     quack = _quack()
     rows: list = []
@@ -205,7 +216,7 @@ def main() -> int:
         print(f"{r['dtype']} {r['m']}x{r['n']} {r['kind']} {r['impl']:8s} {r['us']:8.1f} us {r['gbps']:6.0f} GB/s "
               f"{100 * r['gbps'] / ceiling:5.1f}% {r.get('config', '')} {r.get('check', '')} "
               f"{'first %.2fs' % r['first_call_s'] if 'first_call_s' in r else ''}")
-    host = host_cost()
+    host = host_cost(a.profile)
     print("host cost per call, [4, 1024] bf16, us:",
           {k: round(v, 2) if isinstance(v, float) else v for k, v in host.items()})
     if a.json:

@@ -3,7 +3,7 @@
 # wheels (.whl: helion 1.4.0, filecheck, Liger-Kernel, platformdirs; optionally quack + CuTeDSL),
 # then run the stages named on the command line, writing logs and results under $OUT (or ./gpu-out).
 #   stages: facts tests rng host launch graphs example plan kernels tune demo-kernels helion-probe cpp-probe compile quant
-#           allreduce split-smoke cutedsl-smoke
+#           allreduce split-smoke cutedsl-smoke config-probe
 # Usage (device tool, carry [".whl"]): bash ci/gpu/h200.sh facts tests rng host graphs
 set -u
 export PYTHONUNBUFFERED=1
@@ -48,6 +48,17 @@ for stage in "$@"; do
       ;;
     cutedsl-smoke) timeout ${ACCEL_GPU_CUTEDSL_TIMEOUT:-400} python3 "$REPO/ci/gpu/cutedsl_smoke.py" --json "$OUT/cutedsl_smoke.json" \
                      ${ACCEL_GPU_CUTEDSL_ARGS:-} 2>&1 | tee "$OUT/cutedsl_smoke.txt" | tail -90 ;;
+    config-probe)
+      # ACCEL_GPU_PROBE_ARGS: '|'-separated argument sets of ci/gpu/config_probe.py, e.g.
+      # "--family rms_norm --shape 32768x4096 --dsl triton|--family softmax --shape 16384x8192"
+      IFS='|' read -ra sets <<< "${ACCEL_GPU_PROBE_ARGS:---family rms_norm --shape 32768x4096}"
+      i=0
+      for a in "${sets[@]}"; do
+        i=$((i+1))
+        timeout 300 python3 "$REPO/ci/gpu/config_probe.py" $a --json "$OUT/config_probe-$i.json" 2>&1 \
+          | tee "$OUT/config_probe-$i.txt" | tail -40
+      done
+      ;;
     split-smoke) timeout 120 python3 "$REPO/ci/gpu/split_smoke.py" 2>&1 | tee "$OUT/split_smoke.txt" | tail -40 ;;
     rng) python3 "$REPO/ci/gpu/rng_check.py" 2>&1 | tee "$OUT/rng_check.txt" ;;
     host) python3 "$REPO/benchmarks/host_overhead.py" --out "$OUT" 2>&1 | tail -40 ;;

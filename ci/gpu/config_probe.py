@@ -1,0 +1,98 @@
+"""Time every candidate config of one op and shape beside ATen and the peers, in interleaved rounds.
+
+The tuner (``accel bench --tune``) times each config once, one after another, so a drift of the GPU's
+clocks or of the host over the run can order two configs 1 % apart either way. This probe times ATen,
+every candidate config of each DSL (``accel.kernels._tune._build``) and the peers (Liger-Kernel and
+quack, where the benchmark has them for the op) once per round, in the same order, for ``--rounds``
+rounds, and reports per candidate the median over rounds of its ``triton.testing.do_bench`` median (µs),
+its ratio to the best peer in each round, and in how many rounds it beat that peer.
+
+Usage (on a CUDA GPU): ``python3 ci/gpu/config_probe.py --family rms_norm --direction fwd --shape 32768x4096
+[--dtype bf16] [--rounds 5] [--dsl triton] [--json out.json]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+
+import torch
+from triton.testing import do_bench
+
+from accel.kernels import _bench_ops, _tune, bench
+
+
+def _peers(family: str, direction: str, x, w, dy) -> dict:
+    """name -> callable for the peers the benchmark times for this op (RMSNorm through ``accel.kernels.bench``,
+    softmax and LayerNorm through ``accel.kernels._bench_ops``)."""
+    n = x.shape[-1]
+    if family == "rms_norm":
+        import accel.kernels as ak
+
+        with ak.disabled():
+            _, rstd = torch.ops.aten._fused_rms_norm.default(x, [n], w, bench.EPS)
+        c = bench._candidates(direction, x, w, dy, rstd, bench._peers())
+        return {k: v for k, v in c.items() if k in ("liger", "quack")}
+    cases = _bench_ops._cases(family, *x.shape, x.dtype, x.device, _bench_ops.peers(family))
+    return {k: v for k, v in cases[direction][1].items() if k in ("liger", "quack")}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--family", default="rms_norm", choices=("rms_norm", "softmax", "layer_norm"))
+    p.add_argument("--direction", default="fwd", choices=("fwd", "bwd"))
+    p.add_argument("--shape", default="32768x4096")
+    p.add_argument("--dtype", default="bf16", choices=sorted(_tune._DTYPES))
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--dsl", default="", help="comma-separated DSLs to probe (default: every one the tuner has)")
+    p.add_argument("--json", default="")
+    a = p.parse_args()
+    m, n = map(int, a.shape.split("x"))
+    dtype, device = _tune._DTYPES[a.dtype], torch.device("cuda")
+    aten, cands = _tune._build(a.family, a.direction, dtype, m, n, device)
+    torch.manual_seed(1)
+    x = torch.randn(m, n, dtype=dtype, device=device)
+    w = torch.randn(n, dtype=dtype, device=device)
+    dy = torch.randn(m, n, dtype=dtype, device=device)
+    runs = {"aten": aten, **{f"peer {k}": v for k, v in _peers(a.family, a.direction, x, w, dy).items()}}
+    wanted = set(filter(None, a.dsl.split(",")))
+    for dsl, (launch, configs) in cands.items():
+        if wanted and dsl not in wanted:
+            continue
+        for cfg in configs:
+            runs[f"{dsl} {json.dumps(cfg, sort_keys=True)}"] = (lambda launch=launch, cfg=cfg: launch(cfg))
+    times: dict[str, list[float]] = {k: [] for k in runs}
+    for r in range(a.rounds):
+        for name, fn in runs.items():
+            try:
+                times[name].append(float(do_bench(fn, warmup=10, rep=60, return_mode="median")) * 1e3)
+            except Exception as exc:  # noqa: BLE001 - a config that does not launch is reported, not fatal
+                print(f"round {r} {name}: {type(exc).__name__}: {exc}"[:300], flush=True)
+        print(f"round {r + 1}/{a.rounds} done", flush=True)
+    peers = [k for k in runs if k.startswith("peer ")]
+    best_peer = [min(times[k][i] for k in peers if len(times[k]) > i) for i in range(a.rounds)] if peers else []
+    rows = []
+    for name, ts in times.items():
+        if not ts:
+            continue
+        ratios = [bp / t for bp, t in zip(best_peer, ts)]
+        rows.append({"name": name, "us": statistics.median(ts), "rounds_us": ts,
+                     "x_best_peer": statistics.median(ratios) if ratios else None,
+                     "rounds_won": sum(q > 1.0 for q in ratios)})
+    rows.sort(key=lambda r: r["us"])
+    moved = (2 if a.direction == "fwd" else 3) * m * n * x.element_size()
+    print(f"{a.family} {a.direction} {a.dtype} {m}x{n}: median of {a.rounds} rounds (do_bench medians)")
+    for r in rows:
+        peer = f"{r['x_best_peer']:.3f}x best peer, won {r['rounds_won']}/{a.rounds}" if r["x_best_peer"] else ""
+        print(f"  {r['us']:8.1f} us {moved / r['us'] / 1e3:6.0f} GB/s  {peer:32s} {r['name']}")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"family": a.family, "direction": a.direction, "dtype": a.dtype, "m": m, "n": n,
+                       "rounds": a.rounds, "rows": rows, "torch": torch.__version__}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
