@@ -8,7 +8,12 @@ rounds, and reports per candidate the median over rounds of its ``triton.testing
 its ratio to the best peer in each round, and in how many rounds it beat that peer.
 
 Usage (on a CUDA GPU): ``python3 ci/gpu/config_probe.py --family rms_norm --direction fwd --shape 32768x4096
-[--dtype bf16] [--rounds 5] [--dsl triton] [--json out.json]``
+[--dtype bf16] [--rounds 5] [--dsl triton] [--json out.json] [--table tune.json]``, or
+``python3 ci/gpu/config_probe.py --convert out.json sm_90`` (a recorded result as a tune file, on stdout).
+
+``--table`` writes the result as a tune file (the format ``accel bench --tune`` writes: per entry ``impl``,
+``config``, ``configs`` with each DSL's fastest config, ``us``), which ``ci/gpu/table_from_bench.py --tuned``
+reads for the configs of the shipped table.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import torch
 from triton.testing import do_bench
 
 from accel.kernels import _bench_ops, _tune, bench
+from accel.kernels._tuning import dtype_name
 
 
 def _peers(family: str, direction: str, x, w, dy) -> dict:
@@ -39,7 +45,26 @@ def _peers(family: str, direction: str, x, w, dy) -> dict:
     return {k: v for k, v in cases[direction][1].items() if k in ("liger", "quack")}
 
 
+def tune_file(result: dict, arch: str) -> dict:
+    """A probe's result (its ``--json``) as a tune file of ``arch``: the fastest of ATen and the DSLs as ``impl``,
+    each DSL's fastest config in ``configs``, the medians in ``us``."""
+    best: dict[str, dict] = {}
+    for r in sorted(result["rows"], key=lambda r: r["us"]):
+        impl, _, cfg = r["name"].partition(" ")
+        if impl != "peer" and impl not in best:
+            best[impl] = {"us": r["us"], "config": json.loads(cfg) if cfg else None}
+    winner = min(best, key=lambda k: best[k]["us"])
+    entry = {"op": f"{result['family']}_{result['direction']}", "dtype": dtype_name(_tune._DTYPES[result["dtype"]]),
+             "m": result["m"], "n": result["n"], "impl": winner, "config": best[winner]["config"],
+             "configs": {k: v["config"] for k, v in best.items() if k != "aten"},
+             "us": {k: round(v["us"], 2) for k, v in best.items()}}
+    return {"format": 1, "arch": arch, "entries": [entry]}
+
+
 def main() -> int:
+    if sys.argv[1:2] == ["--convert"]:  # --convert RESULT.json ARCH: a recorded probe result as a tune file
+        print(json.dumps(tune_file(json.load(open(sys.argv[2])), sys.argv[3]), indent=1))
+        return 0
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--family", default="rms_norm", choices=("rms_norm", "softmax", "layer_norm"))
     p.add_argument("--direction", default="fwd", choices=("fwd", "bwd"))
@@ -48,6 +73,7 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--dsl", default="", help="comma-separated DSLs to probe (default: every one the tuner has)")
     p.add_argument("--json", default="")
+    p.add_argument("--table", default="", help="also write the fastest config per DSL as a tune file")
     a = p.parse_args()
     m, n = map(int, a.shape.split("x"))
     dtype, device = _tune._DTYPES[a.dtype], torch.device("cuda")
@@ -87,10 +113,16 @@ def main() -> int:
     for r in rows:
         peer = f"{r['x_best_peer']:.3f}x best peer, won {r['rounds_won']}/{a.rounds}" if r["x_best_peer"] else ""
         print(f"  {r['us']:8.1f} us {moved / r['us'] / 1e3:6.0f} GB/s  {peer:32s} {r['name']}")
+    result = {"family": a.family, "direction": a.direction, "dtype": a.dtype, "m": m, "n": n, "rounds": a.rounds,
+              "rows": rows, "torch": torch.__version__}
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"family": a.family, "direction": a.direction, "dtype": a.dtype, "m": m, "n": n,
-                       "rounds": a.rounds, "rows": rows, "torch": torch.__version__}, f, indent=1)
+            json.dump(result, f, indent=1)
+    if a.table:
+        from accel.kernels._conds import arch
+
+        with open(a.table, "w") as f:
+            json.dump(tune_file(result, arch(device)), f, indent=1)
     return 0
 
 

@@ -10,6 +10,8 @@ python3 ../../../ci/gpu/table_from_bench.py \
   --tuned session5/tune-runC-rms_norm.json --tuned session5/tune-runD-softmax.json --tuned session5/tune-runD-layer_norm.json \
   --tuned session6/tune-runE-layer_norm.json \
   --tuned session7/tune-runB-softmax.json --tuned session7/tune-runD-layer_norm.json \
+  --tuned session8/tune-probe-runB-1.json --tuned session8/tune-probe-runB-2.json --tuned session8/tune-probe-runB-3.json \
+  --tuned session8/tune-probe-runB-4.json \
   --evidence helion:17 --evidence triton:10 --evidence triton.layer_norm_bwd:22 --evidence cutedsl:2 \
   kernels-20261129-205604.json kernels-20261129-210504.json kernels-20261129-210602.json kernels-20261129-211309.json \
   kernels-20261129-211352.json kernels-20261129-214511.json kernels-20261129-213530.json kernels-20261129-213614.json \
