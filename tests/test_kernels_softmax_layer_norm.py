@@ -532,3 +532,32 @@ def test_triton_layer_norm_forward_refuses_rows_beyond_its_limit_and_backward_ta
         dw, db = lt.launch_bwd(empty, empty, torch.ones(8192), torch.empty(0), torch.empty(0), empty.clone(),
                                (True, True, True), cfg, True)
         assert torch.equal(dw, torch.zeros(8192)) and torch.equal(db, torch.zeros(8192))
+
+
+PARTIALS_SCRIPT = textwrap.dedent("""
+    import json, torch
+    from accel.kernels import _launch
+    from accel.kernels.ops.layer_norm._backward import Partials
+    _launch.poison_outputs = True
+    out = []
+    for groups, n, want, cast in ((5, 66, (True, True), torch.bfloat16), (70, 300, (True, False), None),
+                                  (33, 129, (False, True), torch.float16), (1, 8, (True, True), torch.float32)):
+        p = Partials(*want, groups, n, cast, torch.device("cpu"))
+        buf = p.alloc(torch.device("cpu")).normal_()
+        dw_p, db_p = p.views(buf)
+        got = p.finish(buf)
+        expect = [v.sum(0).to(cast or torch.float32) if v is not None else None for v in (dw_p, db_p)]
+        out.append({"kernel": p.finisher is not None,
+                    "ok": [(g is None and e is None) or (g.dtype == e.dtype and g.shape == (n,)
+                           and torch.allclose(g.float(), e.float(), rtol=1e-2, atol=1e-5)) for g, e in zip(got, expect)]})
+    print("REPORT" + json.dumps(out))
+""")
+
+
+def test_the_partials_finish_kernel_sums_and_casts_dw_and_db_in_one_launch():
+    """:func:`triton_kernel.partials_finish` (interpreted): ``[groups, n]`` partials of dw and/or db, rows of any
+    length and more groups than one step takes, summed into ``[n]`` in the cast dtype, as ``torch.sum`` then
+    ``.to``; outputs poisoned first."""
+    report = _triton_interpreted(PARTIALS_SCRIPT)
+    assert all(r["kernel"] for r in report), report
+    assert all(all(r["ok"]) for r in report), report

@@ -86,7 +86,8 @@ class _Plan:
         self.m, self.n = x.shape
         self.want_dx = bool(want[0])
         groups = max(1, min(self.m, sm_count(x.device) * int(cfg["ctas_per_sm"])))
-        self.partials = Partials(bool(want[1]) and w is not None, bool(want[2]) and has_b, groups, self.n, cast)
+        self.partials = Partials(bool(want[1]) and w is not None, bool(want[2]) and has_b, groups, self.n, cast,
+                                 x.device)
         self.threads, self.kernel, self.index = int(cfg["threads"]), None, x.get_device()
         self.x_dtype, self.w_dtype = dtype_name(x.dtype), dtype_name(w.dtype) if w is not None else None
 

@@ -93,7 +93,7 @@ class _BwdPlan:
                 self.launch = LaunchPlan(k.layer_norm_bwd_rows, (groups,), (m, n, per_program),
                                          num_warps=cfg["num_warps"], BLOCK_N=max(cfg["block_n"], next_power_of_2(n)),
                                          **flags)
-        self.partials = Partials(want_dw, want_db, groups, n, cast)
+        self.partials = Partials(want_dw, want_db, groups, n, cast, x.device)
 
     def __call__(self, dy, x, w, mean, rstd, dx):
         p = self.partials
