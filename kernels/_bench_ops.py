@@ -173,9 +173,10 @@ def _first(out: Any) -> Any:
     return out
 
 
-def run_family(family: str, report: dict, timer: Callable, device: torch.device, dtypes, started: float,
-               budget_s: float, ceiling: float, shapes=None) -> None:
-    """Append ``family``'s rows (forward and backward, each of ``shapes``, default :data:`SHAPES`) to ``report``."""
+def run_family(family: str, report: dict, timer: Any, device: torch.device, dtypes, started: float,
+               budget_s: float, ceiling: float, shapes=None, rounds: int = 1) -> None:
+    """Append ``family``'s rows (forward and backward, each of ``shapes``, default :data:`SHAPES`) to ``report``
+    (``timer``: :class:`accel.kernels.bench._Timer`; ``rounds``: its :meth:`~accel.kernels.bench._Timer.interleaved`)."""
     import accel.kernels as ak
     from accel.kernels import _tolerance
 
@@ -192,9 +193,9 @@ def run_family(family: str, report: dict, timer: Callable, device: torch.device,
                 moved = (2 if direction == "fwd" else 3) * m * n * torch.empty((), dtype=dtype).element_size()
                 with ak.disabled():
                     ref = _first(aten())
-                    results = {"aten": timer(aten)}
                 errors: dict[str, str] = {}
                 before = {o.name: o.routed for o in ak.overrides()}
+                timed: dict[str, Callable[[], Any]] = {"aten": aten}
                 for name, fn in cands.items():
                     try:
                         got = _first(fn())
@@ -202,9 +203,10 @@ def run_family(family: str, report: dict, timer: Callable, device: torch.device,
                         if problem is not None and name not in ("liger", "quack"):
                             errors[name] = f"wrong result: {problem}"
                             continue
-                        results[name] = timer(fn)
+                        timed[name] = fn
                     except Exception as exc:  # noqa: BLE001 - one failing candidate must not end the run
                         errors[name] = f"{type(exc).__name__}: {str(exc)[:200]}"
+                results = timer.interleaved(timed, rounds, errors)
                 # what the routed candidate ran: the override whose routed count grew (ATen if none)
                 grew = [o.name for o in ak.overrides() if o.routed > before.get(o.name, 0)]
                 routed_to = grew[0] if len(grew) == 1 else "aten" if not grew else "+".join(grew)

@@ -85,6 +85,30 @@ class _Timer:
         return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends)) * 1e3
 
 
+    def interleaved(self, fns: dict[str, Callable[[], Any]], rounds: int,
+                    errors: dict[str, str]) -> dict[str, float]:
+        """Median µs per name over ``rounds`` rounds, each timing every function once in order (ATen, under
+        ``name == "aten"``, with accel's overrides disabled): a drift of clocks or host over the row shifts
+        every candidate alike instead of whichever came last. A function that raises is left out of later
+        rounds, its error in ``errors``."""
+        import accel.kernels as ak
+
+        times: dict[str, list[float]] = {name: [] for name in fns}
+        for _ in range(rounds):
+            for name, fn in fns.items():
+                if name in errors:
+                    continue
+                try:
+                    if name == "aten":
+                        with ak.disabled():
+                            times[name].append(self(fn))
+                    else:
+                        times[name].append(self(fn))
+                except Exception as exc:  # noqa: BLE001 - one failing candidate must not end the run
+                    errors[name] = f"{type(exc).__name__}: {str(exc)[:200]}"
+        return {name: statistics.median(ts) for name, ts in times.items() if ts and name not in errors}
+
+
 def copy_ceiling(timer: _Timer, device: torch.device) -> float:
     """Device-to-device copy bandwidth, GB/s (bytes read + written), 512 MiB each way."""
     src = torch.empty(512 * 2**20, dtype=torch.uint8, device=device)
@@ -174,9 +198,10 @@ def _router_overhead(device: torch.device, calls: int = 2000) -> dict[str, float
     return {"aten_us": plain, "with_router_us": routed, "router_cost_us": routed - plain}
 
 
-def check_arguments(*, reps: int | None = None, budget_s: float | None = None, shapes=None) -> None:
-    """Raise :class:`~accel.errors.BenchArgumentError` for ``reps < 1``, ``budget_s <= 0`` (or NaN) or
-    a shape with a side below 1; changes nothing. Used by :func:`run`, the tuner and the CLI."""
+def check_arguments(*, reps: int | None = None, budget_s: float | None = None, shapes=None,
+                    rounds: int | None = None) -> None:
+    """Raise :class:`~accel.errors.BenchArgumentError` for ``reps < 1``, ``rounds < 1``, ``budget_s <= 0``
+    (or NaN) or a shape with a side below 1; changes nothing. Used by :func:`run`, the tuner and the CLI."""
     import math
 
     from accel.errors import BenchArgumentError
@@ -184,6 +209,10 @@ def check_arguments(*, reps: int | None = None, budget_s: float | None = None, s
     if reps is not None and (isinstance(reps, bool) or not isinstance(reps, int) or reps < 1):
         raise BenchArgumentError(f"accel bench: reps={reps!r}. The timed repetitions per candidate must be an "
                                  f"integer >= 1 (the median of them is reported). Pass e.g. --reps 30.")
+    if rounds is not None and (isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1):
+        raise BenchArgumentError(f"accel bench: rounds={rounds!r}. The rounds per row must be an integer >= 1 "
+                                 f"(each times every candidate once; the median over rounds is reported). "
+                                 f"Pass e.g. --rounds 3.")
     if budget_s is not None and not (isinstance(budget_s, (int, float)) and budget_s > 0 and not math.isnan(budget_s)):
         raise BenchArgumentError(f"accel bench: budget={budget_s!r} seconds. The time budget must be a number > 0. "
                                  f"Pass e.g. --budget 150.")
@@ -195,27 +224,30 @@ def check_arguments(*, reps: int | None = None, budget_s: float | None = None, s
 
 
 def run(shapes=None, dtypes=("bf16",), reps: int = 30, budget_s: float = 150.0,
-        device: torch.device | None = None, ops: tuple[str, ...] = ("rms_norm",)) -> dict[str, Any]:
+        device: torch.device | None = None, ops: tuple[str, ...] = ("rms_norm",), rounds: int = 1) -> dict[str, Any]:
     """Run the benchmark; returns the JSON-ready report.
 
     Args:
         shapes: ``[M, N]`` pairs for every op family (``None``: each family's issue shapes,
             :data:`SHAPES` for RMSNorm and :data:`accel.kernels._bench_ops.SHAPES` for the others).
         dtypes: names among ``bf16``, ``fp16``, ``fp32``.
-        reps: timed repetitions per candidate.
+        reps: timed repetitions per candidate and round.
+        rounds: rounds per row; each times ATen and every candidate once, in turn, and the report gives each
+            one's median over the rounds (:meth:`_Timer.interleaved`). The run takes about ``rounds`` times
+            as long; ``1`` times each candidate once, one after another.
         budget_s: shapes left when this many seconds have passed are skipped (listed in ``skipped``).
         device: default the current CUDA device; a CPU device only smoke-tests this script.
         ops: op families: ``rms_norm``, ``softmax``, ``layer_norm``, each with forward and backward rows.
 
     Raises:
-        BenchArgumentError: ``reps``, ``budget_s`` or a shape out of range (:func:`check_arguments`).
+        BenchArgumentError: ``reps``, ``rounds``, ``budget_s`` or a shape out of range (:func:`check_arguments`).
         KernelUnavailableError: no device given and no usable CUDA device.
     """
     import accel.kernels as ak
     from accel.errors import KernelUnavailableError
     from accel.kernels import _tolerance
 
-    check_arguments(reps=reps, budget_s=budget_s, shapes=shapes)
+    check_arguments(reps=reps, budget_s=budget_s, shapes=shapes, rounds=rounds)
 
     if device is None:
         if not torch.cuda.is_available():
@@ -238,7 +270,7 @@ def run(shapes=None, dtypes=("bf16",), reps: int = 30, budget_s: float = 150.0,
     report: dict[str, Any] = {
         "device": name, "arch": arch, "torch": torch.__version__,
         "versions": {m: _version(m) for m in ("triton", "helion", "nvidia-cutlass-dsl", "liger-kernel", "quack-kernels")},
-        "copy_ceiling_gbs": ceiling, "installed": installed,
+        "copy_ceiling_gbs": ceiling, "installed": installed, "rounds": rounds,
         "peers": {k: (None if not isinstance(v, Exception) else f"{type(v).__name__}: {v}") for k, v in peers.items()},
         "rows": [], "aten_faster": [], "skipped": skipped,
     }
@@ -264,12 +296,12 @@ def run(shapes=None, dtypes=("bf16",), reps: int = 30, budget_s: float = 150.0,
                         aten = lambda: torch.ops.aten._fused_rms_norm_backward.default(  # noqa: E731
                             dy, x, [n], rstd, w, [True, True])
                     ref = aten()
-                    results = {"aten": timer(aten)}
                 errors: dict[str, str] = {}
                 routed_to = ak.explain("aten::_fused_rms_norm" if direction == "fwd" else
                                        "aten::_fused_rms_norm_backward",
                                        *((x, [n], w, EPS) if direction == "fwd" else
                                          (dy, x, [n], rstd, w, [True, True]))).kernel
+                timed: dict[str, Callable[[], Any]] = {"aten": aten}
                 for name, fn in _candidates(direction, x, w, dy, rstd, peers).items():
                     try:
                         out = fn()
@@ -279,9 +311,10 @@ def run(shapes=None, dtypes=("bf16",), reps: int = 30, budget_s: float = 150.0,
                         if problem is not None:
                             errors[name] = f"wrong result: {problem}"
                             continue
-                        results[name] = timer(fn)
+                        timed[name] = fn
                     except Exception as exc:  # noqa: BLE001 - one failing candidate must not end the run
                         errors[name] = f"{type(exc).__name__}: {str(exc)[:200]}"
+                results = timer.interleaved(timed, rounds, errors)
                 peer_times = [results[p] for p in ("liger", "quack") if p in results]
                 best_peer = min(peer_times) if peer_times else None
                 row = {"op": "rms_norm", "dtype": dname, "shape": [m, n], "direction": direction, "bytes": moved,
@@ -303,7 +336,7 @@ def run(shapes=None, dtypes=("bf16",), reps: int = 30, budget_s: float = 150.0,
 
     for family in ops:
         if family != "rms_norm":
-            _bench_ops.run_family(family, report, timer, device, dtypes, started, budget_s, ceiling, shapes)
+            _bench_ops.run_family(family, report, timer, device, dtypes, started, budget_s, ceiling, shapes, rounds)
     report["router_overhead"] = _router_overhead(device)
     report["routed_counts"] = {o.name: {"routed": o.routed, "fallbacks": o.fallbacks, "failed": o.failed}
                                for o in ak.overrides()}
@@ -332,6 +365,7 @@ def to_markdown(report: dict[str, Any]) -> str:
     """The report as markdown tables: % of the copy ceiling, then speed-up over ATen and the best peer."""
     lines = [f"# Kernels on {report['device']} ({report['arch']}), torch {report['torch']}", "",
              f"Copy ceiling measured in this run: {report['copy_ceiling_gbs']:.0f} GB/s. "
+             f"Each time is the median of {report.get('rounds', 1)} interleaved round(s). "
              f"Versions: {report['versions']}. Peers: {report['peers']}.", ""]
     for op, direction in [(o, d) for o in ("rms_norm", "softmax", "layer_norm") for d in ("fwd", "bwd")]:
         rows = [r for r in report["rows"] if r["direction"] == direction and r.get("op", "rms_norm") == op]
@@ -381,7 +415,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtypes", default="bf16", help="comma-separated: bf16,fp16,fp32 (default bf16)")
     p.add_argument("--shapes", default=None,
                    help="comma-separated MxN for every op (default: each op's target shapes); also for --tune")
-    p.add_argument("--reps", type=int, default=30, help="timed reps per candidate (default 30)")
+    p.add_argument("--reps", type=int, default=30, help="timed reps per candidate and round (default 30)")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="rounds per row, each timing every candidate once in turn; the median over rounds is "
+                        "reported (default 1; 3 makes 1 %% differences repeatable, at 3x the time)")
     p.add_argument("--budget-s", "--budget", type=float, default=150.0, dest="budget_s",
                    help="stop after this many seconds (benchmark: skip remaining shapes; --tune: stop tuning)")
     p.add_argument("--ops", default="rms_norm,softmax,layer_norm",
@@ -410,12 +447,13 @@ def run_from_args(args: argparse.Namespace) -> int:
     unknown = [o for o in ops if o not in ("rms_norm", "softmax", "layer_norm")]
     if unknown:
         raise BenchArgumentError(f"accel bench: unknown --ops {unknown}. Valid: rms_norm, softmax, layer_norm.")
-    check_arguments(reps=args.reps, budget_s=args.budget_s, shapes=shapes)  # before any device check
+    check_arguments(reps=args.reps, budget_s=args.budget_s, shapes=shapes,
+                    rounds=getattr(args, "rounds", 1))  # before any device check
     if getattr(args, "tune", False):
         from . import _tune
 
         return _tune.run_from_args(args, ops, dtypes, shapes)
-    report = run(shapes, dtypes, reps=args.reps, budget_s=args.budget_s, ops=ops)
+    report = run(shapes, dtypes, reps=args.reps, budget_s=args.budget_s, ops=ops, rounds=getattr(args, "rounds", 1))
     md = to_markdown(report)
     print(json.dumps(report, indent=2) if args.json else md)
     if args.out:

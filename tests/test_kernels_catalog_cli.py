@@ -185,10 +185,37 @@ def test_benchmark_run_checks_its_arguments_before_anything():
     from accel.kernels import bench
 
     for kwargs in (dict(reps=0), dict(reps=2.5), dict(reps=True), dict(budget_s=0), dict(shapes=((0, 64),)),
-                   dict(shapes=((64,),))):
+                   dict(shapes=((64,),)), dict(rounds=0), dict(rounds=1.5), dict(rounds=True)):
         with pytest.raises(BenchArgumentError):
             bench.run(device=torch.device("cpu"), **kwargs)
     assert issubclass(BenchArgumentError, ValueError)
+
+
+def test_interleaved_rounds_time_every_candidate_once_per_round_and_report_medians(monkeypatch):
+    """``_Timer.interleaved``: round by round in the given order, ATen (only) with every override disabled, the
+    median per name; a candidate that raises is dropped from later rounds with its error."""
+    from accel.kernels import _registry, bench
+
+    order, clock = [], iter([5.0, 1.0, 9.0, 7.0, 3.0, 2.0, 8.0])
+    monkeypatch.setattr(bench._Timer, "__call__", lambda self, fn: fn() or next(clock))
+
+    def make(name):
+        return lambda: order.append((name, _registry._filters_in_force()[0]))
+
+    calls = {"n": 0}
+
+    def flaky():
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise RuntimeError("boom")
+
+    errors: dict = {}
+    got = bench._Timer(torch.device("cpu"), 1).interleaved(
+        {"aten": make("aten"), "triton": make("triton"), "flaky": flaky}, 3, errors)
+    assert order == [("aten", True), ("triton", False)] * 3
+    # round 1: aten 5, triton 1, flaky 9; round 2: aten 7, triton 3, flaky raises; round 3: aten 2, triton 8
+    assert got == {"aten": 5.0, "triton": 3.0} and errors == {"flaky": "RuntimeError: boom"}
+    assert not _registry._filters_in_force()[0]
 
 
 def test_typed_errors_subclass_builtins():
