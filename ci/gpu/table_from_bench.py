@@ -13,8 +13,9 @@ Rules, in order:
    few percent of GPU time does not buy back;
 3. on host-sensitive shapes (at most :data:`SMALL` elements, e.g. 4096x4096 and 65536x1024:
    kernels of ~16-130 µs) Triton beats Helion and CuTeDSL whenever Triton itself passes rule 2: its host
-   cost per call is about half of Helion's (24 vs 53 µs on the H200's host, ``launch_cost.md``) and of
-   CuTeDSL's (37 µs per launch against ATen's 12.5, session 7 run A) - unless a report in that DSL's
+   cost per call is about half of Helion's (24 vs 53 µs on the H200's host, ``launch_cost.md``); CuTeDSL's
+   was 37 µs per launch against ATen's 12.5 through CuTeDSL's executor (session 7 run A), 6-9 µs through
+   TVM-FFI (session 8) - unless a report in that DSL's
    evidence window (``--evidence``) measured the routed call running it on that row faster than
    Triton's best direct call;
 4. if, in ANY report, the routed call ran the winner and was slower than ATen there, the winner
