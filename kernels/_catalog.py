@@ -93,8 +93,13 @@ def availability() -> list[Availability]:
             why = no_hw + ("" if ok else f"; also {why}")
             ok = False
         installed = f"{kernel}_fwd.{dsl}" in names or f"{kernel}_bwd.{dsl}" in names
-        if dsl == "cutedsl":  # the package says nothing of where its kernels run
-            why += f" ({_CUTEDSL_SCOPE}{'; the backward only' if kernel == 'layer_norm' else ''})"
+        if dsl == "cutedsl":  # the package says nothing of where its kernels run, nor how they are called
+            from accel.kernels._cutedsl import ffi_reason
+
+            ffi = ffi_reason()
+            call = "launched through TVM-FFI" if ffi is None else \
+                f"launched through CuTeDSL's executor, ~15 µs more host time per call: {ffi}"
+            why += f" ({_CUTEDSL_SCOPE}{'; the backward only' if kernel == 'layer_norm' else ''}; {call})"
         out.append(Availability(kernel, dsl, backends, ok, why, installed))
     return out
 

@@ -74,11 +74,18 @@ def test_install_refuses_non_names_and_is_all_or_nothing(monkeypatch):
     assert ak.overrides() == []  # the first family's registration was taken back
 
 
-def test_cutedsl_rows_say_where_the_kernels_run():
+def test_cutedsl_rows_say_where_the_kernels_run_and_how_they_are_called(monkeypatch):
+    from accel.kernels import _cutedsl
+
+    monkeypatch.setattr(_cutedsl, "_ffi_installed", lambda: True)
     rows = {a.kernel: a.reason for a in ak.availability() if a.dsl == "cutedsl"}
     assert rows["softmax"].endswith("(CuTeDSL kernels run on sm_90+ GPUs, only for the shapes a tuning table "
-                                    "routes to them)")
-    assert rows["layer_norm"].endswith("routes to them; the backward only)")
+                                    "routes to them; launched through TVM-FFI)")
+    assert rows["layer_norm"].endswith("routes to them; the backward only; launched through TVM-FFI)")
+    monkeypatch.setattr(_cutedsl, "_ffi_installed", lambda: False)
+    rows = {a.kernel: a.reason for a in ak.availability() if a.dsl == "cutedsl"}
+    assert rows["softmax"].endswith("launched through CuTeDSL's executor, ~15 µs more host time per call: "
+                                    "apache-tvm-ffi is not installed (pip install apache-tvm-ffi, or '.[cutedsl]'))")
 
 
 def test_helion_absent_or_too_old_is_reported(monkeypatch):
