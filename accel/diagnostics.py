@@ -50,6 +50,7 @@ ACCEL_ENV = (
     "ACCEL_KERNELS_VERIFY",  # 1: run ATen beside every routed call and compare
     "ACCEL_TUNING_DIR",  # where accel bench --tune writes the user tuning tables
     "ACCEL_TRITON_FAST_LAUNCH",  # 0: launch Triton kernels through Triton's own per-call path
+    "ACCEL_CUTEDSL_TVM_FFI",  # 0: launch CuTeDSL kernels through CuTeDSL's Python executor, not TVM-FFI
     "ACCEL_REQUIRE_BACKEND",  # pytest plugin: a skipped test of this backend fails instead
 )
 
@@ -84,14 +85,36 @@ def _requirement_on(dist: str, target: str) -> Requirement | None:
     return None
 
 
-def dsl_compat(dsl: str, installed: str | None, torch_version: str) -> tuple[bool, str]:
+#: CuTeDSL's runtime libraries per CUDA major version (``nvidia-cutlass-dsl`` installs the cu12 ones;
+#: ``nvidia-cutlass-dsl[cu13]`` adds the cu13 ones). With neither, every CuTeDSL kernel fails to compile
+#: ("No CTK flavor installed", seen on the H200 with only ``nvidia-cutlass-dsl-libs-base``, session 7).
+CUTEDSL_LIBS = {"12": "nvidia-cutlass-dsl-libs-cu12", "13": "nvidia-cutlass-dsl-libs-cu13"}
+
+
+def dsl_compat(dsl: str, installed: str | None, torch_version: str,
+               cuda_version: str | None = None) -> tuple[bool, str]:
     """Whether an installed DSL runtime fits the running torch, and why.
 
     Triton: the version torch's own metadata pins (``Requires-Dist: triton==...``),
-    when it pins one. Helion: its ``Requires-Dist: torch...`` range.
+    when it pins one. Helion: its ``Requires-Dist: torch...`` range. CuTeDSL: runtime libraries of some CUDA
+    major version (:data:`CUTEDSL_LIBS`) must be installed; the detail says whether they match the CUDA version
+    torch was built with (``cuda_version``; accel's GPU runs used the matching ones: cu13 with torch cu130).
     """
     if installed is None:
         return True, "not installed"
+    if dsl == "cutedsl":
+        have = [major for major, dist in CUTEDSL_LIBS.items() if _compat.module_version(dist)]
+        if not have:
+            return False, (f"nvidia-cutlass-dsl {installed} without runtime libraries (none of "
+                           f"{', '.join(CUTEDSL_LIBS.values())}): its kernels fail with 'No CTK flavor installed'")
+        libs = ", ".join(f"cu{m}" for m in have)
+        major = (cuda_version or "").split(".")[0]
+        if not major:
+            return True, f"nvidia-cutlass-dsl {installed}, {libs} libraries (this torch build has no CUDA)"
+        if major in have:
+            return True, f"nvidia-cutlass-dsl {installed}, {libs} libraries; torch's CUDA {cuda_version}"
+        return True, (f"nvidia-cutlass-dsl {installed}, {libs} libraries; torch's CUDA is {cuda_version} "
+                      f"(pip install 'nvidia-cutlass-dsl[cu{major}]' for the matching ones, which accel's GPU runs used)")
     if dsl == "triton":
         req = _requirement_on("torch", "triton")
         if req is None:
@@ -183,7 +206,7 @@ def collect(spec: object = None) -> dict[str, Any]:
     versions = dsl_versions()
     info["dsl"] = {}
     for dsl, v in versions.items():
-        ok, why = dsl_compat(dsl, v, build["torch"])
+        ok, why = dsl_compat(dsl, v, build["torch"], build.get("cuda"))
         info["dsl"][dsl] = {"version": v, "compatible": ok, "detail": why}
     names = sorted({k for b in accel.backends.registered().values() for k in b.visible_devices_env})
     info["visible_devices"] = {k: os.environ.get(k) for k in names}
@@ -196,7 +219,7 @@ def collect(spec: object = None) -> dict[str, Any]:
 #: accel's variables with a fixed set of values (as the code reading them parses them: stripped;
 #: the registry path case-insensitive); a value outside the set is ignored or refused at first use.
 _ENV_VALUES = {"ACCEL_KERNELS_REGISTRY": ("auto", "native", "accel"), "ACCEL_KERNELS_VERIFY": ("0", "1"),
-               "ACCEL_TRITON_FAST_LAUNCH": ("0", "1")}
+               "ACCEL_TRITON_FAST_LAUNCH": ("0", "1"), "ACCEL_CUTEDSL_TVM_FFI": ("0", "1")}
 
 
 def _env_check(env: dict[str, str | None]) -> Check:
@@ -249,7 +272,9 @@ def checks(info: dict[str, Any]) -> list[Check]:
     elif "error" in dev:
         out.append(Check("device facts", False, dev["error"], "check the driver with the vendor's SMI tool"))
     for dsl, d in info["dsl"].items():
-        fix = "" if d["compatible"] else f"pip install the {dsl} version that matches torch {build['torch']}"
+        fix = "" if d["compatible"] else (
+            f"pip install 'nvidia-cutlass-dsl[cu{str(build.get('cuda') or '12').split('.')[0]}]'" if dsl == "cutedsl"
+            else f"pip install the {dsl} version that matches torch {build['torch']}")
         out.append(Check(f"{dsl} version", d["compatible"], d["detail"], fix))
     out.append(_env_check(info.get("accel_env") or {}))
     ipex = info["ipex"]

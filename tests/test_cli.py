@@ -105,6 +105,26 @@ def test_doctor_flags_incompatible_helion(capsys, monkeypatch):
     assert rc == 1 and not helion["ok"] and "needs torch>=99.0" in helion["detail"] and helion["fix"]
 
 
+@pytest.mark.parametrize("libs,cuda,ok,says", [
+    ((), "13.0", False, "without runtime libraries"),
+    (("nvidia-cutlass-dsl-libs-cu13",), "13.0", True, "cu13 libraries; torch's CUDA 13.0"),
+    (("nvidia-cutlass-dsl-libs-cu12",), "13.0", True, "pip install 'nvidia-cutlass-dsl[cu13]' for the matching"),
+    (("nvidia-cutlass-dsl-libs-cu12",), None, True, "this torch build has no CUDA")])
+def test_doctor_checks_cutedsl_runtime_libraries(monkeypatch, libs, cuda, ok, says):
+    """CuTeDSL without any CUDA runtime libraries cannot compile a kernel ('No CTK flavor installed'): a failed
+    check with the pip fix; libraries of another CUDA major than torch's are named in the detail."""
+    from accel import diagnostics
+
+    info = diagnostics.collect()
+    monkeypatch.setattr(diagnostics._compat, "module_version", lambda d: "4.8.1" if d in libs else None)
+    got_ok, detail = diagnostics.dsl_compat("cutedsl", "4.8.1", "2.14.1", cuda)
+    assert got_ok is ok and says in detail, detail
+    info["torch"] = {**info["torch"], "cuda": cuda}
+    info["dsl"]["cutedsl"] = {"version": "4.8.1", "compatible": got_ok, "detail": detail}
+    check = next(c for c in diagnostics.checks(info) if c.name == "cutedsl version")
+    assert check.ok is ok and (check.fix == "" if ok else check.fix == "pip install 'nvidia-cutlass-dsl[cu13]'")
+
+
 def test_ipex_reported_and_matched(monkeypatch):
     from accel import diagnostics
 
