@@ -9,7 +9,8 @@ by it; everywhere else ATen runs as before.
 - :func:`overrides`: what is installed, with routed / fallback counters.
 - :func:`explain`: which kernel would run for given inputs, and why.
 - :func:`install`: register accel's built-in kernels (RMSNorm, softmax and
-  LayerNorm, forward and backward, in Triton and Helion) where their DSL and
+  LayerNorm, forward and backward, in Triton and Helion; softmax and the LayerNorm
+  backward in CuTeDSL) where their DSL and
   hardware are present; which one runs per shape comes from the tuning table
   (:mod:`accel.kernels._tuning`: shipped per-arch defaults + ``accel bench --tune``);
   :func:`availability` says which are usable here and why not.

@@ -92,6 +92,10 @@ __all__ = ["Choice", "IMPLS", "MIN_NUMEL", "TUNING_DIR_ENV", "bucket", "dtype_na
 
 #: Implementations an entry may name.
 IMPLS = ("aten", "triton", "helion", "cutedsl")
+#: The kernel ops a table entry can name (op family and direction).
+OPS = ("rms_norm_fwd", "rms_norm_bwd", "softmax_fwd", "softmax_bwd", "layer_norm_fwd", "layer_norm_bwd")
+#: The dtype names a table entry can name (:func:`dtype_name`).
+DTYPE_NAMES = ("float32", "bfloat16", "float16")
 #: Environment variable: directory of the user tables (default: platformdirs' user cache dir + ``/tuning``).
 TUNING_DIR_ENV = "ACCEL_TUNING_DIR"
 
@@ -158,6 +162,12 @@ def dtype_name(dtype: torch.dtype) -> str:
 def bucket(m: int, n: int) -> tuple[int, int]:
     """Shape bucket of ``[m, n]``: ``(next_pow2(n), next_pow2(m))``."""
     return 1 << max(n - 1, 0).bit_length(), 1 << max(m - 1, 0).bit_length()
+
+
+def bucket_text(m: int, n: int) -> str:
+    """The bucket of ``[m, n]`` as users write shapes, ``MxN``: ``"M<=4096 x N<=4096"``."""
+    nb, mb = bucket(m, n)
+    return f"M<={mb} x N<={nb}"
 
 
 @dataclass(frozen=True)
@@ -333,7 +343,7 @@ def route(op: str, dsl: str, arch: str, dtype: str, m: int, n: int) -> str | Non
         hit = _named(hit, op, dtype, n)
     if hit is None:
         if MIN_NUMEL.get(dsl, 0) >= TABLE_ONLY:
-            return (f"no tuning-table entry for {op} {dtype} bucket {bucket(m, n)} on {arch}: {dsl} kernels run "
+            return (f"no tuning-table entry for {op} {dtype} bucket {bucket_text(m, n)} on {arch}: {dsl} kernels run "
                     f"only where a table routes them (tuning.MIN_NUMEL[{dsl!r}] is 2**62; accel bench --tune "
                     f"measures a table for this GPU)")
         if m * n < MIN_NUMEL.get(dsl, 0):
@@ -342,7 +352,7 @@ def route(op: str, dsl: str, arch: str, dtype: str, m: int, n: int) -> str | Non
         return None
     if hit.impl == dsl:
         return None
-    return f"the {hit.source} tuning table for {arch} picks {hit.impl} for {op} {dtype} bucket {bucket(m, n)}"
+    return f"the {hit.source} tuning table for {arch} picks {hit.impl} for {op} {dtype} bucket {bucket_text(m, n)}"
 
 
 def config(op: str, dsl: str, arch: str, dtype: str, m: int, n: int) -> Mapping[str, Any] | None:
@@ -375,10 +385,16 @@ def write_user_table(arch: str, entries: Iterable[Mapping[str, Any]], *, path: P
     new = [dict(e) for e in entries]
     for e in new:
         missing = [k for k in ("op", "dtype", "m", "n", "impl") if k not in e]
-        if missing or e.get("impl") not in IMPLS:
+        bad = (f"lacks {', '.join(missing)}" if missing else
+               f"has impl {e['impl']!r}, not one of {IMPLS}" if e["impl"] not in IMPLS else
+               f"has op {e['op']!r}, not one of {OPS}" if e["op"] not in OPS else
+               f"has dtype {e['dtype']!r}, not one of {DTYPE_NAMES}" if e["dtype"] not in DTYPE_NAMES else
+               "has m or n that is not an integer >= 1" if not all(
+                   type(e[k]) is int and e[k] >= 1 for k in ("m", "n")) else None)
+        if bad is not None:
             raise KernelRegistrationError(
-                f"accel.kernels.write_user_table: entry {e} lacks {missing or 'nothing'} or has impl "
-                f"{e.get('impl')!r}. Entries need op, dtype, m, n and impl in {IMPLS}.")
+                f"accel.kernels.write_user_table: entry {e} {bad}. Entries need op, dtype, m, n and impl "
+                f"(e.g. op='layer_norm_bwd', dtype='bfloat16', m=4096, n=4096, impl='triton'); nothing was written.")
     path = Path(path) if path is not None else user_table_path(arch)
     path.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(path) + ".lock"):

@@ -424,7 +424,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ops", default="rms_norm,softmax,layer_norm",
                    help="comma-separated op families (default rms_norm,softmax,layer_norm)")
     p.add_argument("--tune", action="store_true",
-                   help="measure the tuning table on this device (ATen vs Triton vs Helion configs) and write it "
+                   help="measure the tuning table on this device (ATen vs the Triton, Helion and CuTeDSL configs) and write it "
                         "to the user cache; Helion's own autotuner is never run (it failed on the H200 image: "
                         "the accel.kernels._tuning module docstring says why)")
 

@@ -35,6 +35,16 @@ def test_info_human_output(capsys):
     assert "probes" in out and "DSL runtimes" in out and f"selected: {accel.device()}" in out
 
 
+def test_info_names_the_backend_where_torch_names_the_device_otherwise(capsys):
+    """On ROCm torch's device type is ``cuda``: ``accel info`` says ``rocm (torch device cuda)``."""
+    from accel.testing import fake_backend
+
+    with fake_backend("rocm"):
+        assert main(["info"]) == 0
+    out = capsys.readouterr().out
+    assert "selected: rocm (torch device cuda" in out, out
+
+
 def test_info_shows_accel_environment_variables(capsys, monkeypatch):
     monkeypatch.setenv("ACCEL_TRITON_FAST_LAUNCH", "0")
     monkeypatch.delenv("ACCEL_KERNELS_VERIFY", raising=False)

@@ -65,8 +65,15 @@ def test_user_table_overrides_shipped_and_merges(cache_dir):
 
 
 def test_bad_entries_and_corrupt_files_are_reported(cache_dir):
-    with pytest.raises(KernelRegistrationError, match="lacks \\['impl'\\]"):
-        _tuning.write_user_table("sm_90", [dict(op="x", dtype="bfloat16", m=1, n=1)])
+    good = dict(op="layer_norm_bwd", dtype="bfloat16", m=4096, n=4096, impl="triton")
+    for bad, says in ((dict(op="x", dtype="bfloat16", m=1, n=1), "lacks impl"),
+                      ({**good, "impl": "cute"}, "has impl 'cute', not one of"),
+                      ({**good, "op": "layernorm_bwd"}, "has op 'layernorm_bwd', not one of"),
+                      ({**good, "dtype": "bf16"}, "has dtype 'bf16', not one of"),
+                      ({**good, "m": 0}, "m or n that is not an integer >= 1"),
+                      ({**good, "n": 4096.0}, "m or n that is not an integer >= 1")):
+        with pytest.raises(KernelRegistrationError, match=f"{says}.*nothing was written"):
+            _tuning.write_user_table("sm_90", [good, bad])
     assert not (cache_dir / "sm_90.json").exists()  # nothing written
     cache_dir.mkdir(parents=True, exist_ok=True)
     (cache_dir / "sm_90.json").write_text(json.dumps({"format": 0}))
@@ -81,13 +88,13 @@ def test_concurrent_writers_lose_nothing(cache_dir):
         from accel.kernels import _tuning
         i = int(sys.argv[1])
         for j in range(5):
-            _tuning.write_user_table("sm_77", [dict(op=f"op{i}", dtype="bfloat16", m=2 ** j, n=8, impl="triton")])
+            _tuning.write_user_table("sm_77", [dict(op=_tuning.OPS[i], dtype="bfloat16", m=2 ** j, n=8, impl="triton")])
     """)
     env = {**__import__("os").environ, _tuning.TUNING_DIR_ENV: str(cache_dir)}
     procs = [subprocess.Popen([sys.executable, "-c", code, str(i)], env=env) for i in range(4)]
     assert [p.wait(timeout=120) for p in procs] == [0] * 4
     entries = json.loads((cache_dir / "sm_77.json").read_text())["entries"]
-    assert sorted((e["op"], e["m"]) for e in entries) == sorted((f"op{i}", 2 ** j) for i in range(4) for j in range(5))
+    assert sorted((e["op"], e["m"]) for e in entries) == sorted((_tuning.OPS[i], 2 ** j) for i in range(4) for j in range(5))
 
 
 def test_tune_on_cpu_in_the_interpreter_writes_winners(cache_dir):

@@ -39,7 +39,9 @@ def run(args: argparse.Namespace) -> int:
     if "error" in sel:
         out.print(f"selected: none - {sel['error'].splitlines()[0]}")
     else:
-        out.print(f"selected: {sel['device']} - {sel['reason']}")
+        device = sel["device"]
+        shown = device if sel["backend"] == device.split(":")[0] else f"{sel['backend']} (torch device {device})"
+        out.print(f"selected: {shown} - {sel['reason']}")
     out.print(table("probes", ["backend", "available", "devices", "reason"],
                     [[n, p["available"], p["device_count"], p["reason"]] for n, p in info["probes"].items()]))
     dev = info["device"] or {}

@@ -6,7 +6,8 @@ CUDA kernels); its autograd formula calls ``aten::native_layer_norm_backward``.
 accumulation type) and the input dtype on CPU, as ATen returns them.
 
 Modules: :mod:`.reference`, :mod:`.conditions`, ``triton_kernel``/``triton_impl``,
-``helion_kernel``/``helion_impl``. Importing any ``*_impl`` imports no DSL runtime.
+``helion_kernel``/``helion_impl``, ``cutedsl_kernel``/``cutedsl_impl`` (the backward only), ``_backward`` (the
+backward op and the dw/db partials shared by Triton and CuTeDSL). Importing any ``*_impl`` imports no DSL runtime.
 """
 
 FWD_OP = "aten::native_layer_norm"
