@@ -174,8 +174,10 @@ def _candidates(direction: str, x, w, dy, rstd, peers: dict[str, Any]) -> dict[s
     return c
 
 
-def _router_overhead(device: torch.device, calls: int = 2000) -> dict[str, float]:
-    """Host µs per ``aten::_fused_rms_norm`` call on 8 elements, without and with accel's overrides installed."""
+def _router_overhead(device: torch.device, calls: int = 2000, rounds: int = 5) -> dict[str, float]:
+    """Host µs per ``aten::_fused_rms_norm`` call on 8 elements, without and with accel's overrides installed:
+    the fastest of ``rounds`` loops of ``calls`` each, the two alternating (a host whose speed drifts over the
+    measurement shifts both alike)."""
     import accel.kernels as ak
 
     x = torch.randn(1, 8, device=device)
@@ -192,9 +194,12 @@ def _router_overhead(device: torch.device, calls: int = 2000) -> dict[str, float
         _sync(device)
         return (time.perf_counter() - t0) / calls * 1e6
 
-    with ak.disabled():
-        plain = min(per_call() for _ in range(3))
-    routed = min(per_call() for _ in range(3))
+    plains, routeds = [], []
+    for _ in range(rounds):
+        with ak.disabled():
+            plains.append(per_call())
+        routeds.append(per_call())
+    plain, routed = min(plains), min(routeds)
     return {"aten_us": plain, "with_router_us": routed, "router_cost_us": routed - plain}
 
 
