@@ -13,7 +13,7 @@ import cutlass
 import cutlass.cute as cute
 from cutlass import Float32, Int32
 
-from accel.kernels._cutedsl import Kernel, ffi_reason
+from accel.kernels._cutedsl import COMPILE_LOCK, Kernel
 
 __all__ = ["DTYPES", "SmemAllocator", "compile_kernel", "pointer", "row_copy", "vector_elements"]
 
@@ -31,22 +31,25 @@ def pointer(dtype_name: str, address: int):
     return cute.runtime.make_ptr(DTYPES[dtype_name], address, cute.AddressSpace.gmem, assumed_align=16)
 
 
-def compile_kernel(op, pointers: tuple[str, ...], scalars: int) -> Kernel:
+def compile_kernel(op, pointers: tuple[str, ...], scalars: int, ffi: bool) -> Kernel:
     """Compile ``op`` (a kernel object whose ``@cute.jit __call__`` takes ``len(pointers)`` global pointers of
     the named dtypes, 16-byte aligned, then ``scalars`` ``Int32`` values, then the stream) for the current
-    device; TVM-FFI calls where :func:`accel.kernels._cutedsl.ffi_reason` is ``None``.
+    device, for TVM-FFI calls with ``ffi`` (the caller's reading of :func:`accel.kernels._cutedsl.ffi_reason`,
+    also its cache key), else CuTeDSL's executor. One compile at a time per process (``COMPILE_LOCK``).
 
     Raises what ``cute.compile`` raises (a DSL or MLIR error for a kernel that does not compile)."""
     import cuda.bindings.driver as cuda
 
     fakes = [pointer(d, 0) for d in pointers]
     ints = [Int32(1)] * scalars
-    if ffi_reason() is None:
-        compiled = cute.compile(op, *fakes, *ints, cuda.CUstream(0), options="--enable-tvm-ffi")
+    if ffi:
+        with COMPILE_LOCK:
+            compiled = cute.compile(op, *fakes, *ints, cuda.CUstream(0), options="--enable-tvm-ffi")
         raw = getattr(compiled, "__tvm_ffi_object__", None)  # the tvm_ffi.Function, past CuTeDSL's kwargs wrapper
         fn = raw() if raw is not None else compiled
         return Kernel(compiled, fn if fn is not None else compiled, True)
-    compiled = cute.compile(op, *fakes, *ints, cuda.CUstream(0))
+    with COMPILE_LOCK:
+        compiled = cute.compile(op, *fakes, *ints, cuda.CUstream(0))
     count = len(pointers)
 
     def wrap(args: tuple) -> tuple:

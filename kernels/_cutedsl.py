@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import os
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -18,8 +19,8 @@ import torch
 from accel._compat import module_version
 from accel.kernels._conds import arch
 
-__all__ = ["DISTRIBUTION", "MAX_NUMEL", "MIN_ARCH", "Kernel", "available", "arch_reason", "covers", "ffi_reason",
-           "launch", "tuned", "vector_elements"]
+__all__ = ["COMPILE_LOCK", "DISTRIBUTION", "MAX_NUMEL", "MIN_ARCH", "Kernel", "available", "arch_reason", "covers",
+           "ffi_reason", "launch", "tuned", "vector_elements"]
 
 #: The package that provides CuTeDSL (``import cutlass``).
 DISTRIBUTION = "nvidia-cutlass-dsl"
@@ -28,6 +29,9 @@ MIN_ARCH = 90
 #: Most elements a CuTeDSL kernel takes: the kernels index rows with 32-bit offsets.
 MAX_NUMEL = 2**31 - 1
 _ITEMSIZE = {"float32": 4, "bfloat16": 2, "float16": 2}
+#: Held around every ``cute.compile``: two at once in one process break CuTeDSL's compiler session ("Please
+#: start a session before accessing session data", or an abort), e.g. two threads' first backward calls.
+COMPILE_LOCK = threading.RLock()
 
 
 #: The ATen op of each tuning-table op with a CuTeDSL kernel.
@@ -105,7 +109,10 @@ def _ffi_installed() -> bool:
 def ffi_reason() -> str | None:
     """``None`` when accel's CuTeDSL kernels are compiled for TVM-FFI calls (``--enable-tvm-ffi``: the
     ``apache-tvm-ffi`` package is installed and ``ACCEL_CUTEDSL_TVM_FFI`` is not ``0``); else why they use
-    CuTeDSL's Python executor, whose per-call argument packing costs tens of µs (:class:`Kernel`)."""
+    CuTeDSL's Python executor, whose per-call argument packing costs tens of µs (:class:`Kernel`).
+
+    Read when a kernel is compiled: a kernel, and the plans and launchers holding it, keep the convention
+    they were compiled with for the rest of the process (set the variable before the first call)."""
     if os.environ.get("ACCEL_CUTEDSL_TVM_FFI", "1").strip() == "0":
         return "ACCEL_CUTEDSL_TVM_FFI=0"
     if not _ffi_installed():

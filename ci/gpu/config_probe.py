@@ -89,29 +89,32 @@ def main() -> int:
             continue
         for cfg in configs:
             runs[f"{dsl} {json.dumps(cfg, sort_keys=True)}"] = (lambda launch=launch, cfg=cfg: launch(cfg))
-    times: dict[str, list[float]] = {k: [] for k in runs}
+    times: dict[str, list[float | None]] = {k: [] for k in runs}  # per round; None: that run failed
     for r in range(a.rounds):
         for name, fn in runs.items():
             try:
                 times[name].append(float(do_bench(fn, warmup=10, rep=60, return_mode="median")) * 1e3)
             except Exception as exc:  # noqa: BLE001 - a config that does not launch is reported, not fatal
+                times[name].append(None)
                 print(f"round {r} {name}: {type(exc).__name__}: {exc}"[:300], flush=True)
         print(f"round {r + 1}/{a.rounds} done", flush=True)
     peers = [k for k in runs if k.startswith("peer ")]
-    best_peer = [min(times[k][i] for k in peers if len(times[k]) > i) for i in range(a.rounds)] if peers else []
+    best_peer = [min((times[k][i] for k in peers if times[k][i] is not None), default=None) for i in range(a.rounds)]
     rows = []
     for name, ts in times.items():
-        if not ts:
+        done = [t for t in ts if t is not None]
+        if not done:
             continue
-        ratios = [bp / t for bp, t in zip(best_peer, ts)]
-        rows.append({"name": name, "us": statistics.median(ts), "rounds_us": ts,
+        ratios = [bp / t for bp, t in zip(best_peer, ts) if bp is not None and t is not None]
+        rows.append({"name": name, "us": statistics.median(done), "rounds_us": ts,
                      "x_best_peer": statistics.median(ratios) if ratios else None,
-                     "rounds_won": sum(q > 1.0 for q in ratios)})
+                     "rounds_won": sum(q > 1.0 for q in ratios), "rounds_compared": len(ratios)})
     rows.sort(key=lambda r: r["us"])
     moved = (2 if a.direction == "fwd" else 3) * m * n * x.element_size()
     print(f"{a.family} {a.direction} {a.dtype} {m}x{n}: median of {a.rounds} rounds (do_bench medians)")
     for r in rows:
-        peer = f"{r['x_best_peer']:.3f}x best peer, won {r['rounds_won']}/{a.rounds}" if r["x_best_peer"] else ""
+        peer = (f"{r['x_best_peer']:.3f}x best peer, won {r['rounds_won']}/{r['rounds_compared']}"
+                if r["x_best_peer"] else "")
         print(f"  {r['us']:8.1f} us {moved / r['us'] / 1e3:6.0f} GB/s  {peer:32s} {r['name']}")
     result = {"family": a.family, "direction": a.direction, "dtype": a.dtype, "m": m, "n": n, "rounds": a.rounds,
               "rows": rows, "torch": torch.__version__}

@@ -79,24 +79,27 @@ class Partials:
         return (base if self.want_dw else spare), (base + 4 * self.stride * (self.parts - 1) if self.want_db else spare)
 
     def finish(self, buf: torch.Tensor | None) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-        """``(dw, db)``: ``[n]`` sums over the groups, in the cast dtype (fp32 without one)."""
+        """``(dw, db)``: ``[n]`` sums over the groups in the cast dtype (fp32 without one), each its own tensor
+        (the op's schema returns fresh outputs: ``weight.grad`` and ``bias.grad`` must not share storage)."""
         if buf is None:
             return None, None
+        dtype = self.cast or torch.float32
         if self.finisher is not None:
-            sums = empty((self.parts, self.n), self.cast or torch.float32, buf.device)
-            self.finisher(buf, sums)
+            first = empty(self.n, dtype, buf.device)
+            second = empty(self.n, dtype, buf.device) if self.parts == 2 else first
+            self.finisher(buf, first, second)
         else:
-            sums = buf.as_strided((self.parts, self.groups, self.n), (self.stride, self.n, 1)).sum(1)
+            first, second = (buf[k * self.stride:][:self.groups * self.n].view(self.groups, self.n).sum(0)
+                             for k in (0, self.parts - 1))
             if self.cast is not None:
-                sums = sums.to(self.cast)
-        return (sums[0] if self.want_dw else None), (sums[-1] if self.want_db else None)
+                first, second = first.to(self.cast), second.to(self.cast)
+        return (first if self.want_dw else None), ((second if self.want_dw else first) if self.want_db else None)
 
     def zeros(self, device: torch.device) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-        """``(dw, db)`` of no rows: sums over nothing."""
-        if not self.parts:
-            return None, None
-        sums = torch.zeros((self.parts, self.n), dtype=self.cast or torch.float32, device=device)
-        return (sums[0] if self.want_dw else None), (sums[-1] if self.want_db else None)
+        """``(dw, db)`` of no rows: sums over nothing, each its own tensor."""
+        dtype = self.cast or torch.float32
+        return (torch.zeros(self.n, dtype=dtype, device=device) if self.want_dw else None,
+                torch.zeros(self.n, dtype=dtype, device=device) if self.want_db else None)
 
 
 def make_backward(dsl: str, launch_bwd: Callable[..., tuple], config: Callable[[torch.Tensor, int, int], Mapping[str, Any]],

@@ -194,4 +194,4 @@ def _build(dtype_name: str, w_dtype_name: str | None, n: int, threads: int, want
     w_dtype = DTYPES[w_dtype_name] if w_dtype_name else None
     return compile_kernel(LayerNormBwd(dtype, w_dtype, n, threads, *want),
                           (dtype_name, dtype_name, w_dtype_name or dtype_name, "float32", "float32", dtype_name,
-                           "float32", "float32"), 2)
+                           "float32", "float32"), 2, ffi)

@@ -177,10 +177,10 @@ FINISH_BLOCK_N, FINISH_BLOCK_G = 128, 32
 
 
 @triton.jit
-def partials_finish(P, OUT, G, N, STRIDE, BLOCK_N: tl.constexpr, BLOCK_G: tl.constexpr):
-    """``OUT[k, :] = sum over g of P[k * STRIDE + g * N + :]`` (fp32 sums, stored in ``OUT``'s dtype): the dw/db
-    partials of the backward's ``G`` programs summed and cast in one launch, part ``k = program_id(1)``,
-    ``BLOCK_N`` columns per program (where ``torch.sum`` then ``.to`` took two)."""
+def partials_finish(P, OUT0, OUT1, G, N, STRIDE, BLOCK_N: tl.constexpr, BLOCK_G: tl.constexpr):
+    """``OUTk[:] = sum over g of P[k * STRIDE + g * N + :]`` for part ``k = program_id(1)`` (0 or 1; fp32 sums,
+    stored in ``OUTk``'s dtype): the dw/db partials of the backward's ``G`` programs summed and cast in one
+    launch, ``BLOCK_N`` columns per program (where ``torch.sum`` then ``.to`` took two per output)."""
     k = tl.program_id(1)
     cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     col_ok = cols < N
@@ -190,7 +190,11 @@ def partials_finish(P, OUT, G, N, STRIDE, BLOCK_N: tl.constexpr, BLOCK_G: tl.con
         g = g0 + tl.arange(0, BLOCK_G)
         ok = (g[:, None] < G) & col_ok[None, :]
         acc += tl.load(base + g[:, None].to(tl.int64) * N + cols[None, :], mask=ok, other=0.0)
-    tl.store(OUT + k * N + cols, tl.sum(acc, axis=0).to(OUT.dtype.element_ty), mask=col_ok)
+    total = tl.sum(acc, axis=0)
+    if k == 0:
+        tl.store(OUT0 + cols, total.to(OUT0.dtype.element_ty), mask=col_ok)
+    else:
+        tl.store(OUT1 + cols, total.to(OUT1.dtype.element_ty), mask=col_ok)
 
 
 @functools.cache

@@ -247,4 +247,4 @@ def _build(kind: str, dtype_name: str, n: int, cluster: int, threads: int, arch:
                          f"{dtype_name} elements (need N % (cluster * threads * {vector_elements(dtype.width // 8)})"
                          f" == 0 and at most {MAX_ELEMENTS_PER_THREAD} values per thread over the "
                          f"{cls.TENSORS - 1} input(s))")
-    return compile_kernel(cls(dtype, n, cluster, threads), (dtype_name,) * cls.TENSORS, 1)
+    return compile_kernel(cls(dtype, n, cluster, threads), (dtype_name,) * cls.TENSORS, 1, ffi)
