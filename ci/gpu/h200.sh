@@ -41,9 +41,11 @@ for stage in "$@"; do
       accel demo --device cuda --json > "$OUT/demo.json"; echo "demo --json exit: $?"
       ;;
     tests)
-      # ACCEL_GPU_PYTEST_ARGS: e.g. "-m cuda" (default: every test not marked slow)
+      # ACCEL_GPU_PYTEST_ARGS: e.g. "-m cuda" or "-m cuda -k 'cutedsl or layer_norm'" (shell quoting kept;
+      # default: every test not marked slow)
+      eval "pytest_args=(${ACCEL_GPU_PYTEST_ARGS:--m \"not slow\"})"
       timeout ${ACCEL_GPU_TEST_TIMEOUT:-480} python3 -m pytest "$REPO/tests" -q -p no:cacheprovider --timeout 120 \
-        ${ACCEL_GPU_PYTEST_ARGS:--m "not slow"} -rfE --tb=short > "$OUT/pytest.txt" 2>&1
+        "${pytest_args[@]}" -rfE --tb=short > "$OUT/pytest.txt" 2>&1
       grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/pytest.txt" | tail -40
       ;;
     cutedsl-smoke) timeout ${ACCEL_GPU_CUTEDSL_TIMEOUT:-400} python3 "$REPO/ci/gpu/cutedsl_smoke.py" --json "$OUT/cutedsl_smoke.json" \
