@@ -7,7 +7,7 @@ just before the router was installed, with the dispatcher's key set. Because it
 sits at the backend key, ATen's Autograd and Autocast kernels above it still
 run. With no live override the library is destroyed: no per-call cost at all.
 
-Measured cost on the H200 (DESIGN.md): a bare router at the CUDA key that falls
+Measured cost on the H200 (the design notes, shared/DESIGN.md, outside this repository): a bare router at the CUDA key that falls
 through to the captured kernel adds about 3.6 µs to ``aten::sin``; the loop below
 adds a method call and the cond per override.
 """

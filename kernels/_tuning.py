@@ -22,7 +22,7 @@ Both are read once per arch and folded into one dict keyed by
 call (:func:`lookup`), never a benchmark. A miss (no entry for the bucket)
 means: the DSL kernel with its default config for inputs of at least
 :data:`MIN_NUMEL` elements (the kernels are written to approach copy
-bandwidth; measured so on sm_90, DESIGN.md), ATen below it (no evidence the
+bandwidth; measured so on sm_90: the design notes, shared/DESIGN.md, outside this repository), ATen below it (no evidence the
 kernel wins: launch overhead dominates there). An entry naming ``"aten"`` sends
 that bucket to ATen; an entry naming another DSL makes this DSL decline.
 

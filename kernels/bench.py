@@ -9,7 +9,7 @@ benchmark-only peers, used when importable. Every candidate's output is checked
 against ATen's before it is timed; a wrong one is reported, not timed.
 
 Bytes moved: forward ``2*M*N*esize`` (read x, write y; weight and rstd
-negligible), backward ``3*M*N*esize`` (read x, read dy, write dx), as in DESIGN.md.
+negligible), backward ``3*M*N*esize`` (read x, read dy, write dx), as in the design notes (shared/DESIGN.md, outside this repository).
 Helion runs with a fixed config (no autotuning at run time). Softmax and
 LayerNorm: see :mod:`accel.kernels._bench_ops` (same harness, same columns;
 quack's LayerNorm is given an fp32 weight, as it requires). ``--tune`` measures

@@ -7,7 +7,7 @@ dtypes fp32/bf16/fp16 with fp32 math. Forward: ``rstd = 1/sqrt(mean(x^2) + eps)`
 
 No autotuning at run time: the forward uses Helion's default config
 (``autotune_effort="none"``; one row per program for N >= 1024), measured on the
-H200 at 90-95 % of the copy ceiling (DESIGN.md); the backward a fixed config. ``N`` is specialized (one compile per row length), ``M`` is not
+H200 at 90-95 % of the copy ceiling (the design notes, shared/DESIGN.md, outside this repository); the backward a fixed config. ``N`` is specialized (one compile per row length), ``M`` is not
 (``static_shapes=False``), so new batch sizes do not recompile. Written after
 Helion's own ``examples/rms_norm.py``; works with helion 1.4 and 1.5.
 """
