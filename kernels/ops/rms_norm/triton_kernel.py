@@ -49,10 +49,12 @@ def rms_norm_fwd_rows(X, W, Y, RSTD, M, N, eps,
     mask = row_ok[:, None] & col_ok[None, :]
     offs = row_offsets(rows, cols, N, WIDE)
     x = hinted_load(X + offs, mask, 0.0, HINTS, "evict_first").to(tl.float32)
+    if HAS_W:  # issued before the row sums, so its latency overlaps the reduction instead of following it
+        w = hinted_load(W + cols, col_ok, 0.0, HINTS, "evict_last").to(tl.float32)
     rstd = tl.rsqrt(tl.sum(x * x, axis=1) / N + eps)
     y = x * rstd[:, None]
     if HAS_W:
-        y = y * hinted_load(W + cols, col_ok, 0.0, HINTS, "evict_last").to(tl.float32)[None, :]
+        y = y * w[None, :]
     tl.store(Y + offs, y.to(Y.dtype.element_ty), mask=mask)
     tl.store(RSTD + rows, rstd, mask=row_ok)
 
