@@ -62,19 +62,14 @@ def layer_norm_fwd_rows(X, W, B, Y, MEAN, RSTD, M, N, eps, BLOCK_N: tl.constexpr
     mask = row_ok[:, None] & col_ok[None, :]
     offs = row_offsets(rows, cols, N, WIDE)
     x = hinted_load(X + offs, mask, 0.0, HINTS, "evict_first").to(tl.float32)
-    # the weight and bias issued before the row sums: their latency overlaps the reductions
-    if HAS_W:
-        w = hinted_load(W + cols, col_ok, 0.0, HINTS, "evict_last").to(tl.float32)
-    if HAS_B:
-        b = hinted_load(B + cols, col_ok, 0.0, HINTS, "evict_last").to(tl.float32)
     mean = tl.sum(x, axis=1) / N
     xc = tl.where(mask, x - mean[:, None], 0.0)
     rstd = tl.rsqrt(tl.sum(xc * xc, axis=1) / N + eps)
     y = xc * rstd[:, None]
     if HAS_W:
-        y = y * w[None, :]
+        y = y * hinted_load(W + cols, col_ok, 0.0, HINTS, "evict_last").to(tl.float32)[None, :]
     if HAS_B:
-        y = y + b[None, :]
+        y = y + hinted_load(B + cols, col_ok, 0.0, HINTS, "evict_last").to(tl.float32)[None, :]
     tl.store(Y + offs, y.to(Y.dtype.element_ty), mask=mask)
     tl.store(MEAN + rows, mean.to(MEAN.dtype.element_ty), mask=row_ok)
     tl.store(RSTD + rows, rstd.to(RSTD.dtype.element_ty), mask=row_ok)
