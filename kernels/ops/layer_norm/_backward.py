@@ -35,7 +35,8 @@ def _triton_finish(device: torch.device) -> bool:
 class Partials:
     """The layout of the fp32 dw/db partial sums of ``groups`` programs over rows of ``n``, both in one buffer
     (one allocation), and their reduction: one launch of :func:`.triton_kernel.partials_finish` summing and
-    casting both (where Triton runs on the device), else ``torch.sum`` and one cast.
+    casting both into two fresh tensors (where Triton runs on the device), else ``torch.sum`` and ``.to`` per
+    output.
 
     ``buffer[k * stride : k * stride + groups * n]`` is the ``[groups, n]`` partials of the ``k``-th wanted
     output (dw first); ``stride`` keeps each part 16-byte aligned. Measured on the H200's host (session 8 run B,

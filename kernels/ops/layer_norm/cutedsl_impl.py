@@ -75,8 +75,8 @@ class _Plan:
     :mod:`accel.kernels._plans`): ``plan(dy, x, w, mean, rstd, dx) -> (dw, db)``.
 
     A call is one partials buffer (:class:`._backward.Partials`), the kernel (its TVM-FFI call where
-    available, :class:`accel.kernels._cutedsl.Kernel`), one ``sum`` over the CTAs' partials and, with
-    ``cast``, one cast of dw and db together.
+    available, :class:`accel.kernels._cutedsl.Kernel`) and one launch summing and casting the CTAs' dw/db
+    partials into two fresh tensors.
     """
 
     __slots__ = ("m", "n", "want_dx", "partials", "threads", "kernel", "index", "x_dtype", "w_dtype")
