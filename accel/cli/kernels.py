@@ -15,7 +15,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                               description="List accel's kernel overrides and the built-in kernels usable here.",
                               epilog="Exit status: 0; 1 with --install when no built-in kernel could be installed "
                                      "(the built-in table says why).")
-    p.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    p.add_argument("--json", action="store_true",
+                   help="print JSON instead of tables (its 'installed' lists what --install registered: null "
+                        "without --install, [] when it registered nothing)")
     p.add_argument("--install", action="store_true",
                    help="register every available built-in kernel first (accel.kernels.install())")
     p.set_defaults(func=run)
