@@ -103,6 +103,12 @@ def dsl_compat(dsl: str, installed: str | None, torch_version: str,
     if installed is None:
         return True, "not installed"
     if dsl == "cutedsl":
+        from accel.kernels._cutedsl import MIN_VERSION
+
+        base = _base_version(installed)
+        if base is None or base < MIN_VERSION:
+            return False, (f"nvidia-cutlass-dsl {installed} < {MIN_VERSION}, the oldest version accel's CuTeDSL "
+                           f"kernels are checked with")
         have = [major for major, dist in CUTEDSL_LIBS.items() if _compat.module_version(dist)]
         if not have:
             return False, (f"nvidia-cutlass-dsl {installed} without runtime libraries (none of "
@@ -273,7 +279,8 @@ def checks(info: dict[str, Any]) -> list[Check]:
         out.append(Check("device facts", False, dev["error"], "check the driver with the vendor's SMI tool"))
     for dsl, d in info["dsl"].items():
         fix = "" if d["compatible"] else (
-            f"pip install 'nvidia-cutlass-dsl[cu{str(build.get('cuda') or '12').split('.')[0]}]'" if dsl == "cutedsl"
+            f"pip install -U 'nvidia-cutlass-dsl[cu{str(build.get('cuda') or '12').split('.')[0]}]>=4.8.1'"
+            if dsl == "cutedsl"
             else f"pip install the {dsl} version that matches torch {build['torch']}")
         out.append(Check(f"{dsl} version", d["compatible"], d["detail"], fix))
     out.append(_env_check(info.get("accel_env") or {}))

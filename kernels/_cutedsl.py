@@ -16,14 +16,18 @@ from typing import Any
 
 import torch
 
+from packaging.version import InvalidVersion, Version
+
 from accel._compat import module_version
 from accel.kernels._conds import arch
 
-__all__ = ["COMPILE_LOCK", "DISTRIBUTION", "MAX_NUMEL", "MIN_ARCH", "Kernel", "available", "arch_reason", "covers",
+__all__ = ["COMPILE_LOCK", "DISTRIBUTION", "MAX_NUMEL", "MIN_ARCH", "MIN_VERSION", "Kernel", "available", "arch_reason", "covers",
            "ffi_reason", "launch", "tuned", "vector_elements"]
 
 #: The package that provides CuTeDSL (``import cutlass``).
 DISTRIBUTION = "nvidia-cutlass-dsl"
+#: Oldest nvidia-cutlass-dsl the kernels are checked with (compiled on CPU in tox ``torch214``, run on the H200).
+MIN_VERSION = Version("4.8.1")
 #: Oldest arch with thread-block clusters and ``cp.async`` (CUDA C++ Programming Guide, "Thread Block Clusters").
 MIN_ARCH = 90
 #: Most elements a CuTeDSL kernel takes: the kernels index rows with 32-bit offsets.
@@ -89,7 +93,15 @@ def available() -> tuple[bool, str]:
                       "pip install '.[cutedsl]')"
     if importlib.util.find_spec("cuda") is None:
         return False, f"{DISTRIBUTION} is installed but cuda-python (its driver bindings) is not"
-    return True, f"{DISTRIBUTION} {module_version(DISTRIBUTION)} installed"
+    raw = module_version(DISTRIBUTION) or "0"
+    try:
+        ver = Version(raw)
+    except InvalidVersion:
+        return False, f"{DISTRIBUTION} version {raw!r} is not a version number"
+    if ver < MIN_VERSION:
+        return False, (f"{DISTRIBUTION} {ver} < {MIN_VERSION} (oldest version the kernels are checked with; "
+                       f"pip install -U '{DISTRIBUTION}>={MIN_VERSION}')")
+    return True, f"{DISTRIBUTION} {ver} installed"
 
 
 def arch_reason(device: torch.device) -> str | None:

@@ -132,7 +132,17 @@ def test_doctor_checks_cutedsl_runtime_libraries(monkeypatch, libs, cuda, ok, sa
     info["torch"] = {**info["torch"], "cuda": cuda}
     info["dsl"]["cutedsl"] = {"version": "4.8.1", "compatible": got_ok, "detail": detail}
     check = next(c for c in diagnostics.checks(info) if c.name == "cutedsl version")
-    assert check.ok is ok and (check.fix == "" if ok else check.fix == "pip install 'nvidia-cutlass-dsl[cu13]'")
+    assert check.ok is ok and (check.fix == "" if ok else check.fix == "pip install -U 'nvidia-cutlass-dsl[cu13]>=4.8.1'")
+
+
+def test_doctor_fails_cutedsl_older_than_the_kernels_are_checked_with(monkeypatch):
+    from accel import diagnostics
+
+    monkeypatch.setattr(diagnostics._compat, "module_version", lambda d: "4.8.1")
+    ok, detail = diagnostics.dsl_compat("cutedsl", "4.7.0", "2.14.1", "13.0")
+    assert not ok and detail == ("nvidia-cutlass-dsl 4.7.0 < 4.8.1, the oldest version accel's CuTeDSL kernels "
+                                 "are checked with")
+    assert diagnostics.dsl_compat("cutedsl", "4.8.1", "2.14.1", "13.0")[0]
 
 
 def test_ipex_reported_and_matched(monkeypatch):

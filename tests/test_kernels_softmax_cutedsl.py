@@ -213,6 +213,13 @@ def test_available_reads_metadata_only(monkeypatch):
                                      "your accel clone: pip install '.[cutedsl]')")
     monkeypatch.setattr(_cutedsl.importlib.util, "find_spec", lambda name: None if name == "cuda" else object())
     assert "cuda-python" in ci.available()[1]
+    monkeypatch.setattr(_cutedsl.importlib.util, "find_spec", lambda name: object())
+    for version, ok, says in (("4.7.0", False, "nvidia-cutlass-dsl 4.7.0 < 4.8.1 (oldest version the kernels are "
+                                                "checked with; pip install -U 'nvidia-cutlass-dsl>=4.8.1')"),
+                              ("bogus", False, "nvidia-cutlass-dsl version 'bogus' is not a version number"),
+                              ("4.8.1", True, "nvidia-cutlass-dsl 4.8.1 installed")):
+        monkeypatch.setattr(_cutedsl, "module_version", lambda dist, v=version: v)
+        assert ci.available() == (ok, says)
     assert "cutlass" not in sys.modules or HAS_CUTLASS  # importing the impl imported no CuTeDSL
 
 
