@@ -1,4 +1,8 @@
-"""Shared pieces of the kernel-registry tests: both registry paths, a clean registry, a counting impl."""
+"""Shared pieces of the kernel-registry tests: both registry paths, a clean registry, a counting impl, a
+tuning table for routing tests on faked CUDA tensors, and the CuTeDSL compile helpers."""
+
+import contextlib
+import warnings
 
 import pytest
 
@@ -37,6 +41,30 @@ class Counting:
     def __call__(self, *args, **kwargs):
         self.calls += 1
         return self.fn(*args, **kwargs)
+
+
+@contextlib.contextmanager
+def routing_table(monkeypatch, entries: list, archs=("sm_90",)):
+    """While the block runs: ``accel.kernels._tuning.table`` holds ``entries`` (folded as user entries) for
+    ``archs`` and nothing for other archs, the table archs are ``{"sm_90"}``, and tensors are fake (a
+    ``FakeTensorMode``: ``device="cuda"`` tensors on a CPU machine). The tuning floors and the arch cache are
+    forgotten before and after."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from accel.kernels import _conds, _tuning
+
+    folded: dict = {}
+    _tuning._fold(folded, entries, "user")
+    monkeypatch.setattr(_tuning, "table", lambda arch: folded if arch in archs else {})
+    monkeypatch.setattr(_tuning, "_table_archs", lambda: {"sm_90"})
+    _tuning._forget_floors()
+    try:
+        with FakeTensorMode(), warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # FakeTensor.data_ptr() deprecation
+            yield
+    finally:
+        _conds.arch.cache_clear()
+        _tuning._forget_floors()
 
 
 #: Builds a CuTeDSL kernel in a subprocess (the CUTE_DSL_* variables must be set before cutlass is imported):

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import importlib.util
 import re
-import warnings
 
 import pytest
 import torch
@@ -24,7 +23,7 @@ from accel.kernels.ops.layer_norm import cutedsl_impl as lc
 
 from _kernel_helpers import PATHS  # noqa: F401
 from _kernel_helpers import _clean_registry  # noqa: F401
-from _kernel_helpers import ptxas_spills, sm90a_ptx
+from _kernel_helpers import ptxas_spills, routing_table, sm90a_ptx
 
 HAS_CUTLASS = importlib.util.find_spec("cutlass") is not None
 
@@ -89,35 +88,23 @@ def test_the_table_names_cutedsl_only_while_its_override_is_registered(monkeypat
 
 
 def test_cond_routes_only_where_the_table_names_cutedsl(fake_backend, monkeypatch):
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
-    folded: dict = {}
-    _tuning._fold(folded, [dict(op="layer_norm_bwd", dtype="bfloat16", m=4096, n=4096, impl="cutedsl",
-                                config={"threads": 128, "ctas_per_sm": 2})], "user")
-    monkeypatch.setattr(_tuning, "table", lambda arch: folded if arch == "sm_90" else {})
-    monkeypatch.setattr(_tuning, "_table_archs", lambda: {"sm_90"})
-    _tuning._forget_floors()
     from accel.kernels.ops.layer_norm import conditions
 
     _, bwd = conditions.make_conds("cutedsl", ["cuda"], lc.LIMITS, extra=lc.config_reason)
-    try:
-        with FakeTensorMode(), warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)
+    with routing_table(monkeypatch, [dict(op="layer_norm_bwd", dtype="bfloat16", m=4096, n=4096, impl="cutedsl",
+                                          config={"threads": 128, "ctas_per_sm": 2})]):
 
-            def args(m, n=4096, stat_dtype=torch.float32):
-                x = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
-                w = torch.empty(n, dtype=torch.bfloat16, device="cuda")
-                s = torch.empty(m, 1, dtype=stat_dtype, device="cuda")
-                return x, x, [n], s, s, w, w, [True, True, True]
+        def args(m, n=4096, stat_dtype=torch.float32):
+            x = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
+            w = torch.empty(n, dtype=torch.bfloat16, device="cuda")
+            s = torch.empty(m, 1, dtype=stat_dtype, device="cuda")
+            return x, x, [n], s, s, w, w, [True, True, True]
 
-            with fake_backend("cuda", arch="sm_90"):
-                _conds.arch.cache_clear()
-                assert bwd(*args(4096)) and bwd.why_not(*args(4096)) is None
-                assert "MIN_NUMEL['cutedsl']" in bwd.why_not(*args(8192))  # a miss
-                assert "fp32 mean/rstd" in bwd.why_not(*args(4096, stat_dtype=torch.bfloat16))
-    finally:
-        _conds.arch.cache_clear()
-        _tuning._forget_floors()
+        with fake_backend("cuda", arch="sm_90"):
+            _conds.arch.cache_clear()
+            assert bwd(*args(4096)) and bwd.why_not(*args(4096)) is None
+            assert "MIN_NUMEL['cutedsl']" in bwd.why_not(*args(8192))  # a miss
+            assert "fp32 mean/rstd" in bwd.why_not(*args(4096, stat_dtype=torch.bfloat16))
 
 
 @pytest.mark.parametrize("path", PATHS)

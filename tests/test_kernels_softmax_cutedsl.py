@@ -27,7 +27,7 @@ from accel.kernels.ops.softmax import triton_impl as st
 
 from _kernel_helpers import PATHS  # noqa: F401  (fixtures: a clean registry per test)
 from _kernel_helpers import _clean_registry  # noqa: F401
-from _kernel_helpers import ptxas_spills, sm90a_ptx
+from _kernel_helpers import ptxas_spills, routing_table, sm90a_ptx
 
 HAS_CUTLASS = importlib.util.find_spec("cutlass") is not None
 
@@ -156,35 +156,24 @@ def test_more_elements_than_32_bit_offsets_reach_go_elsewhere(fake_backend, monk
 
 
 def test_cond_routes_only_where_the_table_names_cutedsl(fake_backend, monkeypatch):
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
-    folded: dict = {}
-    _tuning._fold(folded, [dict(op="softmax_fwd", dtype="bfloat16", m=8192, n=32768, impl="cutedsl",
-                                config={"cluster": 4, "threads": 128})], "user")
-    monkeypatch.setattr(_tuning, "table", lambda arch: folded if arch in ("sm_90", "sm_80") else {})
-    monkeypatch.setattr(_tuning, "_table_archs", lambda: {"sm_90"})
-    _tuning._forget_floors()
     fwd, _ = sm_conds.make_conds("cutedsl", ["cuda"], ci.LIMITS, ci.config_reason)
     tfwd, _ = sm_conds.make_conds("triton", ["cuda"], st.LIMITS)
+    entry = dict(op="softmax_fwd", dtype="bfloat16", m=8192, n=32768, impl="cutedsl",
+                 config={"cluster": 4, "threads": 128})
     ci.register(["cpu"])  # an override of the DSL the table names must exist for Triton to step aside
-    try:
-        with FakeTensorMode(), warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)  # FakeTensor.data_ptr() deprecation
-            big = torch.empty(8192, 32768, dtype=torch.bfloat16, device="cuda")
-            miss = torch.empty(8192, 16384, dtype=torch.bfloat16, device="cuda")
-            with fake_backend("cuda", arch="sm_90"):
-                _conds.arch.cache_clear()
-                assert fwd(big, -1, False) and fwd.why_not(big, -1, False) is None
-                assert "picks cutedsl" in tfwd.why_not(big, -1, False)  # Triton steps aside
-                assert "cutedsl kernels run only where a table routes them (tuning.MIN_NUMEL['cutedsl'] is 2**62" \
-                    in fwd.why_not(miss, -1, False)  # a miss is never CuTeDSL's
-                assert tfwd(miss, -1, False)
-            with fake_backend("cuda", arch="sm_80"):
-                _conds.arch.cache_clear()
-                assert "sm_90+" in fwd.why_not(big, -1, False)
-    finally:
-        _conds.arch.cache_clear()
-        _tuning._forget_floors()
+    with routing_table(monkeypatch, [entry], archs=("sm_90", "sm_80")):
+        big = torch.empty(8192, 32768, dtype=torch.bfloat16, device="cuda")
+        miss = torch.empty(8192, 16384, dtype=torch.bfloat16, device="cuda")
+        with fake_backend("cuda", arch="sm_90"):
+            _conds.arch.cache_clear()
+            assert fwd(big, -1, False) and fwd.why_not(big, -1, False) is None
+            assert "picks cutedsl" in tfwd.why_not(big, -1, False)  # Triton steps aside
+            assert "cutedsl kernels run only where a table routes them (tuning.MIN_NUMEL['cutedsl'] is 2**62" \
+                in fwd.why_not(miss, -1, False)  # a miss is never CuTeDSL's
+            assert tfwd(miss, -1, False)
+        with fake_backend("cuda", arch="sm_80"):
+            _conds.arch.cache_clear()
+            assert "sm_90+" in fwd.why_not(big, -1, False)
 
 
 # --------------------------------------------------------------- registration
