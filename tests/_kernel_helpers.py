@@ -67,6 +67,26 @@ def routing_table(monkeypatch, entries: list, archs=("sm_90",)):
         _tuning._forget_floors()
 
 
+@contextlib.contextmanager
+def gpu_user_table(monkeypatch, tmp_path, entries: list):
+    """While the block runs: ``entries`` written as the user tuning table of the current CUDA device's arch (in
+    ``tmp_path``, through ``ACCEL_TUNING_DIR``) and loaded, and kernel outputs NaN-poisoned
+    (:data:`accel.kernels._launch.poison_outputs`); both undone after."""
+    import torch
+
+    from accel.kernels import _conds, _launch, _tuning
+
+    monkeypatch.setenv(_tuning.TUNING_DIR_ENV, str(tmp_path))
+    _tuning.write_user_table(_conds.arch(torch.device("cuda")), entries)
+    _tuning.reload()
+    try:
+        _launch.poison_outputs = True
+        yield
+    finally:
+        _launch.poison_outputs = False
+        _tuning.reload()
+
+
 #: Builds a CuTeDSL kernel in a subprocess (the CUTE_DSL_* variables must be set before cutlass is imported):
 #: ``build(*args)``, then ``build(*refused)``, which must raise ValueError.
 _CUTE_BUILD = """

@@ -17,13 +17,13 @@ import pytest
 import torch
 
 import accel.kernels as ak
-from accel.kernels import _conds, _cutedsl, _launch, _tolerance, _tuning
+from accel.kernels import _conds, _cutedsl, _tolerance, _tuning
 from accel.kernels.ops.layer_norm import cutedsl_configs as lcc
 from accel.kernels.ops.layer_norm import cutedsl_impl as lc
 
 from _kernel_helpers import PATHS  # noqa: F401
 from _kernel_helpers import _clean_registry  # noqa: F401
-from _kernel_helpers import ptxas_spills, routing_table, sm90a_ptx
+from _kernel_helpers import gpu_user_table, ptxas_spills, routing_table, sm90a_ptx
 
 HAS_CUTLASS = importlib.util.find_spec("cutlass") is not None
 
@@ -192,15 +192,10 @@ def test_every_config_matches_aten_on_the_gpu(m, n, dtype, pdt):
 @gpu
 @pytest.mark.parametrize("path", PATHS)
 def test_routed_where_the_table_names_cutedsl_on_the_gpu(path, monkeypatch, tmp_path):
-    monkeypatch.setenv(_tuning.TUNING_DIR_ENV, str(tmp_path))
-    arch = _conds.arch(torch.device("cuda"))
-    _tuning.write_user_table(arch, [dict(op="layer_norm_bwd", dtype="bfloat16", m=512, n=4096, impl="cutedsl",
-                                         config={"threads": 256, "ctas_per_sm": 1})])
-    _tuning.reload()
-    try:
+    with gpu_user_table(monkeypatch, tmp_path, [dict(op="layer_norm_bwd", dtype="bfloat16", m=512, n=4096,
+                                                     impl="cutedsl", config={"threads": 256, "ctas_per_sm": 1})]):
         ak.use_registry(path)
         (name,) = lc.register(["cuda"])
-        _launch.poison_outputs = True
         layer = torch.nn.LayerNorm(4096, device="cuda", dtype=torch.bfloat16)
         x = torch.randn(512, 4096, device="cuda", dtype=torch.bfloat16, requires_grad=True)
         layer(x).float().square().sum().backward()
@@ -211,6 +206,3 @@ def test_routed_where_the_table_names_cutedsl_on_the_gpu(path, monkeypatch, tmp_
         x.grad = layer.weight.grad = layer.bias.grad = None
         layer(x).float().square().sum().backward()
         assert _tolerance.compare(got, (x.grad, layer.weight.grad, layer.bias.grad))[1] is None
-    finally:
-        _launch.poison_outputs = False
-        _tuning.reload()

@@ -19,7 +19,7 @@ import pytest
 import torch
 
 import accel.kernels as ak
-from accel.kernels import _conds, _cutedsl, _launch, _tolerance, _tuning
+from accel.kernels import _conds, _cutedsl, _tolerance, _tuning
 from accel.kernels.ops.softmax import conditions as sm_conds
 from accel.kernels.ops.softmax import cutedsl_configs as cc
 from accel.kernels.ops.softmax import cutedsl_impl as ci
@@ -27,7 +27,7 @@ from accel.kernels.ops.softmax import triton_impl as st
 
 from _kernel_helpers import PATHS  # noqa: F401  (fixtures: a clean registry per test)
 from _kernel_helpers import _clean_registry  # noqa: F401
-from _kernel_helpers import ptxas_spills, routing_table, sm90a_ptx
+from _kernel_helpers import gpu_user_table, ptxas_spills, routing_table, sm90a_ptx
 
 HAS_CUTLASS = importlib.util.find_spec("cutlass") is not None
 
@@ -322,15 +322,11 @@ def test_large_fp32_logits_keep_fp32_precision_on_the_gpu(scale):
 @gpu
 @pytest.mark.parametrize("path", PATHS)
 def test_routed_where_the_table_names_cutedsl_on_the_gpu(path, monkeypatch, tmp_path):
-    monkeypatch.setenv(_tuning.TUNING_DIR_ENV, str(tmp_path))
-    arch = _conds.arch(torch.device("cuda"))
-    _tuning.write_user_table(arch, [dict(op=f"softmax_{d}", dtype="bfloat16", m=64, n=4096, impl="cutedsl",
-                                         config={"cluster": 2, "threads": 128}) for d in ("fwd", "bwd")])
-    _tuning.reload()
-    try:
+    with gpu_user_table(monkeypatch, tmp_path, [dict(op=f"softmax_{d}", dtype="bfloat16", m=64, n=4096,
+                                                     impl="cutedsl", config={"cluster": 2, "threads": 128})
+                                                for d in ("fwd", "bwd")]):
         ak.use_registry(path)
         names = ci.register(["cuda"])
-        _launch.poison_outputs = True
         x = torch.randn(64, 4096, device="cuda", dtype=torch.bfloat16, requires_grad=True)
         y = torch.softmax(x, -1)
         y.backward(torch.ones_like(y) + x.detach())
@@ -343,6 +339,3 @@ def test_routed_where_the_table_names_cutedsl_on_the_gpu(path, monkeypatch, tmp_
         y2 = torch.softmax(x, -1)
         y2.backward(torch.ones_like(y2) + x.detach())
         assert _tolerance.compare(got, (y2.detach(), x.grad))[1] is None
-    finally:
-        _launch.poison_outputs = False
-        _tuning.reload()
