@@ -42,14 +42,12 @@ def compile_kernel(op, pointers: tuple[str, ...], scalars: int, ffi: bool) -> Ke
 
     fakes = [pointer(d, 0) for d in pointers]
     ints = [Int32(1)] * scalars
+    with COMPILE_LOCK:
+        compiled = cute.compile(op, *fakes, *ints, cuda.CUstream(0), **({"options": "--enable-tvm-ffi"} if ffi else {}))
     if ffi:
-        with COMPILE_LOCK:
-            compiled = cute.compile(op, *fakes, *ints, cuda.CUstream(0), options="--enable-tvm-ffi")
         raw = getattr(compiled, "__tvm_ffi_object__", None)  # the tvm_ffi.Function, past CuTeDSL's kwargs wrapper
         fn = raw() if raw is not None else compiled
         return Kernel(compiled, fn if fn is not None else compiled, True)
-    with COMPILE_LOCK:
-        compiled = cute.compile(op, *fakes, *ints, cuda.CUstream(0))
     count = len(pointers)
 
     def wrap(args: tuple) -> tuple:
