@@ -15,10 +15,9 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from packaging.version import Version
 
-from packaging.version import InvalidVersion, Version
-
-from accel._compat import module_version
+from accel._compat import checked_version, module_version
 from accel.kernels._conds import arch
 
 __all__ = ["COMPILE_LOCK", "DISTRIBUTION", "MAX_NUMEL", "MIN_ARCH", "MIN_VERSION", "Kernel", "available", "arch_reason", "covers",
@@ -93,15 +92,8 @@ def available() -> tuple[bool, str]:
                       "pip install '.[cutedsl]')"
     if importlib.util.find_spec("cuda") is None:
         return False, f"{DISTRIBUTION} is installed but cuda-python (its driver bindings) is not"
-    raw = module_version(DISTRIBUTION) or "0"
-    try:
-        ver = Version(raw)
-    except InvalidVersion:
-        return False, f"{DISTRIBUTION} version {raw!r} is not a version number"
-    if ver < MIN_VERSION:
-        return False, (f"{DISTRIBUTION} {ver} < {MIN_VERSION} (oldest version the kernels are checked with; "
-                       f"pip install -U '{DISTRIBUTION}>={MIN_VERSION}')")
-    return True, f"{DISTRIBUTION} {ver} installed"
+    return checked_version(DISTRIBUTION, module_version(DISTRIBUTION), MIN_VERSION,
+                           f"; pip install -U '{DISTRIBUTION}>={MIN_VERSION}'")
 
 
 def arch_reason(device: torch.device) -> str | None:

@@ -11,9 +11,9 @@ import importlib.util
 from collections.abc import Sequence
 
 import torch
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
-from accel._compat import module_version
+from accel._compat import checked_version, module_version
 
 from . import reference
 from accel.kernels._launch import (
@@ -39,14 +39,7 @@ def available() -> tuple[bool, str]:
         return False, "helion is not installed (pip install helion, or in your accel clone: pip install '.[helion]')"
     if importlib.util.find_spec("triton") is None:
         return False, "helion is installed but triton (its code generator) is not"
-    raw = module_version("helion") or "0"
-    try:
-        ver = Version(raw)
-    except InvalidVersion:
-        return False, f"helion version {raw!r} is not a version number"
-    if ver < MIN_VERSION:
-        return False, f"helion {ver} < {MIN_VERSION} (oldest version the kernels are checked with)"
-    return True, f"helion {ver} installed"
+    return checked_version("helion", module_version("helion"), MIN_VERSION)
 
 
 _kernels = lazy_module(__package__ + ".helion_kernel")  # imports the DSL at the first launch
