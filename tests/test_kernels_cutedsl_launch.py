@@ -185,8 +185,9 @@ def test_the_plan_sums_one_partials_buffer_for_dw_and_db(monkeypatch, mask, has_
 
 
 def test_the_planned_op_matches_the_per_call_op(monkeypatch):
-    """``native_layer_norm_backward.plan`` (what the registry memoises) and the op itself give the same
-    outputs in the same dtypes and shapes (a stand-in launch computes the reference's dw/db)."""
+    """``native_layer_norm_backward.plan`` (what the registry memoises) and the op itself (a plan made per call,
+    then cast) give the same outputs in the same dtypes and shapes (a stand-in plan computes the reference's
+    dw/db)."""
     from accel.kernels.ops.layer_norm import reference
 
     def fake_launch(dy, x, w, mean, rstd, dx, want, cfg, has_b):
@@ -201,11 +202,12 @@ def test_the_planned_op_matches_the_per_call_op(monkeypatch):
 
         def __call__(self, dy, x, w, mean, rstd, dx):
             dw, db = fake_launch(dy, x, w, mean, rstd, dx, self.want, None, self.has_b)
-            return (dw.to(self.cast) if dw is not None else None), (db.to(self.cast) if db is not None else None)
+            cast = self.cast or torch.float32
+            return (dw.to(cast) if dw is not None else None), (db.to(cast) if db is not None else None)
 
     from accel.kernels.ops.layer_norm._backward import make_backward
 
-    op = make_backward("test", fake_launch, lambda x, m, n: {}, Plan)
+    op = make_backward("test", lambda x, m, n: {}, Plan)
     x = torch.randn(2, 3, 16, dtype=torch.bfloat16)
     dy = torch.randn_like(x)
     w, b = torch.randn(16, dtype=torch.bfloat16), torch.randn(16, dtype=torch.bfloat16)
@@ -234,7 +236,7 @@ def test_the_plan_casts_to_the_weight_dtype_and_leaves_mixed_dtypes_to_the_op():
         def __call__(self, dy, x, w, mean, rstd, dx):
             return None, None
 
-    op = make_backward("test", lambda *a: (None, None), lambda x, m, n: {}, Plan)
+    op = make_backward("test", lambda x, m, n: {}, Plan)
     x = torch.randn(4, 8, dtype=torch.bfloat16)
     stats = (torch.randn(4, 1), torch.rand(4, 1))
     f32, bf16 = torch.ones(8), torch.ones(8, dtype=torch.bfloat16)

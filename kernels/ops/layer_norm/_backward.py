@@ -1,10 +1,9 @@
 """``aten::native_layer_norm_backward`` for the DSLs whose launch takes ``[M, N]`` rows and returns fp32 dw/db sums.
 
-Each such DSL supplies ``launch_bwd(dy, x, w, mean, rstd, dx, output_mask, cfg, has_b) -> (dw, db)`` and a
-``config(x, m, n)``, and may supply ``plan_bwd(x, w, output_mask, cfg, has_b, cast) -> launch``, the launch
-fixed once per argument signature (``launch(dy, x, w, mean, rstd, dx) -> (dw, db)`` in dtype ``cast``);
-:func:`make_backward` turns them into the ATen-signature op (Triton, CuTeDSL), with a ``plan``
-(:mod:`accel.kernels._plans`) where the DSL gave ``plan_bwd``.
+Each such DSL supplies a ``config(x, m, n)`` and ``plan_bwd(x, w, output_mask, cfg, has_b, cast) -> launch``, the
+launch fixed once per argument signature (``launch(dy, x, w, mean, rstd, dx) -> (dw, db)`` in dtype ``cast``, fp32
+for ``None``); :func:`make_backward` turns them into the ATen-signature op (Triton, CuTeDSL) with its ``plan``
+(:mod:`accel.kernels._plans`), and :func:`launcher` into the DSL's one-call ``launch_bwd``.
 """
 
 from __future__ import annotations
@@ -18,7 +17,7 @@ import torch
 
 from accel.kernels._launch import LaunchPlan, empty, empty_like, lazy_module, row_count, rows_view, shaped_like
 
-__all__ = ["Partials", "make_backward"]
+__all__ = ["Partials", "launcher", "make_backward"]
 
 
 _tk = lazy_module(__package__ + ".triton_kernel")
@@ -103,9 +102,24 @@ class Partials:
                 torch.zeros(self.n, dtype=dtype, device=device) if self.want_db else None)
 
 
-def make_backward(dsl: str, launch_bwd: Callable[..., tuple], config: Callable[[torch.Tensor, int, int], Mapping[str, Any]],
-                  plan_bwd: Callable[..., Callable[..., tuple]] | None = None) -> Callable[..., tuple]:
-    """The ``native_layer_norm_backward`` of ``dsl``: flatten to rows, allocate ``dx``, launch, cast dw/db."""
+def launcher(plan_bwd: Callable[..., Callable[..., tuple]]) -> Callable[..., tuple]:
+    """``launch_bwd(dy, x, w, mean, rstd, dx, want, cfg, has_b) -> (dw fp32 [N] or None, db fp32 [N] or None)``:
+    the backward on ``[M, N]`` rows through a plan of ``plan_bwd`` made for this one call (``w``: the weight or
+    None; ``dx``: the output, or None when not wanted; ``cfg``: the DSL's launch config). The tuner's and the
+    benchmarks' entry point."""
+
+    def launch_bwd(dy, x, w, mean, rstd, dx, want, cfg, has_b):
+        return plan_bwd(x, w, (bool(want[0]) and dx is not None, want[1], want[2]), cfg, has_b, None)(
+            dy, x, w, mean, rstd, dx)
+
+    return launch_bwd
+
+
+def make_backward(dsl: str, config: Callable[[torch.Tensor, int, int], Mapping[str, Any]],
+                  plan_bwd: Callable[..., Callable[..., tuple]]) -> Callable[..., tuple]:
+    """The ``native_layer_norm_backward`` of ``dsl``: flatten to rows, allocate ``dx``, launch, cast dw/db; its
+    ``plan`` fixes the config, the cast and the launch once per argument signature."""
+    launch_bwd = launcher(plan_bwd)
 
     def native_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask):
         if not any(output_mask):
@@ -142,8 +156,7 @@ def make_backward(dsl: str, launch_bwd: Callable[..., tuple], config: Callable[[
         run.launch = launch  # type: ignore[attr-defined]
         return run
 
-    if plan_bwd is not None:
-        native_layer_norm_backward.plan = plan  # type: ignore[attr-defined]
+    native_layer_norm_backward.plan = plan  # type: ignore[attr-defined]
     native_layer_norm_backward.__doc__ = (f"``aten::native_layer_norm_backward`` in {dsl}; same results as "
                                           ":func:`.reference.native_layer_norm_backward`.")
     return native_layer_norm_backward

@@ -21,7 +21,7 @@ from accel.kernels._launch import lazy_module, sm_count
 from accel.kernels._tuning import dtype_name
 
 from . import BWD_OP, cutedsl_configs
-from ._backward import Partials, make_backward
+from ._backward import Partials, launcher, make_backward
 from .conditions import make_conds
 
 __all__ = ["DSL", "LIMITS", "available", "config_reason", "usable", "native_layer_norm_backward", "register", "launch_bwd", "plan_bwd"]
@@ -109,14 +109,6 @@ class _Plan:
         return p.finish(buf)
 
 
-def launch_bwd(dy, x, w, mean, rstd, dx, want: Sequence[bool], cfg: Mapping[str, Any], has_b: bool):
-    """Run the backward on ``[M, N]`` rows; returns ``(dw fp32 [N] or None, db fp32 [N] or None)``.
-
-    ``cfg``: ``{"threads", "ctas_per_sm"}``; ``w``: the weight or None; ``dx``: the output or None when not wanted.
-    """
-    return _Plan(x, w, (bool(want[0]) and dx is not None, want[1], want[2]), cfg, has_b)(dy, x, w, mean, rstd, dx)
-
-
 def plan_bwd(x: torch.Tensor, w: torch.Tensor | None, want: Sequence[bool], cfg: Mapping[str, Any], has_b: bool,
              cast: torch.dtype | None) -> _Plan:
     """The backward's launch for rows like ``x`` (``[M, N]``) fixed once: call it with
@@ -124,7 +116,9 @@ def plan_bwd(x: torch.Tensor, w: torch.Tensor | None, want: Sequence[bool], cfg:
     return _Plan(x, w, want, cfg, has_b, cast)
 
 
-native_layer_norm_backward = make_backward("CuTeDSL", launch_bwd, _config, plan_bwd)
+#: One call of the backward (configs ``{"threads", "ctas_per_sm"}``): :func:`._backward.launcher`.
+launch_bwd = launcher(plan_bwd)
+native_layer_norm_backward = make_backward("CuTeDSL", _config, plan_bwd)
 
 
 def register(backends: Sequence[str] = ("cuda",), *, suffix: str = "") -> list[str]:

@@ -21,7 +21,7 @@ from accel.kernels._pair import register_pair
 from accel.kernels.ops.rms_norm.triton_impl import available
 
 from . import BWD_OP, FWD_OP, reference
-from ._backward import Partials, make_backward
+from ._backward import Partials, launcher, make_backward
 from .conditions import make_conds
 
 __all__ = ["DSL", "LIMITS", "available", "native_layer_norm", "native_layer_norm_backward", "register",
@@ -64,8 +64,8 @@ class _BwdPlan:
     """One backward launch with all but its tensors fixed (once per argument signature: the registry's plan,
     :mod:`accel.kernels._plans`): ``plan(dy, x, w, mean, rstd, dx) -> (dw, db)`` in ``cast`` (fp32 when
     ``None``). A call is one partials buffer (:class:`._backward.Partials`), the kernel (its compiled
-    launcher from the third call, :class:`accel.kernels._launch.LaunchPlan`), one ``sum`` and at most one
-    cast.
+    launcher from the third call, :class:`accel.kernels._launch.LaunchPlan`) and one launch summing and casting
+    the programs' dw/db partials into two fresh tensors.
 
     ``cfg``: ``{"block_n", "num_warps", "programs_per_sm"}``: the rows kernel, or with ``"split"`` the split
     kernel (:class:`accel.kernels._launch.SplitLaunch`; ``block_n`` is the part).
@@ -104,11 +104,6 @@ class _BwdPlan:
         self.launch(dy, x, w if w is not None else x, mean, rstd, dx if dx is not None else x,
                     dw if dw is not None else x, db if db is not None else x)
         return p.finish(buf)
-
-
-def launch_bwd(dy, x, w, mean, rstd, dx, want: Sequence[bool], cfg: Mapping[str, Any], has_b: bool):
-    """Run the backward; returns ``(dw fp32 [N] or None, db fp32 [N] or None)`` (configs: :class:`_BwdPlan`)."""
-    return _BwdPlan(x, w, (bool(want[0]) and dx is not None, want[1], want[2]), cfg, has_b)(dy, x, w, mean, rstd, dx)
 
 
 def plan_bwd(x: torch.Tensor, w: torch.Tensor | None, want: Sequence[bool], cfg: Mapping[str, Any], has_b: bool,
@@ -154,8 +149,10 @@ def plan_fwd(input: torch.Tensor, normalized_shape: Sequence[int], weight: torch
 native_layer_norm.plan = plan_fwd  # type: ignore[attr-defined]
 
 
+#: One call of the backward (configs: :class:`_BwdPlan`): :func:`._backward.launcher`.
+launch_bwd = launcher(plan_bwd)
 native_layer_norm_backward = make_backward(
-    "Triton", launch_bwd, lambda x, m, n: tuned_config("layer_norm_bwd", DSL, x, m, n, _k().bwd_config), plan_bwd)
+    "Triton", lambda x, m, n: tuned_config("layer_norm_bwd", DSL, x, m, n, _k().bwd_config), plan_bwd)
 
 
 def register(backends: Sequence[str] = ("cuda",), *, suffix: str = "") -> list[str]:
