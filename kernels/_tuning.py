@@ -94,8 +94,6 @@ __all__ = ["Choice", "IMPLS", "MIN_NUMEL", "TUNING_DIR_ENV", "bucket", "dtype_na
 IMPLS = ("aten", "triton", "helion", "cutedsl")
 #: The kernel ops a table entry can name (op family and direction).
 OPS = ("rms_norm_fwd", "rms_norm_bwd", "softmax_fwd", "softmax_bwd", "layer_norm_fwd", "layer_norm_bwd")
-#: The dtype names a table entry can name (:func:`dtype_name`).
-DTYPE_NAMES = ("float32", "bfloat16", "float16")
 #: Environment variable: directory of the user tables (default: platformdirs' user cache dir + ``/tuning``).
 TUNING_DIR_ENV = "ACCEL_TUNING_DIR"
 
@@ -152,6 +150,8 @@ MIN_NUMEL: dict[str, int] = _Policy({"triton": 1 << 20, "helion": 1 << 20, "cute
 FORMAT = 1
 
 _DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
+#: The dtype names a table entry can name (:func:`dtype_name`).
+DTYPE_NAMES = tuple(_DTYPE_NAMES.values())
 
 
 def dtype_name(dtype: torch.dtype) -> str:
