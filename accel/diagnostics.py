@@ -278,10 +278,15 @@ def checks(info: dict[str, Any]) -> list[Check]:
     elif "error" in dev:
         out.append(Check("device facts", False, dev["error"], "check the driver with the vendor's SMI tool"))
     for dsl, d in info["dsl"].items():
-        fix = "" if d["compatible"] else (
-            f"pip install -U 'nvidia-cutlass-dsl[cu{str(build.get('cuda') or '12').split('.')[0]}]>=4.8.1'"
-            if dsl == "cutedsl"
-            else f"pip install the {dsl} version that matches torch {build['torch']}")
+        if d["compatible"]:
+            fix = ""
+        elif dsl == "cutedsl":
+            from accel.kernels._cutedsl import DISTRIBUTION, MIN_VERSION
+
+            major = str(build.get("cuda") or "12").split(".")[0]
+            fix = f"pip install -U '{DISTRIBUTION}[cu{major}]>={MIN_VERSION}'"
+        else:
+            fix = f"pip install the {dsl} version that matches torch {build['torch']}"
         out.append(Check(f"{dsl} version", d["compatible"], d["detail"], fix))
     out.append(_env_check(info.get("accel_env") or {}))
     ipex = info["ipex"]
