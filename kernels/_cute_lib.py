@@ -13,6 +13,7 @@ import cutlass
 import cutlass.cute as cute
 from cutlass import Float32, Int32
 
+from accel.kernels import _cutedsl
 from accel.kernels._cutedsl import COMPILE_LOCK, Kernel
 
 __all__ = ["DTYPES", "SmemAllocator", "compile_kernel", "pointer", "row_copy", "vector_elements"]
@@ -22,8 +23,8 @@ SmemAllocator = getattr(getattr(cutlass, "memory", None), "SmemAllocator", None)
 
 
 def vector_elements(dtype) -> int:
-    """Elements of ``dtype`` in one 16-byte vector."""
-    return 128 // dtype.width
+    """Elements of ``dtype`` (a CuTeDSL type) in one 16-byte vector (:func:`accel.kernels._cutedsl.vector_elements`)."""
+    return _cutedsl.vector_elements(dtype.width // 8)
 
 
 def pointer(dtype_name: str, address: int):
