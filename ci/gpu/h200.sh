@@ -3,7 +3,7 @@
 # wheels (.whl: helion 1.4.0, filecheck, Liger-Kernel, platformdirs; optionally quack + CuTeDSL),
 # then run the stages named on the command line, writing logs and results under $OUT (or ./gpu-out).
 #   stages: facts tests rng host launch graphs example plan kernels tune demo-kernels helion-probe cpp-probe compile quant
-#           allreduce split-smoke cutedsl-smoke config-probe
+#           allreduce split-smoke cutedsl-smoke config-probe rms-variants
 # Usage (device tool, carry [".whl"]): bash ci/gpu/h200.sh facts tests rng host graphs
 set -u
 export PYTHONUNBUFFERED=1
@@ -61,6 +61,8 @@ for stage in "$@"; do
           | tee "$OUT/config_probe-$i.txt" | tail -40
       done
       ;;
+    rms-variants) timeout ${ACCEL_GPU_VARIANTS_TIMEOUT:-540} python3 "$REPO/ci/gpu/rms_variants.py" ${ACCEL_GPU_VARIANTS_ARGS:-} \
+      --sass "$OUT/sass" 2>&1 | tee "$OUT/rms_variants.txt" ;;  # ACCEL_GPU_VARIANTS_ARGS: e.g. "--shapes 32768x4096 --rounds 7"
     split-smoke) timeout 120 python3 "$REPO/ci/gpu/split_smoke.py" 2>&1 | tee "$OUT/split_smoke.txt" | tail -40 ;;
     rng) python3 "$REPO/ci/gpu/rng_check.py" 2>&1 | tee "$OUT/rng_check.txt" ;;
     host) python3 "$REPO/benchmarks/host_overhead.py" --out "$OUT" 2>&1 | tail -40 ;;

@@ -1,16 +1,30 @@
-"""Experiment: RMSNorm forward kernel variants on one shape beside accel's rows kernel and Liger-Kernel.
+"""Experiment: RMSNorm forward kernel variants beside accel's rows kernel and Liger-Kernel, timed as ``accel bench`` times.
 
-Why: on 32768x4096 bf16 accel's rows kernel with Liger's own launch shape (one row per program, 8 warps)
-timed 1 % slower than Liger's kernel in session 8 run B (``config_probe-runB-1.txt``), so the gap is in the
-generated code, not the config. Each variant differs from the rows kernel in one respect:
+Why: on 32768x4096 bf16 the routed rows kernel stayed 0.99x Liger in every ``accel bench`` run of session 8
+while its generated memory instructions matched Liger's (session 8 runs B, E, F: ``rms_variants-*.txt``).
+``accel bench`` times one call at a time after an L2 flush, so a kernel's ramp-up and its last wave count:
+32768 rows in programs of 4 rows on 132 SMs is 31.03 waves of 2 resident programs, the last one nearly
+empty. ``--set persistent`` (session 9 run A: every one 4-30 % slower) tries a fixed grid whose programs walk
+an equal share of the row tiles with the weight loaded once:
 
-- ``flat``: one row per program as 1-D tensors, the row's base offset a scalar in int64 (Liger's shape);
-- ``flat_even``: ``flat`` without masks (``N == BLOCK_N``);
-- ``flat_i32``: ``flat`` with int32 offsets;
-- ``rows_base``: the rows kernel's 2-D tile, with a scalar base offset per program.
+- ``persist rR gG sS {strided,contig}``: ``G`` programs of ``R``-row tiles, tiles ``pid, pid+G, ...``
+  (strided) or one contiguous range per program; the loop software-pipelined over ``S`` stages
+  (``tl.range(num_stages=S)``; 1: none);
+- ``... cs``: the output stored with the streaming cache modifier ``.cs``;
+``--set one-row`` (default) bisects the 1 % between Liger's raw kernel and accel's rows kernel of the same
+launch shape (run A): one-row kernels written from Liger's semantics (``one_row``), then accel's numerics
+with one change each (int32/int64 base, rstd stored first or last, weight loaded late), and the shipped
+config writing into other output buffers (placement).
 
-Interleaved rounds of ``triton.testing.do_bench`` medians (µs), as ``config_probe.py``; each variant checked
-against ATen first. Usage: ``python3 ci/gpu/rms_variants.py [--shape 32768x4096] [--rounds 7]``.
+- controls: Liger's autograd function (as ``accel bench`` calls it), Liger's raw kernel on preallocated outputs,
+  and accel's rows kernel with the shipped and neighbouring configs.
+
+Timing: :class:`accel.kernels.bench._Timer` (CUDA events around one call, the L2 zeroed before each of
+``--reps`` reps, the median), every variant once per round, ``--rounds`` rounds, medians. Each variant is
+checked against ATen first. Registers and spills come from the compiled kernels; ``--sass DIR`` writes the
+SASS of Liger's kernel, the rows kernel and the fastest variant of the set (first shape) there.
+
+Usage: ``python3 ci/gpu/rms_variants.py [--shapes 32768x4096,16384x8192] [--rounds 7] [--sass DIR]``.
 """
 
 from __future__ import annotations
@@ -18,58 +32,130 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
+from pathlib import Path
 
 import torch
 import triton
 import triton.language as tl
-from triton.testing import do_bench
 
 from accel.kernels import _launch
+from accel.kernels.bench import _Timer
 from accel.kernels.ops.rms_norm import triton_impl as rt
 
 
 @triton.jit
-def flat(X, W, Y, RSTD, N, eps, BLOCK_N: tl.constexpr, EVEN: tl.constexpr, I64: tl.constexpr):
-    if I64:
-        row = tl.program_id(0).to(tl.int64)
-    else:
-        row = tl.program_id(0)
+def persist(X, W, Y, RSTD, M, N, eps, BLOCK_N: tl.constexpr, ROWS: tl.constexpr, STRIDED: tl.constexpr,
+            STAGES: tl.constexpr, CS: tl.constexpr):
+    pid = tl.program_id(0)
+    programs = tl.num_programs(0)
     cols = tl.arange(0, BLOCK_N)
-    if EVEN:
-        x = tl.load(X + row * N + cols).to(tl.float32)
+    col_ok = cols < N
+    r = tl.arange(0, ROWS)
+    w = tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32)
+    tiles = tl.cdiv(M, ROWS)
+    if STRIDED:
+        start = pid
+        stop = tiles
+        step = programs
     else:
-        x = tl.load(X + row * N + cols, mask=cols < N, other=0.0).to(tl.float32)
-    rstd = tl.rsqrt(tl.sum(x * x, axis=0) / N + eps)
-    tl.store(RSTD + row, rstd)
-    if EVEN:
-        w = tl.load(W + cols).to(tl.float32)
-        tl.store(Y + row * N + cols, (x * rstd * w).to(Y.dtype.element_ty))
-    else:
-        w = tl.load(W + cols, mask=cols < N, other=0.0).to(tl.float32)
-        tl.store(Y + row * N + cols, (x * rstd * w).to(Y.dtype.element_ty), mask=cols < N)
+        per = tl.cdiv(tiles, programs)
+        start = pid * per
+        stop = tl.minimum(start + per, tiles)
+        step = 1
+    for t in tl.range(start, stop, step, num_stages=STAGES):
+        rows = t * ROWS + r
+        row_ok = rows < M
+        offs = rows[:, None].to(tl.int64) * N + cols[None, :]
+        mask = row_ok[:, None] & col_ok[None, :]
+        x = tl.load(X + offs, mask=mask, other=0.0).to(tl.float32)
+        rstd = tl.rsqrt(tl.sum(x * x, axis=1) / N + eps)
+        tl.store(RSTD + rows, rstd, mask=row_ok)
+        y = (x * rstd[:, None] * w[None, :]).to(Y.dtype.element_ty)
+        if CS:
+            tl.store(Y + offs, y, mask=mask, cache_modifier=".cs")
+        else:
+            tl.store(Y + offs, y, mask=mask)
 
 
 @triton.jit
-def rows_base(X, W, Y, RSTD, M, N, eps, BLOCK_N: tl.constexpr, ROWS: tl.constexpr):
-    base = tl.program_id(0).to(tl.int64) * ROWS * N
-    r = tl.arange(0, ROWS)
+def one_row(X, W, Y, RSTD, N, eps, BLOCK_N: tl.constexpr, I64: tl.constexpr, RSTD_FIRST: tl.constexpr,
+            ROUND_XHAT: tl.constexpr, W_LATE: tl.constexpr):
+    """One row per program as 1-D tensors, the row's base offset a scalar (int64 where ``I64``); the rstd
+    stored before ``y`` where ``RSTD_FIRST``; ``x * rstd`` rounded to the input dtype before the weight
+    multiply where ``ROUND_XHAT`` (Liger's "llama" casting; accel keeps one rounding); the weight loaded
+    after the row sum where ``W_LATE``."""
+    row = tl.program_id(0)
+    if I64:
+        row = row.to(tl.int64)
     cols = tl.arange(0, BLOCK_N)
-    row_ok = tl.program_id(0) * ROWS + r < M
-    mask = row_ok[:, None] & (cols < N)[None, :]
-    offs = r[:, None] * N + cols[None, :]
-    x = tl.load(X + base + offs, mask=mask, other=0.0).to(tl.float32)
-    rstd = tl.rsqrt(tl.sum(x * x, axis=1) / N + eps)
-    w = tl.load(W + cols, mask=cols < N, other=0.0).to(tl.float32)
-    tl.store(Y + base + offs, (x * rstd[:, None] * w[None, :]).to(Y.dtype.element_ty), mask=mask)
-    tl.store(RSTD + tl.program_id(0) * ROWS + r, rstd, mask=row_ok)
+    ok = cols < N
+    xin = tl.load(X + row * N + cols, mask=ok, other=0.0)
+    if not W_LATE:
+        w = tl.load(W + cols, mask=ok, other=0.0)
+    x = xin.to(tl.float32)
+    rstd = tl.rsqrt(tl.sum(x * x, axis=0) / N + eps)
+    if RSTD_FIRST:
+        tl.store(RSTD + row, rstd)
+    if W_LATE:
+        w = tl.load(W + cols, mask=ok, other=0.0)
+    if ROUND_XHAT:
+        y = (x * rstd).to(xin.dtype).to(tl.float32) * w.to(tl.float32)
+    else:
+        y = x * rstd * w.to(tl.float32)
+    tl.store(Y + row * N + cols, y.to(Y.dtype.element_ty), mask=ok)
+    if not RSTD_FIRST:
+        tl.store(RSTD + row, rstd)
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--shape", default="32768x4096")
-    p.add_argument("--rounds", type=int, default=7)
-    a = p.parse_args()
-    m, n = map(int, a.shape.split("x"))
+def regs(compiled) -> str:
+    try:
+        return f"{compiled.n_regs} regs, {compiled.n_spills} spills"
+    except Exception:  # noqa: BLE001
+        return "regs ?"
+
+
+def sass(compiled) -> str | None:
+    try:
+        return compiled.asm["sass"]
+    except Exception as exc:  # noqa: BLE001
+        return f"(no SASS: {type(exc).__name__}: {exc})"
+
+
+def variants(m: int, n: int, sms: int) -> list[tuple[int, int, int, bool, int, bool]]:
+    """``(rows, programs, warps, strided, stages, cs)`` per persistent variant for rows of ``n``: tiles of
+    4096-16384 elements, 8 warps; 2, ~4 and ~8 programs per SM (strided, contiguous, strided and pipelined),
+    256 (a power of two: equal shares of a power-of-two row count), and one streaming-store variant."""
+    bn = triton.next_power_of_2(n)
+    out = []
+    rows_choices = [r for r in (1, 2, 4) if 4096 <= r * bn <= 16384] or [max(1, 4096 // bn)]
+    for rows in rows_choices:
+        tiles = -(-m // rows)
+        for programs in (2 * sms, 512, 1024):
+            if programs <= tiles:
+                out += [(rows, programs, 8, True, 1, False), (rows, programs, 8, False, 1, False),
+                        (rows, programs, 8, True, 2, False)]
+        out += [(rows, min(tiles, 256), 8, True, 1, False), (rows, min(tiles, 512), 8, True, 1, True)]
+    if bn <= 4096:
+        out.append((1, min(m, 1024), 4, True, 1, False))
+    return out
+
+
+def one_row_variants(n: int) -> dict[str, tuple[int, dict]]:
+    """name -> ``(warps, one_row flags)``: Liger's semantics first, then accel's numerics with one change each."""
+    bn = triton.next_power_of_2(n)
+    nw = 4 if bn < 2048 else (8 if bn < 8192 else 16)  # Liger's warps for the row (its calculate_settings)
+    base = dict(I64=True, RSTD_FIRST=True, ROUND_XHAT=False, W_LATE=False)
+    return {
+        f"one_row w{nw} liger-like (rounded xhat)": (nw, {**base, "ROUND_XHAT": True}),
+        f"one_row w{nw} i64 rstd-first": (nw, base),
+        f"one_row w{nw} i64 rstd-last": (nw, {**base, "RSTD_FIRST": False}),
+        f"one_row w{nw} i32 rstd-first": (nw, {**base, "I64": False}),
+        f"one_row w{nw} i64 rstd-first w-late": (nw, {**base, "W_LATE": True}),
+        f"one_row w{nw // 2 if nw > 4 else 8} i64 rstd-first": (nw // 2 if nw > 4 else 8, base),
+    }
+
+
+def run_shape(m: int, n: int, rounds: int, timer: _Timer, sass_dir: Path | None, kind: str) -> None:
     torch.manual_seed(0)
     x = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(n, device="cuda", dtype=torch.bfloat16)
@@ -77,42 +163,110 @@ def main() -> int:
     rstd = torch.empty(m, device="cuda", dtype=torch.float32)
     eps = 1e-6
     bn = triton.next_power_of_2(n)
-    runs = {"aten": lambda: torch.ops.aten._fused_rms_norm.default(x, [n], w, eps)}
-    for rows, nw in ((1, 8), (4, 8), (2, 8)):
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    runs: dict = {"aten": lambda: torch.ops.aten._fused_rms_norm.default(x, [n], w, eps)}
+    notes: dict[str, str] = {}
+    compiled: dict = {}
+    shipped = rt._kernels().default_config(n)  # the table-miss default
+    for rows, nw in sorted({(shipped["rows"], shipped["num_warps"]), (1, 8), (2, 8), (4, 8)}):
+        if rows * bn > 16384:
+            continue
         cfg = {"looped": False, "block_n": bn, "rows": rows, "num_warps": nw}
-        runs[f"accel rows {rows} warps {nw}"] = (lambda cfg=cfg: rt.launch_fwd(x, w, y, rstd, eps, cfg, m, n))
-    for name, even, i64 in (("flat", False, True), ("flat_even", True, True), ("flat_i32", False, False)):
-        for nw in (8, 4):
-            runs[f"{name} warps {nw}"] = (lambda even=even, i64=i64, nw=nw: flat[(m,)](
-                x, w, y, rstd, n, eps, BLOCK_N=bn, EVEN=even, I64=i64, num_warps=nw))
-    for rows in (2, 4):
-        runs[f"rows_base rows {rows} warps 8"] = (lambda rows=rows: rows_base[(-(-m // rows),)](
-            x, w, y, rstd, m, n, eps, BLOCK_N=bn, ROWS=rows, num_warps=8))
+        name = f"accel rows {rows} w{nw}"
+        runs[name] = (lambda cfg=cfg: rt.launch_fwd(x, w, y, rstd, eps, cfg, m, n))
+        k = rt._kernels().rms_norm_fwd_rows[(-(-m // rows),)](
+            x, w, y, rstd, m, n, eps, BLOCK_N=bn, ROWS=rows, HAS_W=True, HINTS=False, WIDE=False, num_warps=nw)
+        compiled[name] = k
+        notes[name] = regs(k)
+    for name, (nw, flags) in (one_row_variants(n) if kind == "one-row" else {}).items():
+        kw = dict(BLOCK_N=bn, num_warps=nw, **flags)
+        try:
+            k = one_row[(m,)](x, w, y, rstd, n, eps, **kw)
+        except Exception as exc:  # noqa: BLE001
+            print(f"{name}: compile/launch failed: {type(exc).__name__}: {str(exc)[:200]}")
+            continue
+        compiled[name], notes[name] = k, regs(k)
+        runs[name] = (lambda kw=kw: one_row[(m,)](x, w, y, rstd, n, eps, **kw))
+    if kind == "one-row":  # the output's placement: the same kernels into a buffer allocated apart from x
+        y2 = torch.empty_like(x)
+        cfg4 = {"looped": False, "block_n": bn, "rows": shipped["rows"], "num_warps": shipped["num_warps"]}
+        runs["accel default cfg, y apart"] = lambda: rt.launch_fwd(x, w, y2, rstd, eps, cfg4, m, n)
+        fresh = {"looped": False, "block_n": bn, "rows": shipped["rows"], "num_warps": shipped["num_warps"]}
+        runs["accel default cfg, y fresh"] = lambda: rt.launch_fwd(x, w, torch.empty_like(x), rstd, eps, fresh, m, n)
+    for rows, programs, nw, strided, stages, cs in (variants(m, n, sms) if kind == "persistent" else ()):
+        name = f"persist r{rows} g{programs} w{nw} s{stages} {'strided' if strided else 'contig'}{' cs' if cs else ''}"
+        kw = dict(BLOCK_N=bn, ROWS=rows, STRIDED=strided, STAGES=stages, CS=cs, num_warps=nw)
+        try:
+            k = persist[(programs,)](x, w, y, rstd, m, n, eps, **kw)
+        except Exception as exc:  # noqa: BLE001
+            print(f"{name}: compile/launch failed: {type(exc).__name__}: {str(exc)[:200]}")
+            continue
+        compiled[name], notes[name] = k, regs(k)
+        runs[name] = (lambda programs=programs, kw=kw: persist[(programs,)](x, w, y, rstd, m, n, eps, **kw))
     try:
-        from liger_kernel.ops.rms_norm import LigerRMSNormFunction
+        from liger_kernel.ops import rms_norm as lg
 
-        runs["liger"] = lambda: LigerRMSNormFunction.apply(x, w, eps)
+        runs["liger"] = lambda: lg.LigerRMSNormFunction.apply(x, w, eps)
+        lw = lg.calculate_settings(n)[1]
+        largs = (y, y.stride(0), x, x.stride(0), w, w.stride(0), rstd, rstd.stride(0), n, eps, 0.0, 0)
+        k = lg._rms_norm_forward_kernel[(m,)](*largs, elementwise_affine=True, BLOCK_SIZE=bn, num_warps=lw)
+        compiled["liger raw"], notes["liger raw"] = k, regs(k)
+        runs["liger raw"] = lambda: lg._rms_norm_forward_kernel[(m,)](*largs, elementwise_affine=True,
+                                                                      BLOCK_SIZE=bn, num_warps=lw)
     except Exception as exc:  # noqa: BLE001
-        print("liger not importable:", exc)
-    ref = torch.ops.aten._fused_rms_norm.default(x, [n], w, eps)[0]
+        print("liger not usable:", type(exc).__name__, exc)
+    ref, ref_rstd = torch.ops.aten._fused_rms_norm.default(x, [n], w, eps)
     for name, fn in list(runs.items()):
         y.fill_(float("nan"))
+        rstd.fill_(float("nan"))
         out = fn()
-        got = out[0] if isinstance(out, tuple) else (out if name == "liger" else y)
-        if not torch.allclose(got.float(), ref.float(), rtol=2e-2, atol=2e-2):
-            print(f"{name}: WRONG (max err {(got.float() - ref.float()).abs().max().item():.3g}); dropped")
+        if name in ("aten", "liger") or ", y " in name:  # placement variants: the checked kernel, another output
+            continue
+        ok = torch.allclose(y.float(), ref.float(), rtol=2e-2, atol=2e-2) and torch.allclose(
+            rstd, ref_rstd.view(-1).float(), rtol=1e-3, atol=1e-3)
+        if not ok:
+            print(f"{name}: WRONG (max err {(y.float() - ref.float()).abs().nan_to_num(1e9).max().item():.3g}); dropped")
             del runs[name]
+    del out
     times: dict[str, list[float]] = {k: [] for k in runs}
-    for _ in range(a.rounds):
+    for _ in range(rounds):
         for name, fn in runs.items():
-            times[name].append(float(do_bench(fn, warmup=10, rep=60, return_mode="median")) * 1e3)
-    liger = times.get("liger")
+            times[name].append(timer(fn))
+    base = times.get("liger")
     moved = 2 * m * n * 2
-    print(f"rms_norm fwd bf16 {m}x{n}, median of {a.rounds} interleaved rounds")
-    for name, ts in sorted(times.items(), key=lambda kv: statistics.median(kv[1])):
-        vs = f"{statistics.median(l / t for l, t in zip(liger, ts)):.3f}x Liger, won " \
-             f"{sum(l > t for l, t in zip(liger, ts))}/{a.rounds}" if liger else ""
-        print(f"  {statistics.median(ts):7.1f} us {moved / statistics.median(ts) / 1e3:6.0f} GB/s  {vs:24s} {name}")
+    print(f"rms_norm fwd bf16 {m}x{n}, {sms} SMs, median of {rounds} interleaved rounds of {timer.reps} "
+          f"L2-flushed calls")
+    ranked = sorted(times.items(), key=lambda kv: statistics.median(kv[1]))
+    for name, ts in ranked:
+        vs = (f"{statistics.median(b / t for b, t in zip(base, ts)):.3f}x Liger, won "
+              f"{sum(b > t for b, t in zip(base, ts))}/{rounds}") if base else ""
+        med = statistics.median(ts)
+        print(f"  {med:7.1f} us {moved / med / 1e3:6.0f} GB/s  {vs:24s} {name:42s} {notes.get(name, '')}")
+    if sass_dir is not None:
+        sass_dir.mkdir(parents=True, exist_ok=True)
+        best_persist = next((k for k, _ in ranked if k.startswith("persist")), None)
+        best_one = next((k for k, _ in ranked if k.startswith("one_row")), None)
+        for name in ("liger raw", f"accel rows {shipped['rows']} w{shipped['num_warps']}", best_persist, best_one):
+            if name in compiled:
+                text = sass(compiled[name])
+                (sass_dir / f"{m}x{n}-{name.replace(' ', '_')}.sass").write_text(text or "")
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--shapes", default="32768x4096")
+    p.add_argument("--rounds", type=int, default=7)
+    p.add_argument("--reps", type=int, default=30)
+    p.add_argument("--sass", type=Path, default=None)
+    p.add_argument("--set", default="one-row", choices=("one-row", "persistent"),
+                   help="variants beside the controls: one-row kernels (one change each) or persistent grids")
+    a = p.parse_args()
+    timer = _Timer(torch.device("cuda"), a.reps)
+    for shape in a.shapes.split(","):
+        m, n = map(int, shape.split("x"))
+        run_shape(m, n, a.rounds, timer, a.sass, a.set)
+        a.sass = None  # SASS of the first shape only (the device returns a few files)
+        sys.stdout.flush()
     return 0
 
 
