@@ -20,7 +20,8 @@ config writing into other output buffers (placement).
   and accel's rows kernel with the shipped and neighbouring configs.
 
 Timing: :class:`accel.kernels.bench._Timer` (CUDA events around one call, the L2 zeroed before each of
-``--reps`` reps, the median), every variant once per round, ``--rounds`` rounds, medians. Each variant is
+``--reps`` reps, the median), every variant once per round, ``--rounds`` rounds, medians; ``--order
+shuffled`` (default) shuffles each round and times Liger's raw kernel and the shipped config twice. Each variant is
 checked against ATen first. Registers and spills come from the compiled kernels; ``--sass DIR`` writes the
 SASS of Liger's kernel, the rows kernel and the fastest variant of the set (first shape) there.
 
@@ -30,6 +31,8 @@ Usage: ``python3 ci/gpu/rms_variants.py [--shapes 32768x4096,16384x8192] [--roun
 from __future__ import annotations
 
 import argparse
+import os
+import random
 import statistics
 import sys
 from pathlib import Path
@@ -78,18 +81,24 @@ def persist(X, W, Y, RSTD, M, N, eps, BLOCK_N: tl.constexpr, ROWS: tl.constexpr,
 
 
 @triton.jit
-def one_row(X, W, Y, RSTD, N, eps, BLOCK_N: tl.constexpr, I64: tl.constexpr, RSTD_FIRST: tl.constexpr,
-            ROUND_XHAT: tl.constexpr, W_LATE: tl.constexpr):
+def one_row(X, W, Y, RSTD, N, eps, offset, BLOCK_N: tl.constexpr, I64: tl.constexpr, RSTD_FIRST: tl.constexpr,
+            ROUND_XHAT: tl.constexpr, W_LATE: tl.constexpr, OFFSET: tl.constexpr, LD_CM: tl.constexpr = "",
+            LD_EV: tl.constexpr = "", ST_CM: tl.constexpr = "", ST_EV: tl.constexpr = "", SPLIT: tl.constexpr = False):
     """One row per program as 1-D tensors, the row's base offset a scalar (int64 where ``I64``); the rstd
     stored before ``y`` where ``RSTD_FIRST``; ``x * rstd`` rounded to the input dtype before the weight
     multiply where ``ROUND_XHAT`` (Liger's "llama" casting; accel keeps one rounding); the weight loaded
-    after the row sum where ``W_LATE``."""
+    after the row sum where ``W_LATE``; the runtime scalar ``offset`` (0.0) added to the weight in fp32 where
+    ``OFFSET`` (Liger's Gemma-style offset: the additions stay in the code); ``LD_*``/``ST_*``: the cache
+    modifier and eviction policy of the row's load and store (PTX ``ld``/``st`` qualifiers; "" none);
+    ``SPLIT``: ``p = x * rstd`` split as ``hi = p`` rounded to the input dtype plus ``lo = p - hi`` (exact), and
+    ``y = fma(lo, w, hi * w)``: for bf16/fp16 weights ``hi * w`` is exact, so ``y`` is bit-identical to
+    ``p * w``, with an epilogue as long as Liger's rounded one."""
     row = tl.program_id(0)
     if I64:
         row = row.to(tl.int64)
     cols = tl.arange(0, BLOCK_N)
     ok = cols < N
-    xin = tl.load(X + row * N + cols, mask=ok, other=0.0)
+    xin = tl.load(X + row * N + cols, mask=ok, other=0.0, cache_modifier=LD_CM, eviction_policy=LD_EV)
     if not W_LATE:
         w = tl.load(W + cols, mask=ok, other=0.0)
     x = xin.to(tl.float32)
@@ -98,13 +107,43 @@ def one_row(X, W, Y, RSTD, N, eps, BLOCK_N: tl.constexpr, I64: tl.constexpr, RST
         tl.store(RSTD + row, rstd)
     if W_LATE:
         w = tl.load(W + cols, mask=ok, other=0.0)
+    wf = w.to(tl.float32)
+    if OFFSET:
+        wf = wf + offset
     if ROUND_XHAT:
-        y = (x * rstd).to(xin.dtype).to(tl.float32) * w.to(tl.float32)
+        y = (x * rstd).to(xin.dtype).to(tl.float32) * wf
+    elif SPLIT:
+        p = x * rstd
+        hi = p.to(xin.dtype).to(tl.float32)
+        y = tl.fma(p - hi, wf, hi * wf)
     else:
-        y = x * rstd * w.to(tl.float32)
-    tl.store(Y + row * N + cols, y.to(Y.dtype.element_ty), mask=ok)
+        y = x * rstd * wf
+    tl.store(Y + row * N + cols, y.to(Y.dtype.element_ty), mask=ok, cache_modifier=ST_CM, eviction_policy=ST_EV)
     if not RSTD_FIRST:
         tl.store(RSTD + row, rstd)
+
+
+@triton.jit
+def rows_split(X, W, Y, RSTD, M, N, eps, BLOCK_N: tl.constexpr, ROWS: tl.constexpr, SPLIT: tl.constexpr):
+    """accel's rows kernel (int32 offsets, weight before the row sums) with ``one_row``'s ``SPLIT`` epilogue."""
+    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    cols = tl.arange(0, BLOCK_N)
+    row_ok = rows < M
+    col_ok = cols < N
+    mask = row_ok[:, None] & col_ok[None, :]
+    offs = rows[:, None] * N + cols[None, :]
+    xin = tl.load(X + offs, mask=mask, other=0.0)
+    w = tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32)
+    x = xin.to(tl.float32)
+    rstd = tl.rsqrt(tl.sum(x * x, axis=1) / N + eps)
+    p = x * rstd[:, None]
+    if SPLIT:
+        hi = p.to(xin.dtype).to(tl.float32)
+        y = tl.fma(p - hi, w[None, :], hi * w[None, :])
+    else:
+        y = p * w[None, :]
+    tl.store(Y + offs, y.to(Y.dtype.element_ty), mask=mask)
+    tl.store(RSTD + rows, rstd, mask=row_ok)
 
 
 def regs(compiled) -> str:
@@ -144,18 +183,26 @@ def one_row_variants(n: int) -> dict[str, tuple[int, dict]]:
     """name -> ``(warps, one_row flags)``: Liger's semantics first, then accel's numerics with one change each."""
     bn = triton.next_power_of_2(n)
     nw = 4 if bn < 2048 else (8 if bn < 8192 else 16)  # Liger's warps for the row (its calculate_settings)
-    base = dict(I64=True, RSTD_FIRST=True, ROUND_XHAT=False, W_LATE=False)
-    return {
-        f"one_row w{nw} liger-like (rounded xhat)": (nw, {**base, "ROUND_XHAT": True}),
+    base = dict(I64=True, RSTD_FIRST=True, ROUND_XHAT=False, W_LATE=False, OFFSET=False)
+    out = {
+        f"one_row w{nw} liger-like + offset": (nw, {**base, "ROUND_XHAT": True, "OFFSET": True}),
         f"one_row w{nw} i64 rstd-first": (nw, base),
-        f"one_row w{nw} i64 rstd-last": (nw, {**base, "RSTD_FIRST": False}),
-        f"one_row w{nw} i32 rstd-first": (nw, {**base, "I64": False}),
-        f"one_row w{nw} i64 rstd-first w-late": (nw, {**base, "W_LATE": True}),
-        f"one_row w{nw // 2 if nw > 4 else 8} i64 rstd-first": (nw // 2 if nw > 4 else 8, base),
+        f"one_row w{nw} i64 rstd-first split": (nw, {**base, "SPLIT": True}),
+        f"one_row w{nw} i64 rstd-last split": (nw, {**base, "SPLIT": True, "RSTD_FIRST": False}),
+        f"one_row w{nw} i32 rstd-first split": (nw, {**base, "SPLIT": True, "I64": False}),
+        f"one_row w{nw} i64 rstd-first split + offset": (nw, {**base, "SPLIT": True, "OFFSET": True}),
     }
+    policies = (("", "", ".cs", ""), ("", "", "", "evict_first"), ("", "", ".cg", ""), ("", "evict_first", ".cs", ""),
+                (".cg", "", "", ""), (".cg", "", ".cs", ""), ("", "evict_first", "", ""))
+    # cache policies of the row's load and store (session 9 run E: none faster; ACCEL_VARIANTS_POLICIES=1)
+    for ld_cm, ld_ev, st_cm, st_ev in policies if os.environ.get("ACCEL_VARIANTS_POLICIES") == "1" else ():
+        tag = " ".join(f"{k} {v}" for k, v in (("ld", ld_cm or ld_ev), ("st", st_cm or st_ev)) if v)
+        out[f"one_row w{nw} {tag}"] = (nw, {**base, "LD_CM": ld_cm, "LD_EV": ld_ev, "ST_CM": st_cm, "ST_EV": st_ev})
+    return out
 
 
-def run_shape(m: int, n: int, rounds: int, timer: _Timer, sass_dir: Path | None, kind: str) -> None:
+def run_shape(m: int, n: int, rounds: int, timer: _Timer, sass_dir: Path | None, kind: str,
+              order: str) -> None:
     torch.manual_seed(0)
     x = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(n, device="cuda", dtype=torch.bfloat16)
@@ -181,12 +228,21 @@ def run_shape(m: int, n: int, rounds: int, timer: _Timer, sass_dir: Path | None,
     for name, (nw, flags) in (one_row_variants(n) if kind == "one-row" else {}).items():
         kw = dict(BLOCK_N=bn, num_warps=nw, **flags)
         try:
-            k = one_row[(m,)](x, w, y, rstd, n, eps, **kw)
+            k = one_row[(m,)](x, w, y, rstd, n, eps, 0.0, **kw)
         except Exception as exc:  # noqa: BLE001
             print(f"{name}: compile/launch failed: {type(exc).__name__}: {str(exc)[:200]}")
             continue
         compiled[name], notes[name] = k, regs(k)
-        runs[name] = (lambda kw=kw: one_row[(m,)](x, w, y, rstd, n, eps, **kw))
+        runs[name] = (lambda kw=kw: one_row[(m,)](x, w, y, rstd, n, eps, 0.0, **kw))
+    for rows in (1, 2, 4) if kind == "one-row" else ():
+        if rows * bn > 16384:
+            continue
+        for split in (False, True):
+            name = f"rows_split r{rows} w8{' split' if split else ''}"
+            kw = dict(BLOCK_N=bn, ROWS=rows, SPLIT=split, num_warps=8)
+            k = rows_split[(-(-m // rows),)](x, w, y, rstd, m, n, eps, **kw)
+            compiled[name], notes[name] = k, regs(k)
+            runs[name] = (lambda rows=rows, kw=kw: rows_split[(-(-m // rows),)](x, w, y, rstd, m, n, eps, **kw))
     if kind == "one-row":  # the output's placement: the same kernels into a buffer allocated apart from x
         y2 = torch.empty_like(x)
         cfg4 = {"looped": False, "block_n": bn, "rows": shipped["rows"], "num_warps": shipped["num_warps"]}
@@ -216,6 +272,8 @@ def run_shape(m: int, n: int, rounds: int, timer: _Timer, sass_dir: Path | None,
     except Exception as exc:  # noqa: BLE001
         print("liger not usable:", type(exc).__name__, exc)
     ref, ref_rstd = torch.ops.aten._fused_rms_norm.default(x, [n], w, eps)
+    plain = torch.empty_like(x)
+    rows_split[(m,)](x, w, plain, rstd, m, n, eps, BLOCK_N=bn, ROWS=1, SPLIT=False, num_warps=8)
     for name, fn in list(runs.items()):
         y.fill_(float("nan"))
         rstd.fill_(float("nan"))
@@ -224,14 +282,26 @@ def run_shape(m: int, n: int, rounds: int, timer: _Timer, sass_dir: Path | None,
             continue
         ok = torch.allclose(y.float(), ref.float(), rtol=2e-2, atol=2e-2) and torch.allclose(
             rstd, ref_rstd.view(-1).float(), rtol=1e-3, atol=1e-3)
+        if "split" in name and not torch.equal(y, plain):
+            print(f"{name}: not bit-identical to the plain epilogue "
+                  f"({(y != plain).sum().item()} of {y.numel()} differ)")
         if not ok:
             print(f"{name}: WRONG (max err {(y.float() - ref.float()).abs().nan_to_num(1e9).max().item():.3g}); dropped")
             del runs[name]
     del out
     times: dict[str, list[float]] = {k: [] for k in runs}
+    if order == "shuffled":  # position controls: the same launches timed twice, at other places in a round
+        for name in ("liger raw", f"accel rows {shipped['rows']} w{shipped['num_warps']}"):
+            if name in runs:
+                runs[name + " (again)"] = runs[name]
+                times[name + " (again)"] = []
+    rng = random.Random(0)
     for _ in range(rounds):
-        for name, fn in runs.items():
-            times[name].append(timer(fn))
+        names = list(runs)
+        if order == "shuffled":
+            rng.shuffle(names)
+        for name in names:
+            times[name].append(timer(runs[name]))
     base = times.get("liger")
     moved = 2 * m * n * 2
     print(f"rms_norm fwd bf16 {m}x{n}, {sms} SMs, median of {rounds} interleaved rounds of {timer.reps} "
@@ -258,13 +328,16 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--reps", type=int, default=30)
     p.add_argument("--sass", type=Path, default=None)
+    p.add_argument("--order", default="shuffled", choices=("shuffled", "fixed"),
+                   help="the variants' order in each round: a new shuffle per round (seeded), with two launches "
+                        "timed twice as position controls, or the same order every round")
     p.add_argument("--set", default="one-row", choices=("one-row", "persistent"),
                    help="variants beside the controls: one-row kernels (one change each) or persistent grids")
     a = p.parse_args()
     timer = _Timer(torch.device("cuda"), a.reps)
     for shape in a.shapes.split(","):
         m, n = map(int, shape.split("x"))
-        run_shape(m, n, a.rounds, timer, a.sass, a.set)
+        run_shape(m, n, a.rounds, timer, a.sass, a.set, a.order)
         a.sass = None  # SASS of the first shape only (the device returns a few files)
         sys.stdout.flush()
     return 0
