@@ -27,45 +27,44 @@ NAME = "accel"
 _OVERRIDE_WARNING = r".*(Overriding a previously registered kernel|Warning only once for all operators).*"
 
 
-def _floor_gate(live: tuple) -> Any:
-    """``below(args)``: whether every override in ``live`` declines ``args`` by size alone, or ``None``.
+class _FloorGate:
+    """Whether every override in ``live`` declines a call by size alone: the router's first test.
 
     Only when each override's cond carries ``floor`` (a callable giving the fewest elements its
     kernel takes: the built-in conds, :func:`accel.kernels._tuning.floor`). Then a call whose first
     argument has fewer elements than the smallest floor goes straight to ATen with one ``numel()``:
-    the 8-element router cost is one compare, not a cond per override. The floors are cached until
-    the tuning tables or ``MIN_NUMEL`` change (:data:`accel.kernels._tuning.GENERATION`); a floor
-    that raises turns the gate off for that call (the conds then decide and report their own
-    failures). A cond carrying ``floor`` promises to decline every smaller call (a wrapper made with
+    the 8-element router cost is one compare, not a cond per override. The least floor is cached
+    until the tuning tables or ``MIN_NUMEL`` change (:data:`accel.kernels._tuning.GENERATION`); a
+    floor that raises gives ``least`` 0 (no gate) for that call (the conds then decide and report their
+    own failures). A cond carrying ``floor`` promises to decline every smaller call (a wrapper made with
     ``functools.wraps`` copies the attribute, and the promise: delete it if the wrapper accepts more).
+
+    The router reads :attr:`generation` and :attr:`least` inline (no call on its fast path) and calls
+    :meth:`refresh` when the generation moved.
     """
-    floors = [getattr(ov.cond, "floor", None) for ov in live]
-    if not live or not all(callable(f) for f in floors):
-        return None
-    from . import _tuning
 
-    cache = [-1, 0]  # generation, min floor
+    __slots__ = ("floors", "generation", "least")
 
-    def below(args: tuple) -> bool:
-        generation = _tuning.GENERATION
-        if cache[0] != generation:
-            try:
-                least = min(f() for f in floors)
-            except Exception:  # noqa: BLE001 - a floor that cannot be computed: no gate, the conds decide
-                return False
-            # the generation read BEFORE the floors: a change while they are computed (a table load,
-            # another thread's reload) leaves the cache stale by one generation, so it is recomputed
-            cache[0], cache[1] = generation, least
+    def __init__(self, live: tuple) -> None:
+        self.floors = [ov.cond.floor for ov in live]
+        self.generation = -1
+        self.least = 0
+
+    @staticmethod
+    def applies(live: tuple) -> bool:
+        """Whether ``live`` is non-empty and every cond carries a callable ``floor``."""
+        return bool(live) and all(callable(getattr(ov.cond, "floor", None)) for ov in live)
+
+    def refresh(self, generation: int) -> int:
+        """The least floor for tuning generation ``generation`` (0 where a floor raises: no gate, uncached)."""
         try:
-            small = args[0].numel() < cache[1]
-        except (AttributeError, IndexError, TypeError):
-            return False
-        if small:
-            for ov in live:
-                ov.declined += 1
-        return small
-
-    return below
+            least = min(f() for f in self.floors)
+        except Exception:  # noqa: BLE001 - a floor that cannot be computed: no gate, the conds decide
+            return 0
+        # the generation read BEFORE the floors: a change while they are computed (a table load,
+        # another thread's reload) leaves the cache stale by one generation, so it is recomputed
+        self.generation, self.least = generation, least
+        return least
 
 
 def _no_signature(args: tuple) -> None:
@@ -90,18 +89,27 @@ def _make_router(slot: Any, live: tuple) -> Any:
     override that takes the call answers it (its memoised plan where its cond is cacheable: the
     signature is computed once per call for all of them), else ATen."""
     inside, run = slot.inside, slot.run_guarded
-    below = _floor_gate(live)
-    if below is None:
-        def below(args: tuple) -> bool:
-            return False
+    gate = _FloorGate(live) if _FloorGate.applies(live) else None
     aten = slot.original if slot.original is not None else _Unboxed(slot.fallback)
     fallback = _plans.FALLBACK
+    from . import _tuning
 
     # the signature once per call, for every cacheable override's memo (None: no override memoises)
     signature = _plans.signature if any(ov.cacheable for ov in live) else _no_signature
 
     def router(keyset: Any, *args: Any, **kwargs: Any) -> Any:
-        if not inside.on and not below(args):
+        if not inside.on:
+            if gate is not None:  # inline: the 8-element path pays no call before ATen's
+                generation = _tuning.GENERATION
+                least = gate.least if gate.generation == generation else gate.refresh(generation)
+                try:
+                    small = args[0].numel() < least
+                except (AttributeError, IndexError, TypeError):
+                    small = False
+                if small:
+                    for ov in live:  # booked as declined by each (accel kernels shows them as fallbacks)
+                        ov.declined += 1
+                    return aten.call_boxed(keyset, *args, **kwargs)
             sig = signature(args)
             for ov in live:
                 fn = ov.take(args, kwargs, sig)

@@ -174,15 +174,38 @@ def _candidates(direction: str, x, w, dy, rstd, peers: dict[str, Any]) -> dict[s
     return c
 
 
+def _bare_router(op_name: str, key: str) -> Any:
+    """A ``torch.library`` kernel at dispatch key ``key`` of ATen op ``op_name`` that only calls the ATen kernel
+    captured under it (with accel's overrides disabled: ATen's), installed; ``lib._destroy()`` removes it. The
+    floor of any Python router at that key (the dispatcher boxing the call into Python and back), measured
+    beside accel's."""
+    import warnings
+
+    from torch.library import get_kernel
+
+    kernel = get_kernel(op_name, key)
+    lib = torch.library.Library("aten", "IMPL", key)
+
+    def bare(keyset: Any, *args: Any, **kwargs: Any) -> Any:
+        return kernel.call_boxed(keyset, *args, **kwargs)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # torch's "overriding a previously registered kernel"
+        lib.impl(op_name.split("::")[1], bare, key, with_keyset=True)
+    return lib
+
+
 def _router_overhead(device: torch.device, calls: int = 2000, rounds: int = 5) -> dict[str, float]:
-    """Host µs per ``aten::_fused_rms_norm`` call on 8 elements, without and with accel's overrides installed:
-    the fastest of ``rounds`` loops of ``calls`` each, the two alternating (a host whose speed drifts over the
-    measurement shifts both alike)."""
+    """Host µs per ``aten::_fused_rms_norm`` call on 8 elements: plain ATen (accel's overrides disabled), through
+    a bare ``torch.library`` router at the device's dispatch key (:func:`_bare_router`; ``None`` where it cannot
+    be installed) and with accel's overrides installed. The fastest of ``rounds`` loops of ``calls`` each, the
+    three alternating (a host whose speed drifts over the measurement shifts all alike)."""
     import accel.kernels as ak
 
     x = torch.randn(1, 8, device=device)
     w = torch.randn(8, device=device)
     op = torch.ops.aten._fused_rms_norm.default
+    key = {"cuda": "CUDA", "cpu": "CPU", "xpu": "XPU", "mps": "MPS"}.get(device.type)
 
     def per_call() -> float:
         for _ in range(50):
@@ -194,13 +217,24 @@ def _router_overhead(device: torch.device, calls: int = 2000, rounds: int = 5) -
         _sync(device)
         return (time.perf_counter() - t0) / calls * 1e6
 
-    plains, routeds = [], []
+    plains, bares, routeds = [], [], []
     for _ in range(rounds):
         with ak.disabled():
             plains.append(per_call())
+            if key is not None and bares is not None:
+                try:
+                    lib = _bare_router("aten::_fused_rms_norm", key)
+                except Exception:  # noqa: BLE001 - no bare floor on this torch/key; accel's cost is still measured
+                    bares = None
+                else:
+                    try:
+                        bares.append(per_call())
+                    finally:
+                        lib._destroy()
         routeds.append(per_call())
     plain, routed = min(plains), min(routeds)
-    return {"aten_us": plain, "with_router_us": routed, "router_cost_us": routed - plain}
+    bare = min(bares) - plain if bares else None
+    return {"aten_us": plain, "with_router_us": routed, "router_cost_us": routed - plain, "bare_router_cost_us": bare}
 
 
 def check_arguments(*, reps: int | None = None, budget_s: float | None = None, shapes=None,
@@ -393,8 +427,11 @@ def to_markdown(report: dict[str, Any]) -> str:
         lines.append("")
     ro = report.get("router_overhead", {})
     if ro:
+        bare = ro.get("bare_router_cost_us")
+        floor = (f"; a bare torch.library router that only calls ATen's kernel: +{bare:.2f} µs, so accel's own "
+                 f"part is {ro['router_cost_us'] - bare:+.2f} µs") if bare is not None else ""
         lines += [f"Router cost on an 8-element tensor: ATen {ro['aten_us']:.2f} µs/call, with accel's router "
-                  f"{ro['with_router_us']:.2f} µs/call (+{ro['router_cost_us']:.2f} µs).", ""]
+                  f"{ro['with_router_us']:.2f} µs/call (+{ro['router_cost_us']:.2f} µs){floor}.", ""]
     if report["aten_faster"]:
         lines += ["Shapes where ATen beat the routed call (run accel bench --tune to route them to ATen):",
                   "", "```python"]

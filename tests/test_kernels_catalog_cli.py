@@ -243,7 +243,10 @@ def test_benchmark_markdown_renders_a_report():
                         "impls": {"aten": {"us": 30.0, "gbs": 2000.0, "pct_ceiling": 50.0, "vs_aten": 1.0,
                                            "vs_best_peer": None}}}]}
     md = bench.to_markdown(report)
-    assert "2000 (50%) 1.00x" in md and "ImportError: x" in md and "+4.00 µs" in md
+    assert "2000 (50%) 1.00x" in md and "ImportError: x" in md and "+4.00 µs" in md and "bare" not in md
+    report["router_overhead"]["bare_router_cost_us"] = 3.5
+    assert "a bare torch.library router that only calls ATen's kernel: +3.50 µs, so accel's own part is +0.50 µs" \
+        in bench.to_markdown(report)
     assert "('sm_90', 'triton', 'fwd', 'bfloat16'): ((1024, 65536, 65536),)" in md
 
 
@@ -281,4 +284,5 @@ def test_benchmark_script_runs_end_to_end_on_cpu_in_the_interpreter():
         assert row["impls"]["aten"]["vs_aten"] == 1.0 and row["bytes"] == 2 * 64 * 256 * (2 if row["dtype"] == "bf16" else 4)
     assert r["routed_counts"]["rms_norm_fwd.triton"]["routed"] > 0
     assert r["router_overhead"]["with_router_us"] > 0 and r["installed"] == ["rms_norm_fwd.triton", "rms_norm_bwd.triton"]
+    assert r["router_overhead"]["bare_router_cost_us"] is not None  # the floor, measured at the CPU key
     assert r["skipped"] == ["bwd: ATen has no aten::_fused_rms_norm_backward kernel on cpu"]
