@@ -14,6 +14,7 @@ adds a method call and the cond per override.
 
 from __future__ import annotations
 
+import operator
 import warnings
 from typing import Any
 
@@ -38,6 +39,9 @@ class _FloorGate:
     floor that raises gives ``least`` 0 (no gate) for that call (the conds then decide and report their
     own failures). A cond carrying ``floor`` promises to decline every smaller call (a wrapper made with
     ``functools.wraps`` copies the attribute, and the promise: delete it if the wrapper accepts more).
+    A floor must give an integer (``operator.index``); anything else turns the gate off. The ``floor``
+    callables are read when the router is installed (at ``register``/``enable``): a cond's ``floor``
+    replaced later takes effect at the next (re)installation, their results at every generation.
 
     The router reads :attr:`generation` and :attr:`least` inline (no call on its fast path) and calls
     :meth:`refresh` when the generation moved.
@@ -58,12 +62,14 @@ class _FloorGate:
     def refresh(self, generation: int) -> int:
         """The least floor for tuning generation ``generation`` (0 where a floor raises: no gate, uncached)."""
         try:
-            least = min(f() for f in self.floors)
-        except Exception:  # noqa: BLE001 - a floor that cannot be computed: no gate, the conds decide
+            least = operator.index(min(f() for f in self.floors))
+        except Exception:  # noqa: BLE001 - a floor that cannot be computed, or no integer: no gate, the conds decide
             return 0
         # the generation read BEFORE the floors: a change while they are computed (a table load,
-        # another thread's reload) leaves the cache stale by one generation, so it is recomputed
-        self.generation, self.least = generation, least
+        # another thread's reload) leaves the cache stale by one generation, so it is recomputed. The
+        # floor is stored before the generation: a thread reading the new generation finds the new floor.
+        self.least = least
+        self.generation = generation
         return least
 
 

@@ -184,7 +184,8 @@ def _bare_router(op_name: str, key: str) -> Any:
     from torch.library import get_kernel
 
     kernel = get_kernel(op_name, key)
-    lib = torch.library.Library("aten", "IMPL", key)
+    namespace, name = op_name.split("::")
+    lib = torch.library.Library(namespace, "IMPL", key)
     lib.calls = [0]  # type: ignore[attr-defined]  # whether the dispatcher reached it (a 30 ns list update)
     calls = lib.calls  # type: ignore[attr-defined]
 
@@ -194,17 +195,22 @@ def _bare_router(op_name: str, key: str) -> Any:
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # torch's "overriding a previously registered kernel"
-        lib.impl(op_name.split("::")[1], bare, key, with_keyset=True)
+        lib.impl(name, bare, key, with_keyset=True)
     return lib
 
 
-def _router_overhead(device: torch.device, calls: int = 2000, rounds: int = 5) -> dict[str, float]:
+def _router_overhead(device: torch.device, calls: int = 2000, rounds: int = 5) -> dict[str, Any]:
     """Host µs per ``aten::_fused_rms_norm`` call on 8 elements: plain ATen (accel's overrides disabled), through
     a bare ``torch.library`` router at the device's dispatch key (:func:`_bare_router`; ``None`` where it cannot
     be installed) and with accel's overrides installed. The fastest of ``rounds`` loops of ``calls`` each, the
     three alternating (a host whose speed drifts over the measurement shifts all alike). ``bare_router_cost_us``
-    is ``None`` where that router cannot be installed or the dispatcher does not reach it."""
+    is ``None`` where that router cannot be installed or timed, or the dispatcher does not reach it. Without a
+    live accel override of the op (``--ops`` without ``rms_norm``, no DSL installed) there is no router to
+    time: ``{"skipped": why}``."""
     import accel.kernels as ak
+
+    if not any(o.op == "aten::_fused_rms_norm" and o.active and device.type in o.backends for o in ak.overrides()):
+        return {"skipped": f"no accel override of aten::_fused_rms_norm is active on {device.type}: no router to time"}
 
     x = torch.randn(1, 8, device=device)
     w = torch.randn(8, device=device)
@@ -233,11 +239,13 @@ def _router_overhead(device: torch.device, calls: int = 2000, rounds: int = 5) -
                 else:
                     try:
                         t = per_call()
+                    except Exception:  # noqa: BLE001 - as an install failure: no floor, the run goes on
+                        t = None
                     finally:
                         lib._destroy()
                     # a kernel the dispatcher never reached (another registration in front of the key, as
                     # torch's native DSL registry can be) measures nothing: no floor then
-                    if lib.calls[0]:
+                    if t is not None and lib.calls[0]:
                         bares.append(t)
                     else:
                         bares = None
@@ -312,86 +320,88 @@ def run(shapes=None, dtypes=("bf16",), reps: int = 30, budget_s: float = 150.0,
         directions.remove("bwd")  # CPU: no ATen backward kernel to compare with
         skipped.append(f"bwd: ATen has no aten::_fused_rms_norm_backward kernel on {device.type}")
     installed = ak.install(kernels=list(ops))
-    if device.type == "cuda":
-        name, arch = torch.cuda.get_device_name(device), "sm_%d%d" % torch.cuda.get_device_capability(device)
-    else:
-        name, arch = "cpu", "cpu"
-    report: dict[str, Any] = {
-        "device": name, "arch": arch, "torch": torch.__version__,
-        "versions": {m: _version(m) for m in ("triton", "helion", "nvidia-cutlass-dsl", "liger-kernel", "quack-kernels")},
-        "copy_ceiling_gbs": ceiling, "installed": installed, "rounds": rounds,
-        "peers": {k: (None if not isinstance(v, Exception) else f"{type(v).__name__}: {v}") for k, v in peers.items()},
-        "rows": [], "aten_faster": [], "skipped": skipped,
-    }
-    for dname in dtypes if "rms_norm" in ops else ():
-        dtype = _DTYPES[dname]
-        for m, n in shapes or SHAPES:
-            if time.perf_counter() - started > budget_s:
-                report["skipped"].append(f"{dname} {m}x{n}: time budget {budget_s} s spent")
-                continue
-            torch.manual_seed(0)
-            x = torch.randn(m, n, dtype=dtype, device=device)
-            w = torch.randn(n, dtype=dtype, device=device)
-            dy = torch.randn(m, n, dtype=dtype, device=device)
-            with ak.disabled():
-                rstd = torch.ops.aten._fused_rms_norm.default(x, [n], w, EPS)[1]
-            for direction in directions:
-                esize = x.element_size()
-                moved = (2 if direction == "fwd" else 3) * m * n * esize
+    try:  # the overrides installed here are removed whatever happens
+        if device.type == "cuda":
+            name, arch = torch.cuda.get_device_name(device), "sm_%d%d" % torch.cuda.get_device_capability(device)
+        else:
+            name, arch = "cpu", "cpu"
+        report: dict[str, Any] = {
+            "device": name, "arch": arch, "torch": torch.__version__,
+            "versions": {m: _version(m) for m in ("triton", "helion", "nvidia-cutlass-dsl", "liger-kernel", "quack-kernels")},
+            "copy_ceiling_gbs": ceiling, "installed": installed, "rounds": rounds,
+            "peers": {k: (None if not isinstance(v, Exception) else f"{type(v).__name__}: {v}") for k, v in peers.items()},
+            "rows": [], "aten_faster": [], "skipped": skipped,
+        }
+        for dname in dtypes if "rms_norm" in ops else ():
+            dtype = _DTYPES[dname]
+            for m, n in shapes or SHAPES:
+                if time.perf_counter() - started > budget_s:
+                    report["skipped"].append(f"{dname} {m}x{n}: time budget {budget_s} s spent")
+                    continue
+                torch.manual_seed(0)
+                x = torch.randn(m, n, dtype=dtype, device=device)
+                w = torch.randn(n, dtype=dtype, device=device)
+                dy = torch.randn(m, n, dtype=dtype, device=device)
                 with ak.disabled():
-                    if direction == "fwd":  # through F.rms_norm, like the routed call
-                        aten = lambda: torch.nn.functional.rms_norm(x, (n,), w, EPS)  # noqa: E731
-                    else:
-                        aten = lambda: torch.ops.aten._fused_rms_norm_backward.default(  # noqa: E731
-                            dy, x, [n], rstd, w, [True, True])
-                    ref = aten()
-                errors: dict[str, str] = {}
-                routed_to = ak.explain("aten::_fused_rms_norm" if direction == "fwd" else
-                                       "aten::_fused_rms_norm_backward",
-                                       *((x, [n], w, EPS) if direction == "fwd" else
-                                         (dy, x, [n], rstd, w, [True, True]))).kernel
-                timed: dict[str, Callable[[], Any]] = {"aten": aten}
-                for name, fn in _candidates(direction, x, w, dy, rstd, peers).items():
-                    try:
-                        out = fn()
-                        _, problem = _tolerance.compare(_as_tuple(out, direction), _as_tuple(ref, direction))
-                        if problem is not None and name in ("liger", "quack"):
-                            problem = None  # peers round differently (e.g. Liger's "llama" casting); timed anyway
-                        if problem is not None:
-                            errors[name] = f"wrong result: {problem}"
-                            continue
-                        timed[name] = fn
-                    except Exception as exc:  # noqa: BLE001 - one failing candidate must not end the run
-                        errors[name] = f"{type(exc).__name__}: {str(exc)[:200]}"
-                results = timer.interleaved(timed, rounds, errors)
-                peer_times = [results[p] for p in ("liger", "quack") if p in results]
-                best_peer = min(peer_times) if peer_times else None
-                row = {"op": "rms_norm", "dtype": dname, "shape": [m, n], "direction": direction, "bytes": moved,
-                       "routed_to": routed_to, "errors": errors, "impls": {}}
-                for name, us in results.items():
-                    gbs = moved / us / 1e3
-                    row["impls"][name] = {
-                        "us": us, "gbs": gbs, "pct_ceiling": 100 * gbs / ceiling,
-                        "vs_aten": results["aten"] / us,
-                        "vs_best_peer": (best_peer / us) if best_peer else None,
-                    }
-                report["rows"].append(row)
-                if "routed" in results and results["routed"] > results["aten"] and routed_to != "aten":
-                    dsl = routed_to.rsplit(".", 1)[-1]
-                    report["aten_faster"].append(
-                        {"key": [report["arch"], dsl, direction, str(dtype).removeprefix("torch.")],
-                         "entry": [n, m, m], "routed_us": results["routed"], "aten_us": results["aten"]})
-    from . import _bench_ops
+                    rstd = torch.ops.aten._fused_rms_norm.default(x, [n], w, EPS)[1]
+                for direction in directions:
+                    esize = x.element_size()
+                    moved = (2 if direction == "fwd" else 3) * m * n * esize
+                    with ak.disabled():
+                        if direction == "fwd":  # through F.rms_norm, like the routed call
+                            aten = lambda: torch.nn.functional.rms_norm(x, (n,), w, EPS)  # noqa: E731
+                        else:
+                            aten = lambda: torch.ops.aten._fused_rms_norm_backward.default(  # noqa: E731
+                                dy, x, [n], rstd, w, [True, True])
+                        ref = aten()
+                    errors: dict[str, str] = {}
+                    routed_to = ak.explain("aten::_fused_rms_norm" if direction == "fwd" else
+                                           "aten::_fused_rms_norm_backward",
+                                           *((x, [n], w, EPS) if direction == "fwd" else
+                                             (dy, x, [n], rstd, w, [True, True]))).kernel
+                    timed: dict[str, Callable[[], Any]] = {"aten": aten}
+                    for name, fn in _candidates(direction, x, w, dy, rstd, peers).items():
+                        try:
+                            out = fn()
+                            _, problem = _tolerance.compare(_as_tuple(out, direction), _as_tuple(ref, direction))
+                            if problem is not None and name in ("liger", "quack"):
+                                problem = None  # peers round differently (e.g. Liger's "llama" casting); timed anyway
+                            if problem is not None:
+                                errors[name] = f"wrong result: {problem}"
+                                continue
+                            timed[name] = fn
+                        except Exception as exc:  # noqa: BLE001 - one failing candidate must not end the run
+                            errors[name] = f"{type(exc).__name__}: {str(exc)[:200]}"
+                    results = timer.interleaved(timed, rounds, errors)
+                    peer_times = [results[p] for p in ("liger", "quack") if p in results]
+                    best_peer = min(peer_times) if peer_times else None
+                    row = {"op": "rms_norm", "dtype": dname, "shape": [m, n], "direction": direction, "bytes": moved,
+                           "routed_to": routed_to, "errors": errors, "impls": {}}
+                    for name, us in results.items():
+                        gbs = moved / us / 1e3
+                        row["impls"][name] = {
+                            "us": us, "gbs": gbs, "pct_ceiling": 100 * gbs / ceiling,
+                            "vs_aten": results["aten"] / us,
+                            "vs_best_peer": (best_peer / us) if best_peer else None,
+                        }
+                    report["rows"].append(row)
+                    if "routed" in results and results["routed"] > results["aten"] and routed_to != "aten":
+                        dsl = routed_to.rsplit(".", 1)[-1]
+                        report["aten_faster"].append(
+                            {"key": [report["arch"], dsl, direction, str(dtype).removeprefix("torch.")],
+                             "entry": [n, m, m], "routed_us": results["routed"], "aten_us": results["aten"]})
+        from . import _bench_ops
 
-    for family in ops:
-        if family != "rms_norm":
-            _bench_ops.run_family(family, report, timer, device, dtypes, started, budget_s, ceiling, shapes, rounds)
-    report["router_overhead"] = _router_overhead(device)
-    report["routed_counts"] = {o.name: {"routed": o.routed, "fallbacks": o.fallbacks, "failed": o.failed}
-                               for o in ak.overrides()}
-    for name in installed:
-        ak.unregister(name)
-    report["elapsed_s"] = time.perf_counter() - started
+        for family in ops:
+            if family != "rms_norm":
+                _bench_ops.run_family(family, report, timer, device, dtypes, started, budget_s, ceiling, shapes, rounds)
+        report["router_overhead"] = _router_overhead(device)
+        report["routed_counts"] = {o.name: {"routed": o.routed, "fallbacks": o.fallbacks, "failed": o.failed}
+                                   for o in ak.overrides()}
+        report["elapsed_s"] = time.perf_counter() - started
+    finally:
+        for name in installed:
+            ak.unregister(name)
     return report
 
 
@@ -436,7 +446,9 @@ def to_markdown(report: dict[str, Any]) -> str:
                          + " | ".join(cells) + " |")
         lines.append("")
     ro = report.get("router_overhead", {})
-    if ro:
+    if ro.get("skipped"):
+        lines += [f"Router cost not measured: {ro['skipped']}.", ""]
+    elif ro:
         bare = ro.get("bare_router_cost_us")
         floor = (f"; a bare torch.library router that only calls ATen's kernel: +{bare:.2f} µs, so accel's own "
                  f"part is {ro['router_cost_us'] - bare:+.2f} µs") if bare is not None else ""

@@ -250,6 +250,44 @@ def test_benchmark_markdown_renders_a_report():
     assert "('sm_90', 'triton', 'fwd', 'bfloat16'): ((1024, 65536, 65536),)" in md
 
 
+def test_router_overhead_needs_a_live_override_and_survives_a_failing_bare_router(monkeypatch):
+    """No accel override of aten::_fused_rms_norm: nothing to time (no negative "own part" from timing ATen
+    against ATen). A bare router whose timing raises gives no floor, accel's cost is still measured, and the
+    dispatcher is as before."""
+    import accel.kernels as ak
+    from accel.kernels import bench
+    from accel.kernels.ops.rms_norm import reference
+
+    ak.use_registry("accel")
+    cpu = torch.device("cpu")
+    ro = bench._router_overhead(cpu, calls=10, rounds=1)
+    assert "no accel override of aten::_fused_rms_norm is active on cpu" in ro["skipped"]
+    assert "Router cost not measured: no accel override" in bench.to_markdown(
+        {"device": "cpu", "arch": "cpu", "torch": "x", "versions": {}, "peers": {}, "copy_ceiling_gbs": 1.0,
+         "skipped": [], "elapsed_s": 1.0, "aten_faster": [], "rows": [], "router_overhead": ro})
+    ak.register("aten::_fused_rms_norm", impl=reference.fused_rms_norm, backends=["cpu"], dsl="eager",
+                cond=lambda *a, **k: False, name="ro")
+    try:
+        class Raising:  # the kernel the bare router captures: every call raises
+            def call_boxed(self, *args, **kwargs):
+                raise RuntimeError("boom")
+        real = bench._bare_router
+
+        def failing(op_name, key):  # the real bare router around a raising kernel
+            with pytest.MonkeyPatch.context() as mp:
+                mp.setattr(torch.library, "get_kernel", lambda op, k: Raising())
+                return real(op_name, key)
+        monkeypatch.setattr(bench, "_bare_router", failing)
+        before = torch._C._dispatch_dump("aten::_fused_rms_norm")
+        with ak.disabled():
+            plain_dump = torch._C._dispatch_dump("aten::_fused_rms_norm")
+        ro = bench._router_overhead(cpu, calls=10, rounds=2)
+        assert ro["bare_router_cost_us"] is None and ro["with_router_us"] > 0
+        assert torch._C._dispatch_dump("aten::_fused_rms_norm") == before != plain_dump
+    finally:
+        ak.unregister("ro")
+
+
 def test_benchmark_script_runs_end_to_end_on_cpu_in_the_interpreter():
     """Smoke test of the benchmark's own code (numbers meaningless here): CPU device, Triton interpreter."""
     import os

@@ -468,6 +468,25 @@ def test_router_floor_gate_sends_small_calls_to_aten_without_a_cond():
     assert [t for t, _ in seen] == ["a", "b"]
 
 
+@pytest.mark.parametrize("bad", [lambda: torch.tensor([1, 2]), lambda: None, lambda: "64", lambda: 2.5,
+                                 lambda: 1 / 0])
+def test_router_floor_gate_off_for_a_floor_that_is_no_integer(bad):
+    """A floor giving no integer (a 2-element tensor, None, a string, a float) or raising turns the gate off
+    for that call: the cond decides, the user's call never sees an exception."""
+    ak.use_registry("accel")
+    calls = []
+
+    def cond(x, normalized_shape, weight=None, eps=None):
+        calls.append(x.numel())
+        return True
+    cond.floor = bad
+    impl = Counting(reference.fused_rms_norm)
+    ak.register(FWD, impl=impl, backends=["cpu"], dsl="eager", cond=cond, name="bf")
+    x = torch.randn(2, 8)
+    torch.testing.assert_close(_call(x)[0], reference.fused_rms_norm(x, [8], None, 1e-6)[0])
+    assert calls == [16] and impl.calls == 1
+
+
 def test_builtin_conds_carry_their_tuning_floor():
     from accel.kernels import _tuning
     from accel.kernels.ops.layer_norm import conditions as lc
