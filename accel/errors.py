@@ -45,6 +45,7 @@ __all__ = [
     "BenchArgumentError",
     "AccelWarning",
     "KernelFallbackWarning",
+    "KernelRegistrationWarning",
 ]
 
 
@@ -194,3 +195,8 @@ class AccelWarning(UserWarning):
 
 class KernelFallbackWarning(AccelWarning):
     """A routed kernel raised or disagreed with ATen; ATen's result was used and that shape now runs ATen."""
+
+
+class KernelRegistrationWarning(AccelWarning):
+    """A kernel registered as asked that leaves something unusable: a forward override whose backward has no
+    kernel at that dispatch key (inference works, training through the op fails)."""

@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from accel import _compat
-from accel.errors import KernelFallbackWarning, KernelRegistrationError, UnknownKernelError
+from accel.errors import KernelFallbackWarning, KernelRegistrationError, KernelRegistrationWarning, UnknownKernelError
 
 from . import _plans, _tolerance, _tuning
 
@@ -679,6 +679,40 @@ def _refuse_without_autograd(op: _Op) -> None:
             f"which ops run).")
 
 
+#: Forward op -> the op its autograd formula calls for the gradient, where ATen may lack a kernel for the
+#: second at a key whose forward is only a composite (``aten::_fused_rms_norm`` on CPU).
+_BACKWARD_OF = {"aten::_fused_rms_norm": "aten::_fused_rms_norm_backward"}
+
+
+def _warn_without_backward(op: _Op, keys: Sequence[str]) -> None:
+    """Warn (:class:`~accel.errors.KernelRegistrationWarning`, once per key) where a kernel for forward ``op``
+    at one of ``keys`` would break training (inference works: the warning says what to register).
+
+    Where ATen has only a composite for ``op`` at a key (``aten::_fused_rms_norm`` on CPU), autograd
+    differentiates what the composite decomposes to; a kernel of accel's at that key makes autograd use
+    ``op``'s own formula instead, which calls the backward op (:data:`_BACKWARD_OF`). Where that op has
+    no kernel at the key either (no ATen kernel, no accel override registered there), every backward
+    through ``op`` would fail with "Could not run ... with arguments from the 'CPU' backend".
+    """
+    backward = _BACKWARD_OF.get(op.qualname)
+    if backward is None:
+        return
+    has = torch._C._dispatch_has_kernel_for_dispatch_key
+    for key in keys:
+        if has(f"{op.namespace}::{op.symbol}", key) or has(backward, key):
+            continue
+        if any(o.op.qualname == backward and key in o.keys.values() for o in _OVERRIDES.values()):
+            continue
+        warnings.warn(KernelRegistrationWarning(
+            f"accel.kernels.register({op.qualname}): ATen has only a composite of it at dispatch key {key!r}, "
+            f"so with a kernel there autograd would call {backward}, which has no kernel at {key!r}: every "
+            f"backward through {op.qualname} (nn.RMSNorm training) would fail. Register {backward} at that "
+            f"backend first, with fallback= an eager backward (accel.kernels.ops.rms_norm.reference."
+            f"fused_rms_norm_backward), or register both at once with "
+            f"accel.kernels.ops.rms_norm._pair.register_pair. (Inference alone works.)"), stacklevel=3)
+        return
+
+
 def _choose_path(op: _Op, key: str, has_aten_kernel: bool) -> Any:
     from . import _native, _router
 
@@ -789,16 +823,25 @@ def register(
             taken, ``impl``/``cond`` not callable, or no ATen kernel at a key and no
             ``fallback``. Nothing is registered then.
 
+    Warns:
+        KernelRegistrationWarning: a forward whose backward would have no kernel at a key
+            (``aten::_fused_rms_norm`` on CPU, where ATen's forward is a composite, before
+            ``aten::_fused_rms_norm_backward`` is registered there): inference works, training
+            through the op fails. Register the backward first, as the example does.
+
     Example:
         >>> import torch, accel.kernels as ak
         >>> def ref(x, shape, w=None, eps=None):
         ...     r = torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + (eps or 1e-6))
         ...     return (x.float() * r * (1 if w is None else w)).to(x.dtype), r
+        >>> from accel.kernels.ops.rms_norm import reference  # CPU: the backward first (ATen has none there)
+        >>> bwd = ak.register("aten::_fused_rms_norm_backward", impl=reference.fused_rms_norm_backward,
+        ...                   fallback=reference.fused_rms_norm_backward, backends=["cpu"], dsl="eager")
         >>> name = ak.register("aten::_fused_rms_norm", impl=ref, backends=["cpu"], dsl="eager", name="doc")
         >>> y, rstd = torch.ops.aten._fused_rms_norm(torch.ones(2, 4), [4], None, 1e-6)
         >>> [o.routed for o in ak.overrides() if o.name == "doc"]
         [1]
-        >>> ak.unregister("doc")
+        >>> ak.unregister("doc"); ak.unregister(bwd)
     """
     opr = _resolve_op(op, error=KernelRegistrationError)
     _refuse_without_autograd(opr)
@@ -838,6 +881,7 @@ def register(
             raise KernelRegistrationError(
                 f"accel.kernels.register({opr.qualname}): torch {torch.__version__} has no torch.library.get_kernel "
                 f"(torch 2.9+), so the ATen kernel cannot be captured for fallback. Upgrade torch to 2.9 or later.")
+        _warn_without_backward(opr, list(dict.fromkeys(keys.values())))
         originals = {}
         for key in dict.fromkeys(keys.values()):
             slot = _SLOTS.get((opr.qualname, key))

@@ -640,3 +640,48 @@ def test_bare_router_floor_calls_aten_and_is_removed_without_trace():
     assert torch._C._dispatch_dump("aten::_fused_rms_norm") == before
     got = op(x, [8], w, 1e-6)
     assert torch.equal(got[0], want[0])
+
+
+def test_forward_only_cpu_rms_norm_override_warns_that_training_would_fail():
+    """On CPU ATen's _fused_rms_norm is a composite: a kernel there makes autograd call
+    _fused_rms_norm_backward, which CPU lacks. Registering the forward alone warns with the fix; with the
+    backward registered first (as register_pair does) there is no warning and training works."""
+    import warnings
+
+    from accel.errors import KernelRegistrationWarning
+
+    ak.use_registry("accel")
+    m = torch.nn.RMSNorm(8)
+    x = torch.randn(4, 8, requires_grad=True)
+    with pytest.warns(KernelRegistrationWarning, match="Register aten::_fused_rms_norm_backward at that backend first"):
+        ak.register(FWD, impl=reference.fused_rms_norm, backends=["cpu"], dsl="eager", name="fo")
+    with pytest.raises(NotImplementedError, match="_fused_rms_norm_backward"):
+        m(x).sum().backward()  # what the warning announced
+    ak.unregister("fo")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", KernelRegistrationWarning)
+        bwd = ak.register("aten::_fused_rms_norm_backward", impl=reference.fused_rms_norm_backward,
+                          fallback=reference.fused_rms_norm_backward, backends=["cpu"], dsl="eager", name="fb")
+        ak.register(FWD, impl=reference.fused_rms_norm, backends=["cpu"], dsl="eager", name="fo")
+    m(x).sum().backward()
+    assert x.grad is not None and m.weight.grad is not None
+    assert _info("fo").routed >= 1 and _info("fb").routed >= 1
+    ak.unregister("fo")
+    ak.unregister(bwd)
+
+
+def test_builtin_pair_registers_the_backward_first_without_a_warning():
+    import warnings
+
+    from accel.errors import KernelRegistrationWarning
+    from accel.kernels.ops.rms_norm import triton_impl as rt
+
+    if not rt.available()[0]:
+        pytest.skip(rt.available()[1])
+    ak.use_registry("accel")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", KernelRegistrationWarning)
+        names = rt.register(["cpu"])
+    assert names == ["rms_norm_fwd.triton", "rms_norm_bwd.triton"]
+    for n in names:
+        ak.unregister(n)
