@@ -170,8 +170,9 @@ def _resolve(spec: object, env: str | None) -> Selection:
     if index is not None and not 0 <= index < p.device_count:
         raise DeviceIndexError(
             f"{label}{shown!r}: device index {index} is out of range: backend {name!r} has {p.device_count} "
-            f"visible device(s), so valid indices are 0..{p.device_count - 1}. Use a smaller index or check "
-            f"the visible-devices variables."
+            f"visible device(s), so valid indices are 0..{p.device_count - 1}. "
+            + ("Indices count from 0: pass 0 or leave the index out." if index < 0 else
+               "Use a smaller index or check the visible-devices variables.")
         )
     b = _probe.backend_class(name)()
     return Selection(b, b.device(index), source, f"{source}: {shown!r} -> {name} ({p.reason})")

@@ -1193,5 +1193,7 @@ def explain(op: object, /, *args: Any, **kwargs: Any) -> Explanation:
             if ok:
                 chosen = o.name
     if not steps:
-        steps.append(("aten", f"no accel override registered for {opr.qualname}"))
+        steps.append(("aten", f"no accel override registered for {opr.qualname} (the built-in kernels are "
+                               f"installed on a GPU by accel.kernels.install(); `accel kernels` says which can be "
+                               f"used here and why not)"))
     return Explanation(opr.qualname, key, chosen, tuple(steps))

@@ -497,20 +497,32 @@ def run_from_args(args: argparse.Namespace) -> int:
     """Run with parsed options; print and write results. Returns the exit code."""
     from accel.errors import BenchArgumentError
 
-    try:
-        shapes = None if not args.shapes else tuple(
-            tuple(int(v) for v in s.lower().split("x")) for s in args.shapes.split(","))
-        dtypes = tuple(d.strip() for d in args.dtypes.split(","))
-        bad = [d for d in dtypes if d not in _DTYPES]
-        if bad or any(len(s) != 2 for s in shapes or ()):
-            raise ValueError(f"dtypes {bad} not in {list(_DTYPES)}" if bad else "shapes must be MxN")
-    except ValueError as exc:
-        raise BenchArgumentError(f"accel bench: bad --shapes/--dtypes ({exc}). Write e.g. --shapes "
-                                 f"4096x4096,65536x1024 --dtypes bf16,fp16.") from None
+    shapes = None
+    if args.shapes is not None:
+        parsed = []
+        for s in args.shapes.split(","):
+            try:
+                shape = tuple(int(v) for v in s.strip().lower().split("x"))
+            except ValueError:
+                shape = ()
+            if len(shape) != 2:
+                raise BenchArgumentError(f"accel bench: --shapes {args.shapes!r}: {s.strip()!r} is not MxN. Write "
+                                         f"e.g. --shapes 4096x4096,65536x1024 (or leave --shapes out for the issue "
+                                         f"shapes).")
+            parsed.append(shape)
+        shapes = tuple(parsed)
+    dtypes = tuple(d.strip() for d in args.dtypes.split(",") if d.strip())
+    bad = [d for d in dtypes if d not in _DTYPES]
+    if bad or not dtypes:
+        raise BenchArgumentError(f"accel bench: --dtypes {args.dtypes!r}: "
+                                 f"{f'{bad} not among' if bad else 'none given; choose from'} {list(_DTYPES)}. "
+                                 f"Write e.g. --dtypes bf16,fp16.")
     ops = tuple(o.strip() for o in args.ops.split(",") if o.strip())
     unknown = [o for o in ops if o not in ("rms_norm", "softmax", "layer_norm")]
-    if unknown:
-        raise BenchArgumentError(f"accel bench: unknown --ops {unknown}. Valid: rms_norm, softmax, layer_norm.")
+    if unknown or not ops:
+        raise BenchArgumentError(f"accel bench: --ops {args.ops!r}: "
+                                 f"{f'unknown {unknown}' if unknown else 'none given'}. "
+                                 f"Valid: rms_norm, softmax, layer_norm.")
     check_arguments(reps=args.reps, budget_s=args.budget_s, shapes=shapes,
                     rounds=getattr(args, "rounds", 1))  # before any device check
     if getattr(args, "tune", False):

@@ -174,9 +174,16 @@ def test_accel_bench_errors_without_gpu(capsys):
     assert main(["bench"]) == 1, "no GPU is this machine's limit, not bad input: exit 1"
     assert "no CUDA device" in capsys.readouterr().err
     assert main(["bench", "--shapes", "4096"]) == 2
-    assert "shapes must be MxN" in capsys.readouterr().err
+    assert "--shapes '4096': '4096' is not MxN" in capsys.readouterr().err
+    assert main(["bench", "--shapes", "64x64,4096x"]) == 2
+    assert "'4096x' is not MxN" in capsys.readouterr().err
     assert main(["bench", "--dtypes", "fp8"]) == 2
-    assert "dtypes ['fp8']" in capsys.readouterr().err
+    assert "--dtypes 'fp8': ['fp8'] not among" in capsys.readouterr().err
+    # empty lists are refused, not run as "nothing" (or as the defaults)
+    for argv, message in ((["--ops="], "--ops '': none given"), (["--shapes="], "--shapes '': '' is not MxN"),
+                          (["--dtypes="], "--dtypes '': none given")):
+        assert main(["bench", *argv]) == 2, argv
+        assert message in capsys.readouterr().err, argv
     # out-of-range options are refused before the device check, as BenchArgumentError
     for argv, message in ((["--reps", "0"], "reps=0"), (["--reps", "-3"], "reps=-3"),
                           (["--budget", "-1"], "budget=-1.0"), (["--budget", "nan"], "budget=nan"),

@@ -66,6 +66,8 @@ def test_index_out_of_range_names_device_count():
             accel.device("cuda:1")
         with pytest.raises(ValueError):  # DeviceIndexError is a ValueError
             accel.device(torch.device("cuda", 5))
+    with pytest.raises(DeviceIndexError, match="Indices count from 0: pass 0 or leave the index out"):
+        accel.device(-1)  # a negative index is not "too large": no advice to pick a smaller one
 
 
 def test_bad_index_text():
