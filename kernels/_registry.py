@@ -233,6 +233,8 @@ class _State:
     #: Filters held by active :func:`disabled` blocks, counted: ``(kind, value)`` or ``("all", None)`` ->
     #: number of blocks holding it (kept apart from :func:`disable`'s, which a block never undoes).
     held: dict[tuple[str, Any], int] = {}
+    #: ``(forward op, key)`` pairs already warned about as unable to train (:func:`_check_training`).
+    orphans: set[tuple[str, str]] = set()
 
 
 def _filters_in_force() -> tuple[bool, dict[str, set[str]]]:
@@ -535,6 +537,7 @@ class _Slot:
         self.fallback: Callable | None = None  # where ATen has no kernel at this key
         self.live: tuple[_Override, ...] = ()
         self.installed = False  # the path installed this slot once (ATen's kernel captured)
+        self.composite_only = False  # ATen has only a composite of the op at this key (set at creation)
         self.state: Any = None  # the path's own bookkeeping
         #: Re-entrancy guard per thread: while an impl of this slot runs, a call of the same op from
         #: inside it (an impl handing a case back to ATen) skips accel's overrides: no infinite recursion.
@@ -684,33 +687,48 @@ def _refuse_without_autograd(op: _Op) -> None:
 _BACKWARD_OF = {"aten::_fused_rms_norm": "aten::_fused_rms_norm_backward"}
 
 
-def _warn_without_backward(op: _Op, keys: Sequence[str]) -> None:
-    """Warn (:class:`~accel.errors.KernelRegistrationWarning`, once per key) where a kernel for forward ``op``
-    at one of ``keys`` would break training (inference works: the warning says what to register).
+def _orphaned_forwards() -> set[tuple[str, str]]:
+    """``(forward op, dispatch key)`` pairs whose installed kernel would break training.
 
-    Where ATen has only a composite for ``op`` at a key (``aten::_fused_rms_norm`` on CPU), autograd
-    differentiates what the composite decomposes to; a kernel of accel's at that key makes autograd use
-    ``op``'s own formula instead, which calls the backward op (:data:`_BACKWARD_OF`). Where that op has
-    no kernel at the key either (no ATen kernel, no accel override registered there), every backward
-    through ``op`` would fail with "Could not run ... with arguments from the 'CPU' backend".
+    Where ATen has only a composite for a forward op at a key (``aten::_fused_rms_norm`` on CPU), autograd
+    differentiates what the composite decomposes to; a live accel override of it at that key makes autograd
+    use the op's own formula instead, which calls the backward op (:data:`_BACKWARD_OF`). Where that op has
+    no kernel at the key either (no ATen kernel, no live accel override there: none registered, or disabled),
+    every backward through the forward fails with "Could not run ... with arguments from the 'CPU' backend".
     """
-    backward = _BACKWARD_OF.get(op.qualname)
-    if backward is None:
-        return
     has = torch._C._dispatch_has_kernel_for_dispatch_key
-    for key in keys:
-        if has(f"{op.namespace}::{op.symbol}", key) or has(backward, key):
+    out = set()
+    for (qualname, key), slot in _SLOTS.items():
+        backward = _BACKWARD_OF.get(qualname)
+        if backward is None or not slot.live or not slot.composite_only:
             continue
-        if any(o.op.qualname == backward and key in o.keys.values() for o in _OVERRIDES.values()):
+        if not has("aten::empty.memory_format", key):  # a key this torch build does not serve (CUDA on a CPU
+            continue                                   # build): no tensor of it can reach the forward
+        bslot = _SLOTS.get((backward, key))
+        if bslot is not None:
+            if bslot.live or bslot.original is not None:
+                continue
+        elif has(backward, key):
             continue
+        out.add((qualname, key))
+    return out
+
+
+def _check_training(api: str) -> None:
+    """After ``api`` changed what is installed: warn (:class:`~accel.errors.KernelRegistrationWarning`) once per
+    forward op and key that has just become unable to train (:func:`_orphaned_forwards`); inference still works,
+    and the warning says what to register or enable. Called with ``_LOCK`` held."""
+    now = _orphaned_forwards()
+    for qualname, key in sorted(now - _STATE.orphans):
+        backward = _BACKWARD_OF[qualname]
         warnings.warn(KernelRegistrationWarning(
-            f"accel.kernels.register({op.qualname}): ATen has only a composite of it at dispatch key {key!r}, "
-            f"so with a kernel there autograd would call {backward}, which has no kernel at {key!r}: every "
-            f"backward through {op.qualname} (nn.RMSNorm training) would fail. Register {backward} at that "
-            f"backend first, with fallback= an eager backward (accel.kernels.ops.rms_norm.reference."
-            f"fused_rms_norm_backward), or register both at once with "
-            f"accel.kernels.ops.rms_norm._pair.register_pair. (Inference alone works.)"), stacklevel=3)
-        return
+            f"accel.kernels.{api}: {qualname} now has an accel kernel at dispatch key {key!r}, where ATen has "
+            f"only a composite of it, so autograd calls {backward}, which has no kernel at {key!r} (no ATen "
+            f"kernel, no live accel override): every backward through {qualname} (nn.RMSNorm training) fails "
+            f"while this lasts; inference works. Register {backward} at that backend first, with fallback= an "
+            f"eager backward (accel.kernels.ops.rms_norm.reference.fused_rms_norm_backward), or register both "
+            f"with accel.kernels.ops.rms_norm._pair.register_pair; or keep it enabled."), stacklevel=3)
+    _STATE.orphans = now
 
 
 def _choose_path(op: _Op, key: str, has_aten_kernel: bool) -> Any:
@@ -827,7 +845,9 @@ def register(
         KernelRegistrationWarning: a forward whose backward would have no kernel at a key
             (``aten::_fused_rms_norm`` on CPU, where ATen's forward is a composite, before
             ``aten::_fused_rms_norm_backward`` is registered there): inference works, training
-            through the op fails. Register the backward first, as the example does.
+            through the op fails. Register the backward first, as the example does. :func:`unregister`,
+            :func:`disable`, :func:`enable` and :func:`disabled` warn the same way when they leave
+            such a forward live without its backward.
 
     Example:
         >>> import torch, accel.kernels as ak
@@ -881,7 +901,6 @@ def register(
             raise KernelRegistrationError(
                 f"accel.kernels.register({opr.qualname}): torch {torch.__version__} has no torch.library.get_kernel "
                 f"(torch 2.9+), so the ATen kernel cannot be captured for fallback. Upgrade torch to 2.9 or later.")
-        _warn_without_backward(opr, list(dict.fromkeys(keys.values())))
         originals = {}
         for key in dict.fromkeys(keys.values()):
             slot = _SLOTS.get((opr.qualname, key))
@@ -900,6 +919,9 @@ def register(
                 slot = _SLOTS.get((opr.qualname, key))
                 if slot is None:
                     slot = _Slot(opr, key, _choose_path(opr, key, has_kernel))
+                    # before accel's kernel is there: whether ATen's own is only a composite (alias keys)
+                    slot.composite_only = not torch._C._dispatch_has_kernel_for_dispatch_key(
+                        f"{opr.namespace}::{opr.symbol}", key)
                     _SLOTS[(opr.qualname, key)] = slot
                 if slot.fallback is None:
                     slot.fallback = fallback
@@ -914,6 +936,7 @@ def register(
                     slot.path.remove(slot, ov)
                     _sync(opr, key)
             raise
+        _check_training("register")
     return name
 
 
@@ -940,6 +963,7 @@ def unregister(name: str, /) -> None:
                 slot.path.remove(slot, ov)
                 _sync(ov.op, key)
         _tuning._forget_floors()  # as in register: the other overrides' memoised answers are re-asked
+        _check_training("unregister")
 
 
 def _filters(op: object, dsl: str | None, backend: str | None, name: str | None, fn: str) -> list[tuple[str, str]]:
@@ -1000,6 +1024,7 @@ def disable(*, op: object = None, dsl: str | None = None, backend: str | None = 
         for kind, value in items:
             _STATE.disabled[kind].add(value)
         _sync_all()
+        _check_training("disable")
 
 
 def enable(*, op: object = None, dsl: str | None = None, backend: str | None = None, name: str | None = None) -> None:
@@ -1017,6 +1042,7 @@ def enable(*, op: object = None, dsl: str | None = None, backend: str | None = N
         for kind, value in items:
             _STATE.disabled[kind].discard(value)
         _sync_all()
+        _check_training("enable")
 
 
 @contextlib.contextmanager
@@ -1039,6 +1065,7 @@ def disabled(*, op: object = None, dsl: str | None = None, backend: str | None =
         for key in keys:  # counted: overlapping blocks (threads, generators) each hold their own
             held[key] = held.get(key, 0) + 1
         _sync_all()
+        _check_training("disabled")
     try:
         yield
     finally:
@@ -1048,6 +1075,7 @@ def disabled(*, op: object = None, dsl: str | None = None, backend: str | None =
                 if held[key] <= 0:
                     del held[key]
             _sync_all()
+            _check_training("disabled")
 
 
 def _info(ov: _Override) -> OverrideInfo:

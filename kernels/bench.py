@@ -255,10 +255,16 @@ def _router_overhead(device: torch.device, calls: int = 2000, rounds: int = 5) -
     return {"aten_us": plain, "with_router_us": routed, "router_cost_us": routed - plain, "bare_router_cost_us": bare}
 
 
+#: Most elements of one benchmarked ``[M, N]`` tensor (2**34: 32 GiB in bf16; a row holds input, output and
+#: gradients of that size, so larger ones cannot fit an H200's 141 GB).
+MAX_ELEMENTS = 1 << 34
+
+
 def check_arguments(*, reps: int | None = None, budget_s: float | None = None, shapes=None,
                     rounds: int | None = None) -> None:
     """Raise :class:`~accel.errors.BenchArgumentError` for ``reps < 1``, ``rounds < 1``, ``budget_s <= 0``
-    (or NaN) or a shape with a side below 1; changes nothing. Used by :func:`run`, the tuner and the CLI."""
+    (or NaN), a shape with a side below 1 or more than :data:`MAX_ELEMENTS` elements; changes nothing. Used by
+    :func:`run`, the tuner and the CLI."""
     import math
 
     from accel.errors import BenchArgumentError
@@ -278,6 +284,11 @@ def check_arguments(*, reps: int | None = None, budget_s: float | None = None, s
     if bad:
         raise BenchArgumentError(f"accel bench: shapes {bad}. Each shape is [M, N] with M, N integers >= 1. "
                                  f"Pass e.g. --shapes 4096x4096,65536x1024.")
+    huge = [tuple(s) for s in shapes or () if s[0] * s[1] > MAX_ELEMENTS]
+    if huge:
+        raise BenchArgumentError(f"accel bench: shapes {huge}: more than {MAX_ELEMENTS} (2**34) elements per "
+                                 f"tensor; every candidate needs several such tensors on one GPU. Pass smaller "
+                                 f"shapes, e.g. --shapes 32768x4096.")
 
 
 def run(shapes=None, dtypes=("bf16",), reps: int = 30, budget_s: float = 150.0,
@@ -287,7 +298,7 @@ def run(shapes=None, dtypes=("bf16",), reps: int = 30, budget_s: float = 150.0,
     Args:
         shapes: ``[M, N]`` pairs for every op family (``None``: each family's issue shapes,
             :data:`SHAPES` for RMSNorm and :data:`accel.kernels._bench_ops.SHAPES` for the others).
-        dtypes: names among ``bf16``, ``fp16``, ``fp32``.
+        dtypes: names among ``bf16``, ``fp16``, ``fp32`` (a repeated name, op or shape is measured once).
         reps: timed repetitions per candidate and round.
         rounds: rounds per row; each times ATen and every candidate once, in turn, and the report gives each
             one's median over the rounds (:meth:`_Timer.interleaved`). The run takes about ``rounds`` times
@@ -305,6 +316,9 @@ def run(shapes=None, dtypes=("bf16",), reps: int = 30, budget_s: float = 150.0,
     from accel.kernels import _tolerance
 
     check_arguments(reps=reps, budget_s=budget_s, shapes=shapes, rounds=rounds)
+    # a repeated dtype, op or shape is measured once (not twice the time for duplicate rows)
+    dtypes, ops = tuple(dict.fromkeys(dtypes)), tuple(dict.fromkeys(ops))
+    shapes = None if shapes is None else tuple(dict.fromkeys(tuple(s) for s in shapes))
 
     if device is None:
         if not torch.cuda.is_available():
@@ -511,13 +525,13 @@ def run_from_args(args: argparse.Namespace) -> int:
                                          f"shapes).")
             parsed.append(shape)
         shapes = tuple(parsed)
-    dtypes = tuple(d.strip() for d in args.dtypes.split(",") if d.strip())
+    dtypes = tuple(dict.fromkeys(d.strip() for d in args.dtypes.split(",") if d.strip()))  # repeats: once
     bad = [d for d in dtypes if d not in _DTYPES]
     if bad or not dtypes:
         raise BenchArgumentError(f"accel bench: --dtypes {args.dtypes!r}: "
                                  f"{f'{bad} not among' if bad else 'none given; choose from'} {list(_DTYPES)}. "
                                  f"Write e.g. --dtypes bf16,fp16.")
-    ops = tuple(o.strip() for o in args.ops.split(",") if o.strip())
+    ops = tuple(dict.fromkeys(o.strip() for o in args.ops.split(",") if o.strip()))
     unknown = [o for o in ops if o not in ("rms_norm", "softmax", "layer_norm")]
     if unknown or not ops:
         raise BenchArgumentError(f"accel bench: --ops {args.ops!r}: "
@@ -542,10 +556,11 @@ def run_from_args(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python benchmarks/kernels.py`` entry point."""
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_arguments(p)
-    return run_from_args(p.parse_args(argv))
+    """``python benchmarks/kernels.py`` entry point: ``accel bench`` itself (the same options, messages, ``--json``
+    errors and exit codes: 2 for bad input, 1 for what this machine cannot do)."""
+    from accel.cli import main as cli_main
+
+    return cli_main(["bench", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -179,6 +179,8 @@ def test_accel_bench_errors_without_gpu(capsys):
     assert "'4096x' is not MxN" in capsys.readouterr().err
     assert main(["bench", "--dtypes", "fp8"]) == 2
     assert "--dtypes 'fp8': ['fp8'] not among" in capsys.readouterr().err
+    assert main(["bench", "--shapes", "99999999999999999999x64"]) == 2  # refused, not a crash inside torch
+    assert "more than 17179869184 (2**34) elements" in capsys.readouterr().err
     # empty lists are refused, not run as "nothing" (or as the defaults)
     for argv, message in ((["--ops="], "--ops '': none given"), (["--shapes="], "--shapes '': '' is not MxN"),
                           (["--dtypes="], "--dtypes '': none given")):
@@ -192,6 +194,29 @@ def test_accel_bench_errors_without_gpu(capsys):
         captured = capsys.readouterr()
         assert message in captured.err and "no CUDA device" not in captured.err, argv
         assert json.loads(captured.out)["error"]["type"] == "BenchArgumentError"
+
+
+def test_benchmark_script_entry_point_is_accel_bench(capsys):
+    """python benchmarks/kernels.py (bench.main) reports bad input as accel bench does: one line, exit 2."""
+    from accel.kernels import bench
+
+    assert bench.main(["--shapes", "abc"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("accel bench: error: --shapes 'abc': 'abc' is not MxN") and "Traceback" not in err
+    assert bench.main(["--ops", "softmax,softmax", "--dtypes", "fp32,fp32"]) == 1  # valid: no GPU here
+    assert "no CUDA device" in capsys.readouterr().err
+
+
+def test_benchmark_measures_a_repeated_op_dtype_or_shape_once(monkeypatch):
+    from accel.kernels import _bench_ops, bench
+
+    seen = []
+    monkeypatch.setattr(_bench_ops, "run_family", lambda family, report, timer, device, dtypes, started, budget,
+                        ceiling, shapes, rounds: seen.append((family, dtypes, shapes)))
+    monkeypatch.setattr(bench, "_router_overhead", lambda device: {})
+    bench.run(shapes=((8, 64), (8, 64)), dtypes=("fp32", "fp32"), ops=("softmax", "softmax"), reps=1,
+              device=torch.device("cpu"))
+    assert seen == [("softmax", ("fp32",), ((8, 64),))]
 
 
 def test_benchmark_run_checks_its_arguments_before_anything():

@@ -686,3 +686,49 @@ def test_builtin_pair_registers_the_backward_first_without_a_warning():
     assert names == ["rms_norm_fwd.triton", "rms_norm_bwd.triton"]
     for n in names:
         ak.unregister(n)
+
+
+def test_training_warning_follows_the_backward_being_disabled_or_unregistered():
+    """The check runs after every change of what is installed: disabling or unregistering the backward while the
+    CPU forward stays live warns (once while it lasts); re-enabling or re-registering clears it; a block
+    disabling everything does not warn (the forward is off too)."""
+    import warnings
+
+    from accel.errors import KernelRegistrationWarning
+
+    ak.use_registry("accel")
+
+    def warned(fn):
+        with warnings.catch_warnings(record=True) as got:
+            warnings.simplefilter("always")
+            fn()
+        return [str(w.message) for w in got if issubclass(w.category, KernelRegistrationWarning)]
+
+    def reg_bwd():
+        return ak.register("aten::_fused_rms_norm_backward", impl=reference.fused_rms_norm_backward,
+                           fallback=reference.fused_rms_norm_backward, backends=["cpu"], dsl="eager", name="tb")
+
+    assert warned(reg_bwd) == []
+    assert warned(lambda: ak.register(FWD, impl=reference.fused_rms_norm, backends=["cpu"], dsl="eager",
+                                      name="tf")) == []
+    msgs = warned(lambda: ak.disable(name="tb"))
+    assert len(msgs) == 1 and msgs[0].startswith("accel.kernels.disable: aten::_fused_rms_norm now has an accel "
+                                                 "kernel at dispatch key 'CPU'")
+    assert warned(lambda: ak.disable(dsl="eager")) == []  # the forward is off too now: nothing to warn about
+    assert warned(lambda: ak.enable()) == []
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        with ak.disabled(op="aten::_fused_rms_norm_backward"):
+            inside = [w for w in got if issubclass(w.category, KernelRegistrationWarning)]
+    assert len(inside) == 1 and "accel.kernels.disabled" in str(inside[0].message)
+
+    def whole_block():
+        with ak.disabled():
+            pass
+    assert warned(whole_block) == []
+    m, x = torch.nn.RMSNorm(8), torch.randn(4, 8, requires_grad=True)
+    m(x).sum().backward()  # both live again: training works
+    assert len(warned(lambda: ak.unregister("tb"))) == 1
+    assert warned(reg_bwd) == []
+    ak.unregister("tf")
+    ak.unregister("tb")
