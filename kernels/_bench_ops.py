@@ -173,12 +173,33 @@ def _first(out: Any) -> Any:
     return out
 
 
+def checked(aten: Callable[[], Any], cands: dict[str, Callable[[], Any]], ref: Any, view: Callable[[Any], Any],
+            errors: dict[str, str]) -> dict[str, Callable[[], Any]]:
+    """The functions to time for one row: ``{"aten": aten}`` and each candidate whose result, through ``view``,
+    matches ``ref`` (:func:`accel.kernels._tolerance.compare`). A wrong or raising candidate goes to ``errors``
+    instead (one failing candidate must not end the run); the peers (Liger, quack) are timed even when they
+    round differently (Liger's "llama" casting)."""
+    from accel.kernels import _tolerance
+
+    timed = {"aten": aten}
+    for name, fn in cands.items():
+        try:
+            problem = _tolerance.compare(view(fn()), ref)[1]
+        except Exception as exc:  # noqa: BLE001
+            errors[name] = f"{type(exc).__name__}: {str(exc)[:200]}"
+            continue
+        if problem is not None and name not in ("liger", "quack"):
+            errors[name] = f"wrong result: {problem}"
+            continue
+        timed[name] = fn
+    return timed
+
+
 def run_family(family: str, report: dict, timer: Any, device: torch.device, dtypes, started: float,
                budget_s: float, ceiling: float, shapes=None, rounds: int = 1) -> None:
     """Append ``family``'s rows (forward and backward, each of ``shapes``, default :data:`SHAPES`) to ``report``
     (``timer``: :class:`accel.kernels.bench._Timer`; ``rounds``: its :meth:`~accel.kernels.bench._Timer.interleaved`)."""
     import accel.kernels as ak
-    from accel.kernels import _tolerance
 
     found = peers(family)
     report["peers"].update({f"{family}.{k}": (None if not isinstance(v, Exception) else f"{type(v).__name__}: {v}")
@@ -195,17 +216,7 @@ def run_family(family: str, report: dict, timer: Any, device: torch.device, dtyp
                     ref = _first(aten())
                 errors: dict[str, str] = {}
                 before = {o.name: o.routed for o in ak.overrides()}
-                timed: dict[str, Callable[[], Any]] = {"aten": aten}
-                for name, fn in cands.items():
-                    try:
-                        got = _first(fn())
-                        problem = _tolerance.compare(got, ref)[1]
-                        if problem is not None and name not in ("liger", "quack"):
-                            errors[name] = f"wrong result: {problem}"
-                            continue
-                        timed[name] = fn
-                    except Exception as exc:  # noqa: BLE001 - one failing candidate must not end the run
-                        errors[name] = f"{type(exc).__name__}: {str(exc)[:200]}"
+                timed = checked(aten, cands, ref, _first, errors)
                 results = timer.interleaved(timed, rounds, errors)
                 # what the routed candidate ran: the override whose routed count grew (ATen if none)
                 grew = [o.name for o in ak.overrides() if o.routed > before.get(o.name, 0)]

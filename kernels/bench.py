@@ -313,7 +313,8 @@ def run(shapes=None, dtypes=("bf16",), reps: int = 30, budget_s: float = 150.0,
     """
     import accel.kernels as ak
     from accel.errors import KernelUnavailableError
-    from accel.kernels import _tolerance
+
+    from . import _bench_ops
 
     check_arguments(reps=reps, budget_s=budget_s, shapes=shapes, rounds=rounds)
     # a repeated dtype, op or shape is measured once (not twice the time for duplicate rows)
@@ -373,19 +374,9 @@ def run(shapes=None, dtypes=("bf16",), reps: int = 30, budget_s: float = 150.0,
                                            "aten::_fused_rms_norm_backward",
                                            *((x, [n], w, EPS) if direction == "fwd" else
                                              (dy, x, [n], rstd, w, [True, True]))).kernel
-                    timed: dict[str, Callable[[], Any]] = {"aten": aten}
-                    for name, fn in _candidates(direction, x, w, dy, rstd, peers).items():
-                        try:
-                            out = fn()
-                            _, problem = _tolerance.compare(_as_tuple(out, direction), _as_tuple(ref, direction))
-                            if problem is not None and name in ("liger", "quack"):
-                                problem = None  # peers round differently (e.g. Liger's "llama" casting); timed anyway
-                            if problem is not None:
-                                errors[name] = f"wrong result: {problem}"
-                                continue
-                            timed[name] = fn
-                        except Exception as exc:  # noqa: BLE001 - one failing candidate must not end the run
-                            errors[name] = f"{type(exc).__name__}: {str(exc)[:200]}"
+                    timed = _bench_ops.checked(aten, _candidates(direction, x, w, dy, rstd, peers),
+                                               _as_tuple(ref, direction), lambda out: _as_tuple(out, direction),
+                                               errors)
                     results = timer.interleaved(timed, rounds, errors)
                     peer_times = [results[p] for p in ("liger", "quack") if p in results]
                     best_peer = min(peer_times) if peer_times else None
@@ -404,8 +395,6 @@ def run(shapes=None, dtypes=("bf16",), reps: int = 30, budget_s: float = 150.0,
                         report["aten_faster"].append(
                             {"key": [report["arch"], dsl, direction, str(dtype).removeprefix("torch.")],
                              "entry": [n, m, m], "routed_us": results["routed"], "aten_us": results["aten"]})
-        from . import _bench_ops
-
         for family in ops:
             if family != "rms_norm":
                 _bench_ops.run_family(family, report, timer, device, dtypes, started, budget_s, ceiling, shapes, rounds)
