@@ -126,15 +126,22 @@ def _parse(spec: object, source: str, env: str | None = None) -> tuple[str, int 
     return _name_for_device_type(name, repr(spec), source), index, spec
 
 
+#: Words people write for a vendor or a device kind -> the backend name(s) accel uses for it.
+_VENDOR_WORDS = {"hip": "'rocm'", "amd": "'rocm'", "nvidia": "'cuda'", "intel": "'xpu'", "apple": "'mps'",
+                 "metal": "'mps'", "gpu": "'cuda', 'rocm', 'xpu' or 'mps' (the vendor's name)"}
+
+
 def _name_for_device_type(name: str, shown: str, source: str = "argument ") -> str:
     names = _valid_names()
     if name in names:
         if name == "cuda" and _probe.torch_build()["hip"]:
             return "rocm"  # ROCm builds of torch call AMD GPUs "cuda": the vendor comes from torch.version.hip
         return name
+    alias = _VENDOR_WORDS.get(name.lower())
     raise UnknownBackendError(
         f"{source}{shown}: unknown backend {name!r}. Valid names: {', '.join(names)} "
         f"(optionally with ':<index>'). "
+        + (f"Did you mean {alias}? " if alias else "")
         + (f"Fix the spelling, or unset {ENV_VAR} to pick the best available." if source.startswith(ENV_VAR)
            else "Fix the spelling, or pass no device to pick the best available.")
     )

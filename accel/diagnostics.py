@@ -238,7 +238,10 @@ def _env_check(env: dict[str, str | None]) -> Check:
         if seen not in valid:
             bad[var] = f"{var}={value!r} (valid: {', '.join(valid)})"
     if not bad:
-        return Check("accel environment variables", True, "the ACCEL_* variables set have valid values")
+        set_ = [var for var in _ENV_VALUES if (env.get(var) or "").strip()]
+        told = f"{', '.join(set_)}: valid" if set_ else f"none of {', '.join(_ENV_VALUES)} set"
+        # ACCEL_DEVICE has no fixed set of values: the "selection" check parses and resolves it
+        return Check("accel environment variables", True, f"{told} (ACCEL_DEVICE: see the selection check)")
     return Check("accel environment variables", False, "; ".join(bad.values()),
                  "set each to one of its valid values, or unset it: " + ", ".join(bad))
 

@@ -93,7 +93,11 @@ def test_doctor_checks_accel_variables(capsys, monkeypatch):
     monkeypatch.setenv("ACCEL_KERNELS_REGISTRY", " Native ")
     monkeypatch.setenv("ACCEL_KERNELS_VERIFY", "1 ")
     rc, report = _json(capsys, ["doctor", "--json"])
-    assert rc == 0 and next(c for c in report["checks"] if c["name"] == "accel environment variables")["ok"]
+    env_row = next(c for c in report["checks"] if c["name"] == "accel environment variables")
+    assert rc == 0 and env_row["ok"]
+    # names what it checked; ACCEL_DEVICE is the selection row's (no "every ACCEL_* is valid" beside a failed one)
+    assert env_row["detail"] == ("ACCEL_KERNELS_REGISTRY, ACCEL_KERNELS_VERIFY: valid "
+                                 "(ACCEL_DEVICE: see the selection check)")
     monkeypatch.setenv("ACCEL_KERNELS_REGISTRY", "bogus")
     monkeypatch.setenv("ACCEL_KERNELS_VERIFY", "maybe")
     rc, report = _json(capsys, ["doctor", "--json"])

@@ -81,6 +81,13 @@ def test_unknown_name_lists_valid_names(monkeypatch):
     monkeypatch.setenv("ACCEL_DEVICE", "tpu")
     with pytest.raises(ValueError, match=r"ACCEL_DEVICE='tpu': unknown backend 'tpu'"):
         accel.device()
+    monkeypatch.delenv("ACCEL_DEVICE")
+    for word, meant in (("hip", "'rocm'"), ("nvidia", "'cuda'"), ("Intel", "'xpu'"), ("metal", "'mps'")):
+        with pytest.raises(UnknownBackendError, match=f"Did you mean {meant}\\?"):
+            accel.device(word)
+    with pytest.raises(UnknownBackendError) as info:
+        accel.device("cdua")
+    assert "Did you mean" not in str(info.value)  # a typo gets the list, not a guess
 
 
 def test_unavailable_lists_every_probe_and_what_to_do():
