@@ -199,6 +199,23 @@ def _bare_router(op_name: str, key: str) -> Any:
     return lib
 
 
+def _time_bare(key: str, per_call: Callable[[], float]) -> float | None:
+    """``per_call()`` with :func:`_bare_router` installed at ``key`` for ``aten::_fused_rms_norm``; ``None`` where
+    it cannot be installed, the timing raises, or the dispatcher never reached it (another registration in
+    front of the key, as torch's native DSL registry can be): no floor then, accel's cost is still measured."""
+    try:
+        lib = _bare_router("aten::_fused_rms_norm", key)
+    except Exception:  # noqa: BLE001
+        return None
+    try:
+        t = per_call()
+    except Exception:  # noqa: BLE001
+        t = None
+    finally:
+        lib._destroy()
+    return t if lib.calls[0] else None
+
+
 def _router_overhead(device: torch.device, calls: int = 2000, rounds: int = 5) -> dict[str, Any]:
     """Host µs per ``aten::_fused_rms_norm`` call on 8 elements: plain ATen (accel's overrides disabled), through
     a bare ``torch.library`` router at the device's dispatch key (:func:`_bare_router`; ``None`` where it cannot
@@ -231,24 +248,9 @@ def _router_overhead(device: torch.device, calls: int = 2000, rounds: int = 5) -
     for _ in range(rounds):
         with ak.disabled():
             plains.append(per_call())
-            if key is not None and bares is not None:
-                try:
-                    lib = _bare_router("aten::_fused_rms_norm", key)
-                except Exception:  # noqa: BLE001 - no bare floor on this torch/key; accel's cost is still measured
-                    bares = None
-                else:
-                    try:
-                        t = per_call()
-                    except Exception:  # noqa: BLE001 - as an install failure: no floor, the run goes on
-                        t = None
-                    finally:
-                        lib._destroy()
-                    # a kernel the dispatcher never reached (another registration in front of the key, as
-                    # torch's native DSL registry can be) measures nothing: no floor then
-                    if t is not None and lib.calls[0]:
-                        bares.append(t)
-                    else:
-                        bares = None
+            if bares is not None:  # the first round without a floor ends the floor's measurement
+                t = _time_bare(key, per_call) if key is not None else None
+                bares = None if t is None else [*bares, t]
         routeds.append(per_call())
     plain, routed = min(plains), min(routeds)
     bare = min(bares) - plain if bares else None
