@@ -20,7 +20,7 @@ def register_pair(family: str, dsl: str, ops: tuple[str, str], impls: tuple[Call
     from accel.kernels import register, unregister
 
     # the backward first: a forward kernel where ATen's forward is only a composite needs it in place
-    # (accel.kernels.register refuses the forward otherwise: training would fail)
+    # (accel.kernels.register warns otherwise, KernelRegistrationWarning: training would fail)
     second = register(ops[1], impl=impls[1], cond=conds[1], backends=backends, dsl=dsl,
                       name=f"{family}_bwd.{dsl}{suffix}", fallback=fallbacks[1])
     try:

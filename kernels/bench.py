@@ -232,7 +232,10 @@ def _router_overhead(device: torch.device, calls: int = 2000, rounds: int = 5) -
     x = torch.randn(1, 8, device=device)
     w = torch.randn(8, device=device)
     op = torch.ops.aten._fused_rms_norm.default
-    key = {"cuda": "CUDA", "cpu": "CPU", "xpu": "XPU", "mps": "MPS"}.get(device.type)
+    from accel.backends import registered
+
+    backend = registered().get(device.type)  # the backend's own dispatch key (CUDA serves rocm too)
+    key = backend.dispatch_key if backend is not None else None
 
     def per_call() -> float:
         for _ in range(50):

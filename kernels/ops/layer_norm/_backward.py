@@ -89,10 +89,11 @@ class Partials:
             second = empty(self.n, dtype, buf.device) if self.parts == 2 else first
             self.finisher(buf, first, second)
         else:
-            first, second = (buf[k * self.stride:][:self.groups * self.n].view(self.groups, self.n).sum(0)
-                             for k in (0, self.parts - 1))
+            sums = [buf[k * self.stride:][:self.groups * self.n].view(self.groups, self.n).sum(0)
+                    for k in range(self.parts)]  # one sum per wanted output (one part: not twice)
             if self.cast is not None:
-                first, second = first.to(self.cast), second.to(self.cast)
+                sums = [t.to(self.cast) for t in sums]
+            first, second = sums[0], sums[-1]
         return (first if self.want_dw else None), ((second if self.want_dw else first) if self.want_db else None)
 
     def zeros(self, device: torch.device) -> tuple[torch.Tensor | None, torch.Tensor | None]:
