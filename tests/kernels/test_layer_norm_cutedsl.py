@@ -1,7 +1,7 @@
 """accel's CuTeDSL LayerNorm backward (kernels/ops/layer_norm/cutedsl_*): configs, cond, registration,
 compiled code, GPU numerics.
 
-As for the CuTeDSL softmax (tests/test_kernels_softmax_cutedsl.py): on the CPU the config arithmetic, the
+As for the CuTeDSL softmax (tests/kernels/test_softmax_cutedsl.py): on the CPU the config arithmetic, the
 cond with faked device facts, the register -> call -> ATen round trip on both registry paths and, where
 ``nvidia-cutlass-dsl`` is installed, the kernel compiled for ``sm_90a`` (its PTX read for the ``cp.async``
 staging, the vector loads and stores, and no local-memory spills); the ``cuda`` tests run every config

@@ -1,6 +1,6 @@
 """accel.random on a real NVIDIA GPU (marker ``cuda``: skipped with the probe's reason elsewhere).
 
-Run on the GPU machine: ``ACCEL_REQUIRE_BACKEND=cuda pytest -m cuda tests/test_random_cuda.py``.
+Run on the GPU machine: ``ACCEL_REQUIRE_BACKEND=cuda pytest -m cuda tests/random/test_random_cuda.py``.
 """
 
 from __future__ import annotations
@@ -117,7 +117,7 @@ def test_manual_seed_does_not_initialise_cuda():
 def test_rng_check_script_passes():
     from pathlib import Path
 
-    script = Path(__file__).resolve().parents[1] / "ci" / "gpu" / "rng_check.py"
+    script = Path(__file__).resolve().parents[2] / "ci" / "gpu" / "rng_check.py"
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, check=False)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "FAIL" not in out.stdout

@@ -577,7 +577,7 @@ def test_gpu_check_script_says_when_no_accelerator_is_active(monkeypatch):
     import sys
     from pathlib import Path
 
-    script = Path(__file__).resolve().parents[1] / "ci" / "gpu" / "rng_check.py"
+    script = Path(__file__).resolve().parents[2] / "ci" / "gpu" / "rng_check.py"
     env = {**__import__("os").environ, "ACCEL_DEVICE": "cpu"}
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, env=env,
                          check=False)

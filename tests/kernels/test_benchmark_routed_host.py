@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("triton")
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "routed_host_cpu.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "routed_host_cpu.py"
 
 
 def test_routed_host_benchmark_reports_each_op():

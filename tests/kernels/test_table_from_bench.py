@@ -10,7 +10,7 @@ import pytest
 pytestmark = pytest.mark.cpu
 
 _spec = importlib.util.spec_from_file_location(
-    "table_from_bench", Path(__file__).resolve().parents[1] / "ci" / "gpu" / "table_from_bench.py")
+    "table_from_bench", Path(__file__).resolve().parents[2] / "ci" / "gpu" / "table_from_bench.py")
 tfb = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(tfb)
 

@@ -1,6 +1,6 @@
 """accel's softmax and LayerNorm kernels (Triton, Helion): the four tests per kernel.
 
-As for RMSNorm (tests/test_kernels_rms_norm.py): the cond on meta (and fake-CUDA)
+As for RMSNorm (tests/kernels/test_rms_norm.py): the cond on meta (and fake-CUDA)
 tensors; numerics against the reference and ATen with NaN-poisoned outputs; the
 register -> route -> unregister -> ATen round trip on both registry paths; all
 kernel code in the DSL's interpreter on CPU (a subprocess: the variables must

@@ -2,7 +2,7 @@
 
 The key logic runs here with a fake ``@triton.jit`` function (it records whether a
 call went through Triton or straight to the compiled launcher); the real launches run
-in the ``cuda`` tests (test_kernels_cuda.py) on the GPU machine.
+in the ``cuda`` tests (tests/kernels/test_cuda.py) on the GPU machine.
 """
 
 from __future__ import annotations
