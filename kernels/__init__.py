@@ -12,7 +12,7 @@ by it; everywhere else ATen runs as before.
   LayerNorm, forward and backward, in Triton and Helion; softmax and the LayerNorm
   backward in CuTeDSL) where their DSL and
   hardware are present; which one runs per shape comes from the tuning table
-  (:mod:`accel.kernels._tuning`: shipped per-arch defaults + ``accel bench --tune``);
+  (:mod:`accel.kernels.tuning.table`: shipped per-arch defaults + ``accel bench --tune``);
   :func:`availability` says which are usable here and why not.
 
 Importing this package imports no DSL runtime and initialises no device.
@@ -24,19 +24,17 @@ regions, and every eager model, is routed.
 
 from __future__ import annotations
 
-from ._catalog import Availability, availability, install
-from ._registry import (
-    Explanation,
-    OverrideInfo,
+from .catalog import Availability, availability, families, install
+from .core.explain import Explanation, explain
+from .core.override import OverrideInfo, set_verify
+from .core.registry import (
     disable,
     disabled,
     enable,
-    explain,
     overrides,
     register,
     registry_path,
     reset_counters,
-    set_verify,
     unregister,
     use_registry,
 )
@@ -50,6 +48,7 @@ __all__ = [
     "disabled",
     "enable",
     "explain",
+    "families",
     "install",
     "overrides",
     "register",

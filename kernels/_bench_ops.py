@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from accel.kernels._launch import sm_count
+from accel.kernels.dsl.launch import sm_count
 
 __all__ = ["SHAPES", "run_family"]
 
@@ -176,7 +176,7 @@ def _first(out: Any) -> Any:
 def checked(aten: Callable[[], Any], cands: dict[str, Callable[[], Any]], ref: Any, view: Callable[[Any], Any],
             errors: dict[str, str]) -> dict[str, Callable[[], Any]]:
     """The functions to time for one row: ``{"aten": aten}`` and each candidate whose result, through ``view``,
-    matches ``ref`` (:func:`accel.kernels._tolerance.compare`). A wrong or raising candidate goes to ``errors``
+    matches ``ref`` (:func:`accel.kernels.tuning.tolerance.compare`). A wrong or raising candidate goes to ``errors``
     instead (one failing candidate must not end the run); the peers (Liger, quack) are timed even when they
     round differently (Liger's "llama" casting)."""
     from accel.kernels import _tolerance

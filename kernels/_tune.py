@@ -4,12 +4,12 @@ For each op (forward and backward of RMSNorm, softmax, LayerNorm), dtype and
 benchmark shape: time ATen, then every candidate config of the Triton and
 Helion kernels (``candidate_configs`` of each kernel module; the default
 first). Each config is launched explicitly (Triton launch parameters, or a
-``helion.Config`` bound with :func:`accel.kernels._helion.bind`), checked
+``helion.Config`` bound with :func:`accel.kernels.dsl.helion_utils.bind`), checked
 against ATen's result, and timed with ``triton.testing.do_bench`` (median,
 ms); a config that fails to compile, launch or agree is reported and skipped.
-Helion's own autotuner is never entered (why: :mod:`accel.kernels._tuning`,
+Helion's own autotuner is never entered (why: :mod:`accel.kernels.tuning.table`,
 NOTES). The fastest implementation per bucket is written with
-:func:`accel.kernels._tuning.write_user_table` — ``"aten"`` where ATen won, so
+:func:`accel.kernels.tuning.table.write_user_table` — ``"aten"`` where ATen won, so
 the routed call is never slower than ATen on a measured bucket. Stops at
 ``--budget`` seconds; progress is shown with ``rich``.
 """
@@ -172,7 +172,7 @@ def tune(ops=("rms_norm", "softmax", "layer_norm"), dtypes=("bf16",), budget_s: 
         budget_s: stop starting new jobs after this many seconds.
         device: default the current CUDA device (a CPU device only smoke-tests this code).
         progress: called with one line per finished job.
-        write: write the entries to the user cache (:func:`accel.kernels._tuning.write_user_table`).
+        write: write the entries to the user cache (:func:`accel.kernels.tuning.table.write_user_table`).
         shapes: ``[M, N]`` pairs for every family (``None``: each family's benchmark shapes).
 
     Raises:

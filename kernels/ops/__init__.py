@@ -1,1 +1,1 @@
-"""accel's built-in kernels, one package per ATen op (``rms_norm/``: reference, per-DSL kernel and impl)."""
+"""accel's built-in kernels: one folder per op family (``rms_norm/``: its ``FAMILY`` declaration, reference, cond, kernel and impl per DSL), found by :func:`accel.kernels.families`; :mod:`.conds` holds what every family's cond shares."""

@@ -3,7 +3,7 @@
 Each such DSL supplies a ``config(x, m, n)`` and ``plan_bwd(x, w, output_mask, cfg, has_b, cast) -> launch``, the
 launch fixed once per argument signature (``launch(dy, x, w, mean, rstd, dx) -> (dw, db)`` in dtype ``cast``, fp32
 for ``None``); :func:`make_backward` turns them into the ATen-signature op (Triton, CuTeDSL) with its ``plan``
-(:mod:`accel.kernels._plans`), and :func:`launcher` into the DSL's one-call ``launch_bwd``.
+(:mod:`accel.kernels.core.plans`), and :func:`launcher` into the DSL's one-call ``launch_bwd``.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from typing import Any
 
 import torch
 
-from accel.kernels._launch import LaunchPlan, empty, empty_like, lazy_module, row_count, rows_view, shaped_like
+from accel.kernels.dsl.launch import empty, empty_like, lazy_module, row_count, rows_view, shaped_like
+from accel.kernels.dsl.triton_utils import LaunchPlan
 
 __all__ = ["Partials", "launcher", "make_backward"]
 

@@ -1,6 +1,6 @@
 """The ``cond`` of accel's LayerNorm kernels: vendor, dtype, shapes, affine params, layout, bounds, tuning table.
 
-One implementation for every DSL (shared pieces: :mod:`accel.kernels._conds`).
+One implementation for every DSL (shared pieces: :mod:`accel.kernels.ops.conds`).
 The affine weight and bias may be in the input's dtype or fp32 (mixed
 precision, as quack's LayerNorm wants); both must be contiguous and of ``N`` elements.
 """
@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from accel.kernels._conds import (
+from accel.kernels.ops.conds import (
     ALIGN,
     Limits,
     device_types_for,

@@ -6,7 +6,7 @@ each thread holding ``N / T`` values of each row in ``vec``-element vectors of 1
 
 from __future__ import annotations
 
-from accel.kernels._cutedsl import vector_elements
+from accel.kernels.dsl.cutedsl_utils import vector_elements
 
 __all__ = ["THREADS", "CTAS_PER_SM", "MAX_VALUES_PER_THREAD", "vector_elements", "fits", "default_config",
            "candidate_configs"]

@@ -3,7 +3,7 @@
 Only the backward: the Triton forward already runs at 90-97 % of the copy ceiling on the H200. Importing
 this module imports no CuTeDSL; the kernel is imported and compiled (about a second, once per process per
 dtype, row length, config and wanted outputs) at the first launch. Routing: only where the tuning table
-names this DSL (a table miss never routes to CuTeDSL: :data:`accel.kernels._tuning.MIN_NUMEL`).
+names this DSL (a table miss never routes to CuTeDSL: :data:`accel.kernels.tuning.table.MIN_NUMEL`).
 """
 
 from __future__ import annotations
@@ -13,14 +13,13 @@ from typing import Any
 
 import torch
 
-from accel.kernels import _cutedsl
-from accel.kernels import _launch
-from accel.kernels._conds import Limits, arch, tuned_config
-from accel.kernels._cutedsl import available
-from accel.kernels._launch import lazy_module, sm_count
-from accel.kernels._tuning import dtype_name
+from accel.kernels.dsl import cutedsl_utils
+from accel.kernels.ops.conds import Limits, arch, tuned_config
+from accel.kernels.dsl.cutedsl_utils import available
+from accel.kernels.dsl.launch import device_guard, lazy_module, sm_count
+from accel.kernels.tuning.table import dtype_name
 
-from . import BWD_OP, cutedsl_configs
+from . import FAMILY, cutedsl_configs
 from ._backward import Partials, launcher, make_backward
 from .conditions import make_conds
 
@@ -29,17 +28,17 @@ __all__ = ["DSL", "LIMITS", "available", "config_reason", "usable", "native_laye
 DSL = "cutedsl"
 #: Rows up to 8192 elements (CTAs of 256 threads, 32 values each: :func:`.cutedsl_configs.fits`), below
 #: 2**31 elements in all (32-bit row offsets); the forward is never this DSL's.
-LIMITS = Limits(max_n_fwd=0, max_n_bwd=8192, max_numel=_cutedsl.MAX_NUMEL)
+LIMITS = Limits(max_n_fwd=0, max_n_bwd=8192, max_numel=cutedsl_utils.MAX_NUMEL)
 
 _k = lazy_module(__package__ + ".cutedsl_kernel")
 
 
 def _config(x: torch.Tensor, m: int, n: int) -> Mapping[str, Any] | None:
-    """The tuning table's config for these rows when it fits them (:func:`accel.kernels._cutedsl.tuned`), else
+    """The tuning table's config for these rows when it fits them (:func:`accel.kernels.dsl.cutedsl_utils.tuned`), else
     the default for rows of ``n``, else ``None``."""
     size = x.element_size()
     default = cutedsl_configs.default_config(n, size)
-    return _cutedsl.tuned(tuned_config("layer_norm_bwd", DSL, x, m, n, default), ("threads", "ctas_per_sm"),
+    return cutedsl_utils.tuned(tuned_config("layer_norm_bwd", DSL, x, m, n, default), ("threads", "ctas_per_sm"),
                           lambda threads, ctas_per_sm: cutedsl_configs.fits(n, size, threads) and ctas_per_sm >= 1,
                           default)
 
@@ -49,7 +48,7 @@ def config_reason(x: torch.Tensor, n: int, mean: torch.Tensor, rstd: torch.Tenso
     """``None`` when the kernel takes rows of ``n`` of ``x``; else why not: the arch (SM 9.0+), fp32
     statistics, 16-byte aligned ``x`` and ``weight`` (both loaded in 16-byte vectors), a config (tuned
     or default) covering rows of ``n``."""
-    why = _cutedsl.arch_reason(x.device)
+    why = cutedsl_utils.arch_reason(x.device)
     if why is not None:
         return why
     if mean.dtype != torch.float32 or rstd.dtype != torch.float32:
@@ -72,10 +71,10 @@ def usable(x: torch.Tensor, n: int, mean: torch.Tensor, rstd: torch.Tensor, weig
 
 class _Plan:
     """One backward launch with all but its tensors fixed (once per argument signature: the registry's plan,
-    :mod:`accel.kernels._plans`): ``plan(dy, x, w, mean, rstd, dx) -> (dw, db)``.
+    :mod:`accel.kernels.core.plans`): ``plan(dy, x, w, mean, rstd, dx) -> (dw, db)``.
 
     A call is one partials buffer (:class:`._backward.Partials`), the kernel (its TVM-FFI call where
-    available, :class:`accel.kernels._cutedsl.Kernel`) and one launch summing and casting the CTAs' dw/db
+    available, :class:`accel.kernels.dsl.cutedsl_utils.Kernel`) and one launch summing and casting the CTAs' dw/db
     partials into two fresh tensors.
     """
 
@@ -97,13 +96,13 @@ class _Plan:
             return p.zeros(x.device)
         kernel = self.kernel
         if kernel is None:
-            with _launch.device_guard(x.device):  # compiles for the current device on a cache miss
+            with device_guard(x.device):  # compiles for the current device on a cache miss
                 kernel = self.kernel = _k().build(self.x_dtype, self.w_dtype, self.n, self.threads,
                                                   (self.want_dx and dx is not None, p.want_dw, p.want_db),
                                                   arch(x.device))
         buf = p.alloc(x.device)
         dw, db = p.addresses(buf, mean.data_ptr())
-        _cutedsl.launch(kernel, self.index, dy.data_ptr(), x.data_ptr(), (w if w is not None else x).data_ptr(),
+        cutedsl_utils.launch(kernel, self.index, dy.data_ptr(), x.data_ptr(), (w if w is not None else x).data_ptr(),
                         mean.data_ptr(), rstd.data_ptr(), (dx if dx is not None else x).data_ptr(), dw, db,
                         self.m, p.groups)
         return p.finish(buf)
@@ -121,14 +120,24 @@ launch_bwd = launcher(plan_bwd)
 native_layer_norm_backward = make_backward("CuTeDSL", _config, plan_bwd)
 
 
-def register(backends: Sequence[str] = ("cuda",), *, suffix: str = "") -> list[str]:
-    """Register the backward as an accel override for ``backends`` (name ``layer_norm_bwd.cutedsl``).
+def conds(backends: Sequence[str]) -> tuple:
+    """``(None, backward cond)`` for ``backends``: this DSL has no forward kernel."""
+    return None, make_conds(DSL, backends, LIMITS, extra=config_reason)[1]
 
-    Raises:
-        KernelRegistrationError: as :func:`accel.kernels.register` (nothing stays registered).
-    """
-    from accel.kernels import register as register_op
 
-    _, bwd = make_conds(DSL, backends, LIMITS, extra=config_reason)
-    return [register_op(BWD_OP, impl=native_layer_norm_backward, cond=bwd, backends=backends, dsl=DSL,
-                        name=f"layer_norm_bwd.{DSL}{suffix}")]
+def covers(table_op: str, n: int, dtype: str) -> bool:
+    """Whether a config of the backward takes rows of ``n`` elements of ``dtype`` (a dtype name): the tuning
+    table's partial-DSL check (``False`` for the forward, which this DSL has no kernel of)."""
+    itemsize = cutedsl_utils.ITEMSIZE.get(dtype)
+    return table_op == "layer_norm_bwd" and itemsize is not None and \
+        bool(cutedsl_configs.candidate_configs(n, itemsize))
+
+
+def availability_note() -> str:
+    """Said beside this kernel's availability (``accel kernels``)."""
+    return cutedsl_utils.availability_note("; the backward only")
+
+
+forward, backward = None, native_layer_norm_backward
+#: ``register(backends=("cuda",), *, suffix="")``: the backward as an accel override (:meth:`OpFamily.register`).
+register = FAMILY.registrar(DSL)

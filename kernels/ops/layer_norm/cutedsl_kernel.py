@@ -34,8 +34,8 @@ import cutlass.cute as cute
 from cutlass import Float32, Int32, const_expr
 from cutlass.cute.nvgpu import cpasync
 
-from accel.kernels._cute_lib import DTYPES, SmemAllocator, compile_kernel, pointer, row_copy
-from accel.kernels._cutedsl import Kernel, ffi_reason
+from accel.kernels.dsl.cute_lang import DTYPES, SmemAllocator, compile_kernel, pointer, row_copy
+from accel.kernels.dsl.cutedsl_utils import Kernel, ffi_reason
 
 from .cutedsl_configs import fits, vector_elements
 
@@ -168,10 +168,10 @@ def build(dtype_name: str, w_dtype_name: str | None, n: int, threads: int, want:
           arch: str = "") -> Kernel:
     """Compile the backward for ``dtype_name`` rows of ``n`` (weight ``w_dtype_name`` or None), CTAs of
     ``threads``, outputs ``want = (dx, dw, db)``; cached per process (and per calling convention,
-    :func:`accel.kernels._cutedsl.ffi_reason`; ``arch``: a cache key only).
+    :func:`accel.kernels.dsl.cutedsl_utils.ffi_reason`; ``arch``: a cache key only).
 
     Returns:
-        The kernel (:class:`accel.kernels._cutedsl.Kernel`); call it with the device index, the addresses of
+        The kernel (:class:`accel.kernels.dsl.cutedsl_utils.Kernel`); call it with the device index, the addresses of
         ``(dy, x, w, mean, rstd, dx, dw_part, db_part)`` and ``(m, groups)``.
 
     Raises:

@@ -12,19 +12,15 @@ from typing import Any
 
 import torch
 
-from accel.kernels._conds import Limits, tuned_config
-from accel.kernels._launch import (
-    device_guard, empty, empty_like, lazy_module, row_count,
-    rows_view, shaped_like, vector,
-)
-from accel.kernels._pair import register_pair
-from accel.kernels.ops.rms_norm.helion_impl import available
+from accel.kernels.ops.conds import Limits, tuned_config
+from accel.kernels.dsl.launch import device_guard, empty, empty_like, lazy_module, row_count, rows_view, shaped_like, vector
+from accel.kernels.dsl.helion_utils import available
 
-from . import BWD_OP, FWD_OP, reference
+from . import FAMILY, reference
 from .conditions import make_conds
 
 _kernels = lazy_module(__package__ + ".helion_kernel")  # imports Helion at the first launch
-_helion = lazy_module("accel.kernels._helion")
+_helion = lazy_module("accel.kernels.dsl.helion_utils")
 
 __all__ = ["DSL", "LIMITS", "available", "native_layer_norm", "native_layer_norm_backward", "register",
            "launch_fwd", "launch_bwd"]
@@ -81,11 +77,11 @@ def native_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd, we
             db.to(bias.dtype).view(bias.shape) if output_mask[2] else None)
 
 
-def register(backends: Sequence[str] = ("cuda",), *, suffix: str = "") -> list[str]:
-    """Register the forward and backward as accel overrides (names ``layer_norm_fwd.helion`` ...).
+def conds(backends: Sequence[str]) -> tuple:
+    """The forward and backward conds for ``backends`` (:func:`.conditions.make_conds` with :data:`LIMITS`)."""
+    return make_conds(DSL, backends, LIMITS)
 
-    Raises:
-        KernelRegistrationError: as :func:`accel.kernels.register` (nothing stays registered).
-    """
-    return register_pair("layer_norm", DSL, (FWD_OP, BWD_OP), (native_layer_norm, native_layer_norm_backward),
-                         make_conds(DSL, backends, LIMITS), backends, suffix)
+
+forward, backward = native_layer_norm, native_layer_norm_backward
+#: ``register(backends=("cuda",), *, suffix="")``: both kernels as accel overrides (:meth:`OpFamily.register`).
+register = FAMILY.registrar(DSL)

@@ -4,7 +4,7 @@ Shapes: ``x``, ``dy`` ``[M, N]`` contiguous; ``weight``, ``bias`` ``[N]``; ``mea
 ``rstd`` ``[M]``; fp32 math. Forward ``y = (x-mean)*rstd*w + b``; backward
 ``dx = rstd*(g - mean(g) - xhat*mean(g*xhat))`` with ``g = dy*w``, partial
 ``dw``/``db`` per block of rows summed at the end. ``N`` is specialized, ``M``
-is not. Configs are explicit (:func:`accel.kernels._helion.bind`): the tuning
+is not. Configs are explicit (:func:`accel.kernels.dsl.helion_utils.bind`): the tuning
 table's, else :data:`DEFAULT_FWD` / :data:`DEFAULT_BWD`. Written after Helion's
 ``examples/layer_norm.py``; works with helion 1.4 and 1.5.
 """

@@ -1,7 +1,7 @@
 """LayerNorm forward and backward through the Triton kernels of :mod:`.triton_kernel`.
 
 Importing this module imports no Triton. Launch configs: the tuning table's
-(:mod:`accel.kernels._tuning`), else the kernel module's defaults.
+(:mod:`accel.kernels.tuning.table`), else the kernel module's defaults.
 """
 
 from __future__ import annotations
@@ -12,15 +12,13 @@ from typing import Any
 import torch
 
 from accel.errors import UnsupportedOperationError
-from accel.kernels._conds import Limits, tuned_config
-from accel.kernels._triton_configs import next_power_of_2
-from accel.kernels._launch import (
-    LaunchPlan, SplitLaunch, empty, empty_like, lazy_module, row_count, row_launch, sm_count,
-)
-from accel.kernels._pair import register_pair
-from accel.kernels.ops.rms_norm.triton_impl import available
+from accel.kernels.ops.conds import Limits, tuned_config
+from accel.kernels.dsl.triton_configs import next_power_of_2
+from accel.kernels.dsl.launch import empty, empty_like, lazy_module, row_count, sm_count
+from accel.kernels.dsl.triton_utils import LaunchPlan, SplitLaunch, row_launch
+from accel.kernels.dsl.triton_utils import available
 
-from . import BWD_OP, FWD_OP, reference
+from . import FAMILY, reference
 from ._backward import Partials, launcher, make_backward
 from .conditions import make_conds
 
@@ -62,13 +60,13 @@ def launch_fwd(x, w, b, y, mean, rstd, eps: float, cfg: Mapping[str, Any], m: in
 
 class _BwdPlan:
     """One backward launch with all but its tensors fixed (once per argument signature: the registry's plan,
-    :mod:`accel.kernels._plans`): ``plan(dy, x, w, mean, rstd, dx) -> (dw, db)`` in ``cast`` (fp32 when
+    :mod:`accel.kernels.core.plans`): ``plan(dy, x, w, mean, rstd, dx) -> (dw, db)`` in ``cast`` (fp32 when
     ``None``). A call is one partials buffer (:class:`._backward.Partials`), the kernel (its compiled
-    launcher from the third call, :class:`accel.kernels._launch.LaunchPlan`) and one launch summing and casting
+    launcher from the third call, :class:`accel.kernels.dsl.launch.LaunchPlan`) and one launch summing and casting
     the programs' dw/db partials into two fresh tensors.
 
     ``cfg``: ``{"block_n", "num_warps", "programs_per_sm"}``: the rows kernel, or with ``"split"`` the split
-    kernel (:class:`accel.kernels._launch.SplitLaunch`; ``block_n`` is the part).
+    kernel (:class:`accel.kernels.dsl.launch.SplitLaunch`; ``block_n`` is the part).
     """
 
     __slots__ = ("m", "want_dx", "partials", "launch")
@@ -155,11 +153,11 @@ native_layer_norm_backward = make_backward(
     "Triton", lambda x, m, n: tuned_config("layer_norm_bwd", DSL, x, m, n, _k().bwd_config), plan_bwd)
 
 
-def register(backends: Sequence[str] = ("cuda",), *, suffix: str = "") -> list[str]:
-    """Register the forward and backward as accel overrides (names ``layer_norm_fwd.triton`` ...).
+def conds(backends: Sequence[str]) -> tuple:
+    """The forward and backward conds for ``backends`` (:func:`.conditions.make_conds` with :data:`LIMITS`)."""
+    return make_conds(DSL, backends, LIMITS)
 
-    Raises:
-        KernelRegistrationError: as :func:`accel.kernels.register` (nothing stays registered).
-    """
-    return register_pair("layer_norm", DSL, (FWD_OP, BWD_OP), (native_layer_norm, native_layer_norm_backward),
-                         make_conds(DSL, backends, LIMITS), backends, suffix)
+
+forward, backward = native_layer_norm, native_layer_norm_backward
+#: ``register(backends=("cuda",), *, suffix="")``: both kernels as accel overrides (:meth:`OpFamily.register`).
+register = FAMILY.registrar(DSL)

@@ -39,8 +39,8 @@ import functools
 import triton
 import triton.language as tl
 
-from accel.kernels._triton_lib import gather, hinted_load, publish, row_ids, row_offsets, split_place
-from accel.kernels._triton_configs import (next_power_of_2, row_candidates, row_config, split_part,
+from accel.kernels.dsl.triton_lang import gather, hinted_load, publish, row_ids, row_offsets, split_place
+from accel.kernels.dsl.triton_configs import (next_power_of_2, row_candidates, row_config, split_part,
                                            unique_configs, warps)
 
 __all__ = ["MAX_BLOCK_N", "layer_norm_fwd_rows", "layer_norm_bwd_rows",

@@ -1,7 +1,7 @@
 """The ``cond`` of accel's RMSNorm kernels: vendor, dtype, layout, alignment, shape bounds, tuning table.
 
-Shared pieces (vendor, arch, dtypes, alignment) live in :mod:`accel.kernels._conds`;
-the tuning table in :mod:`accel.kernels._tuning`.
+Shared pieces (vendor, arch, dtypes, alignment) live in :mod:`accel.kernels.ops.conds`;
+the tuning table in :mod:`accel.kernels.tuning.table`.
 
 One implementation for every DSL (the bounds differ per DSL and direction, the
 logic does not). Each check returns a reason string when the kernel must not
@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from accel.kernels._conds import (
+from accel.kernels.ops.conds import (
     ALIGN,
     DEVICE_REASONS,
     DTYPES,

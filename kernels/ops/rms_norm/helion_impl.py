@@ -7,43 +7,27 @@ kernels need a weight (the cond sends ``weight=None`` to ATen).
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Sequence
 
 import torch
-from packaging.version import Version
 
-from accel._compat import checked_version, module_version
+from accel.kernels.dsl.helion_utils import MIN_VERSION, available
+from accel.kernels.dsl.launch import device_guard, empty, empty_like, lazy_module, row_count, rows_view, shaped_like, vector
 
-from . import reference
-from accel.kernels._launch import (
-    device_guard, empty, empty_like, lazy_module, row_count,
-    rows_view, shaped_like, vector,
-)
-from ._pair import register_pair
-from .conditions import Limits
+from . import FAMILY, reference
+from .conditions import Limits, make_conds
 
-__all__ = ["DSL", "LIMITS", "MIN_VERSION", "available", "fused_rms_norm", "fused_rms_norm_backward", "register"]
+__all__ = ["DSL", "LIMITS", "MIN_VERSION", "available", "backward", "conds", "forward", "fused_rms_norm",
+           "fused_rms_norm_backward", "register"]
 
 DSL = "helion"
 #: Rows up to 16384 elements (a whole row per tile), weight required; Helion's
 #: generated code indexes with int32, so fewer than 2**31 elements.
 LIMITS = Limits(max_n_fwd=16384, max_n_bwd=16384, needs_weight=True, max_numel=(1 << 31) - 1)
-#: Oldest Helion the kernels are checked with (1.4.0 runs on the H200's torch 2.11).
-MIN_VERSION = Version("1.4.0")
-
-
-def available() -> tuple[bool, str]:
-    """Whether Helion (and Triton, its backend) are installed in a usable version, and why (no import)."""
-    if importlib.util.find_spec("helion") is None:
-        return False, "helion is not installed (pip install helion, or in your accel clone: pip install '.[helion]')"
-    if importlib.util.find_spec("triton") is None:
-        return False, "helion is installed but triton (its code generator) is not"
-    return checked_version("helion", module_version("helion"), MIN_VERSION)
 
 
 _kernels = lazy_module(__package__ + ".helion_kernel")  # imports the DSL at the first launch
-_helion = lazy_module("accel.kernels._helion")
+_helion = lazy_module("accel.kernels.dsl.helion_utils")
 
 
 def fused_rms_norm(input: torch.Tensor, normalized_shape: Sequence[int], weight: torch.Tensor | None = None,
@@ -76,6 +60,11 @@ def fused_rms_norm_backward(grad_out: torch.Tensor, input: torch.Tensor, normali
             dw.view(weight.shape) if output_mask[1] else None)
 
 
-def register(backends: Sequence[str] = ("cuda",), *, suffix: str = "") -> list[str]:
-    """Register the forward and backward as accel overrides for ``backends`` (as :func:`.triton_impl.register`)."""
-    return register_pair(DSL, fused_rms_norm, fused_rms_norm_backward, LIMITS, backends, suffix)
+def conds(backends: Sequence[str]) -> tuple:
+    """The forward and backward conds for ``backends`` (:func:`.conditions.make_conds` with :data:`LIMITS`)."""
+    return make_conds(DSL, backends, LIMITS)
+
+
+forward, backward = fused_rms_norm, fused_rms_norm_backward
+#: ``register(backends=("cuda",), *, suffix="")``: both kernels as accel overrides (:meth:`OpFamily.register`).
+register = FAMILY.registrar(DSL)

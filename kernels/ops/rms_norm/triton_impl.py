@@ -6,35 +6,25 @@ first call. :func:`register` installs both ops as accel overrides.
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
 
-from accel._compat import module_version
-from accel.kernels._conds import tuned_config
+from accel.kernels.dsl.launch import empty, empty_like, lazy_module, row_count, sm_count
+from accel.kernels.dsl.triton_utils import LaunchPlan, available, row_launch
+from accel.kernels.ops.conds import tuned_config
 
-from . import reference
-from accel.kernels._launch import (
-    LaunchPlan, empty, empty_like, lazy_module, row_count, row_launch, sm_count,
-)
-from ._pair import register_pair
-from .conditions import Limits
+from . import FAMILY, reference
+from .conditions import Limits, make_conds
 
-__all__ = ["DSL", "LIMITS", "available", "fused_rms_norm", "fused_rms_norm_backward", "register", "launch_fwd"]
+__all__ = ["DSL", "LIMITS", "available", "backward", "conds", "forward", "fused_rms_norm", "fused_rms_norm_backward",
+           "launch_fwd", "register"]
 
 DSL = "triton"
 #: Row bounds: forward any N up to 65536 (looped above triton_kernel.MAX_BLOCK_N);
 #: backward keeps the row in registers (N <= triton_kernel.MAX_BLOCK_N = 16384).
 LIMITS = Limits(max_n_fwd=65536, max_n_bwd=16384)
-
-
-def available() -> tuple[bool, str]:
-    """Whether Triton is installed (package metadata only; nothing imported), and why."""
-    if importlib.util.find_spec("triton") is None:
-        return False, "triton is not installed (pip install triton, or in your accel clone: pip install '.[triton]')"
-    return True, f"triton {module_version('triton')} installed"
 
 
 _kernels = lazy_module(__package__ + ".triton_kernel")  # imports the DSL at the first launch
@@ -58,7 +48,7 @@ def plan_fwd(input: torch.Tensor, normalized_shape: Sequence[int], weight: torch
              eps: float | None = None) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
     """:func:`fused_rms_norm` for every call with these arguments' signature (shapes, dtypes, device,
     alignment, ``eps``): rows, launch config (tuning table) and launch fixed here, so a call is two
-    allocations and a :class:`~accel.kernels._launch.LaunchPlan` call."""
+    allocations and a :class:`~accel.kernels.dsl.launch.LaunchPlan` call."""
     n = row_count(normalized_shape)
     m = input.numel() // n
     has_w = weight is not None
@@ -148,17 +138,11 @@ def _no_grads(*args: Any) -> tuple[None, None]:
 fused_rms_norm_backward.plan = plan_bwd  # type: ignore[attr-defined]
 
 
-def register(backends: Sequence[str] = ("cuda",), *, suffix: str = "") -> list[str]:
-    """Register the forward and backward as accel overrides for ``backends``.
+def conds(backends: Sequence[str]) -> tuple:
+    """The forward and backward conds for ``backends`` (:func:`.conditions.make_conds` with :data:`LIMITS`)."""
+    return make_conds(DSL, backends, LIMITS)
 
-    Args:
-        backends: accel backend names (``["cuda"]``; tests use ``["cpu"]`` with ``TRITON_INTERPRET=1``).
-        suffix: appended to the registration names (``rms_norm_fwd.triton<suffix>``).
 
-    Returns:
-        The two registration names.
-
-    Raises:
-        KernelRegistrationError: as :func:`accel.kernels.register` (nothing stays registered).
-    """
-    return register_pair(DSL, fused_rms_norm, fused_rms_norm_backward, LIMITS, backends, suffix)
+forward, backward = fused_rms_norm, fused_rms_norm_backward
+#: ``register(backends=("cuda",), *, suffix="")``: both kernels as accel overrides (:meth:`OpFamily.register`).
+register = FAMILY.registrar(DSL)

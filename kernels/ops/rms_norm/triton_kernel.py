@@ -26,8 +26,8 @@ import functools
 import triton
 import triton.language as tl
 
-from accel.kernels._triton_lib import hinted_load, row_ids, row_offsets
-from accel.kernels._triton_configs import next_power_of_2, row_candidates, row_config, unique_configs, warps
+from accel.kernels.dsl.triton_lang import hinted_load, row_ids, row_offsets
+from accel.kernels.dsl.triton_configs import next_power_of_2, row_candidates, row_config, unique_configs, warps
 
 __all__ = ["rms_norm_fwd_rows", "rms_norm_fwd_looped", "rms_norm_bwd_rows", "fwd_config", "default_config",
            "candidate_configs", "bwd_config"]

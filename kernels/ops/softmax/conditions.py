@@ -1,7 +1,7 @@
 """The ``cond`` of accel's softmax kernels: vendor, dtype, last dim, layout, row bound, tuning table.
 
 One implementation for every DSL; checks are cheapest first, formatted into a
-sentence only by ``why_not`` (shared pieces: :mod:`accel.kernels._conds`).
+sentence only by ``why_not`` (shared pieces: :mod:`accel.kernels.ops.conds`).
 Rows need not be aligned (the kernels mask), only contiguous.
 """
 
@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from accel.kernels._conds import (
+from accel.kernels.ops.conds import (
     Limits,
     device_types_for,
     entry_reason,

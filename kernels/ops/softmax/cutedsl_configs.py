@@ -6,7 +6,7 @@ each thread holding ``N / (C * T)`` elements in ``vec``-element vectors of 16 by
 
 from __future__ import annotations
 
-from accel.kernels._cutedsl import vector_elements
+from accel.kernels.dsl.cutedsl_utils import vector_elements
 
 __all__ = ["CLUSTERS", "THREADS", "MAX_ELEMENTS_PER_THREAD", "vector_elements", "fits", "default_config",
            "candidate_configs"]

@@ -6,7 +6,7 @@ The kernels need SM 9.0+ (thread-block clusters) and rows whose length a config 
 (:func:`.cutedsl_configs.fits`); the cond sends everything else to the next kernel or ATen.
 
 Routing: this DSL runs only where the tuning table names it (a table miss goes to the Triton
-kernel or ATen: :data:`accel.kernels._tuning.MIN_NUMEL` has no size above which it is trusted
+kernel or ATen: :data:`accel.kernels.tuning.table.MIN_NUMEL` has no size above which it is trusted
 without a measurement).
 """
 
@@ -17,14 +17,14 @@ from typing import Any
 
 import torch
 
-from accel.kernels import _cutedsl
-from accel.kernels._conds import Limits, arch, tuned_config
-from accel.kernels._cutedsl import available
-from accel.kernels._launch import device_guard, lazy_module
-from accel.kernels._tuning import dtype_name
+from accel.kernels.dsl import cutedsl_utils
+from accel.kernels.ops.conds import Limits, arch, tuned_config
+from accel.kernels.dsl.cutedsl_utils import available
+from accel.kernels.dsl.launch import device_guard, lazy_module
+from accel.kernels.tuning.table import dtype_name
 
-from . import cutedsl_configs
-from ._ops import make_ops
+from . import FAMILY, cutedsl_configs
+from ._wrappers import make_ops
 
 __all__ = ["DSL", "LIMITS", "available", "config_reason", "usable", "softmax", "softmax_backward_data", "register",
            "launch_fwd", "launch_bwd"]
@@ -32,18 +32,18 @@ __all__ = ["DSL", "LIMITS", "available", "config_reason", "usable", "softmax", "
 DSL = "cutedsl"
 #: Rows up to 65536 elements (a cluster of 8 CTAs of 128 threads, 64 elements each), below 2**31 elements
 #: in all (32-bit row offsets).
-LIMITS = Limits(max_n_fwd=65536, max_n_bwd=65536, max_numel=_cutedsl.MAX_NUMEL)
+LIMITS = Limits(max_n_fwd=65536, max_n_bwd=65536, max_numel=cutedsl_utils.MAX_NUMEL)
 
 _kernels = lazy_module(__package__ + ".cutedsl_kernel")  # imports CuTeDSL at the first launch
 _INPUTS = {"softmax_fwd": 1, "softmax_bwd": 2}
 
 
 def _config(op: str, x: torch.Tensor, m: int, n: int) -> Mapping[str, Any] | None:
-    """The tuning table's config for these rows when it fits them (:func:`accel.kernels._cutedsl.tuned`), else
+    """The tuning table's config for these rows when it fits them (:func:`accel.kernels.dsl.cutedsl_utils.tuned`), else
     the default config for rows of ``n``, else ``None`` (no config covers them)."""
     size, inputs = x.element_size(), _INPUTS[op]
     default = cutedsl_configs.default_config(n, size, inputs)
-    return _cutedsl.tuned(tuned_config(op, DSL, x, m, n, default), ("cluster", "threads"),
+    return cutedsl_utils.tuned(tuned_config(op, DSL, x, m, n, default), ("cluster", "threads"),
                           lambda cluster, threads: cutedsl_configs.fits(n, size, cluster, threads, inputs), default)
 
 
@@ -51,7 +51,7 @@ def config_reason(op: str, t: torch.Tensor, n: int, *others: torch.Tensor) -> st
     """``None`` when the kernels can take rows of ``n`` of ``t`` (``[..., n]``, contiguous) for ``op``
     (``"softmax_fwd"``/``"softmax_bwd"``; ``others``: the backward's ``grad_output``); else why not: arch below
     SM 9.0, a base pointer not 16-byte aligned, or no config (tuned or default) covering rows of ``n``."""
-    why = _cutedsl.arch_reason(t.device)
+    why = cutedsl_utils.arch_reason(t.device)
     if why is not None:
         return why
     if any(x.data_ptr() % 16 for x in (t, *others)):
@@ -84,7 +84,7 @@ def _launcher(kind: str, cfg: Mapping[str, Any], m: int, n: int) -> Callable[...
             with device_guard(t.device):  # compiles for the current device
                 fn = compiled[(t.dtype, index)] = k.build(kind, dtype_name(t.dtype), n, cluster, threads,
                                                           arch(t.device))
-        _cutedsl.launch(fn, index, *[x.data_ptr() for x in tensors], m)
+        cutedsl_utils.launch(fn, index, *[x.data_ptr() for x in tensors], m)
 
     return launch
 
@@ -119,5 +119,18 @@ def launch_bwd(dy: torch.Tensor, y: torch.Tensor, dx: torch.Tensor, cfg: Mapping
         bwd_launch(cfg, m, n)(dy, y, dx)
 
 
-softmax, softmax_backward_data, register = make_ops(DSL, LIMITS, launch_fwd, launch_bwd, _config,
+softmax, softmax_backward_data, conds = make_ops(DSL, LIMITS, launch_fwd, launch_bwd, _config,
                                                     plans=(fwd_launch, bwd_launch), extra_reason=config_reason)
+
+
+def covers(table_op: str, n: int, dtype: str) -> bool:
+    """Whether a config of this DSL's ``table_op`` (``"softmax_fwd"``/``"softmax_bwd"``) takes rows of ``n``
+    elements of ``dtype`` (a dtype name): the tuning table's partial-DSL check."""
+    itemsize = cutedsl_utils.ITEMSIZE.get(dtype)
+    return itemsize is not None and bool(cutedsl_configs.candidate_configs(n, itemsize, 1 if table_op == "softmax_fwd" else 2))
+
+
+availability_note = cutedsl_utils.availability_note
+forward, backward = softmax, softmax_backward_data
+#: ``register(backends=("cuda",), *, suffix="")``: both kernels as accel overrides (:meth:`OpFamily.register`).
+register = FAMILY.registrar(DSL)

@@ -39,8 +39,8 @@ import cutlass
 import cutlass.cute as cute
 from cutlass import Float32, Int32, Int64, const_expr
 
-from accel.kernels._cute_lib import DTYPES, SmemAllocator, compile_kernel, pointer, row_copy
-from accel.kernels._cutedsl import Kernel, ffi_reason
+from accel.kernels.dsl.cute_lang import DTYPES, SmemAllocator, compile_kernel, pointer, row_copy
+from accel.kernels.dsl.cutedsl_utils import Kernel, ffi_reason
 
 from .cutedsl_configs import MAX_ELEMENTS_PER_THREAD, fits, vector_elements
 
@@ -221,12 +221,12 @@ _KINDS = {"fwd": SoftmaxFwd, "bwd": SoftmaxBwd}
 def build(kind: str, dtype_name: str, n: int, cluster: int, threads: int, arch: str = "") -> Kernel:
     """Compile the ``kind`` (``"fwd"``, ``"bwd"``) kernel for ``dtype_name`` (``"bfloat16"``, ``"float16"``, ``"float32"``) rows of
     ``n`` with config ``(cluster, threads)``; cached per process (and per calling convention,
-    :func:`accel.kernels._cutedsl.ffi_reason`).
+    :func:`accel.kernels.dsl.cutedsl_utils.ffi_reason`).
 
     ``arch``: only a cache key (the compiler targets the current device, or ``CUTE_DSL_ARCH``).
 
     Returns:
-        The kernel (:class:`accel.kernels._cutedsl.Kernel`); call it with the device index, the addresses
+        The kernel (:class:`accel.kernels.dsl.cutedsl_utils.Kernel`); call it with the device index, the addresses
         (``(x, y)`` forward, ``(dy, y, dx)`` backward) and ``m``.
 
     Raises:

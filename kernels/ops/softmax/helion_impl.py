@@ -11,14 +11,15 @@ from typing import Any
 
 import torch
 
-from accel.kernels._conds import Limits, tuned_config
-from accel.kernels._launch import device_guard, lazy_module
-from accel.kernels.ops.rms_norm.helion_impl import available
+from accel.kernels.ops.conds import Limits, tuned_config
+from accel.kernels.dsl.launch import device_guard, lazy_module
+from accel.kernels.dsl.helion_utils import available
 
-from ._ops import make_ops
+from . import FAMILY
+from ._wrappers import make_ops
 
 _kernels = lazy_module(__package__ + ".helion_kernel")  # imports Helion at the first launch
-_helion = lazy_module("accel.kernels._helion")
+_helion = lazy_module("accel.kernels.dsl.helion_utils")
 
 __all__ = ["DSL", "LIMITS", "available", "softmax", "softmax_backward_data", "register", "launch_fwd", "launch_bwd"]
 
@@ -51,4 +52,8 @@ def launch_bwd(dy: torch.Tensor, y: torch.Tensor, dx: torch.Tensor, cfg: Mapping
         h.call(h.bind(_kernels().softmax_bwd, cfg), dy, y, dx)
 
 
-softmax, softmax_backward_data, register = make_ops(DSL, LIMITS, launch_fwd, launch_bwd, _config)
+softmax, softmax_backward_data, conds = make_ops(DSL, LIMITS, launch_fwd, launch_bwd, _config)
+
+forward, backward = softmax, softmax_backward_data
+#: ``register(backends=("cuda",), *, suffix="")``: both kernels as accel overrides (:meth:`OpFamily.register`).
+register = FAMILY.registrar(DSL)

@@ -4,7 +4,7 @@ Shapes: ``x``/``y``/``dy``/``dx`` ``[M, N]`` contiguous; fp32/bf16/fp16, fp32 ma
 Forward ``y = softmax(x, -1)``; backward ``dx = y * (dy - sum(dy*y))``. Each tile of
 rows holds whole rows (``N`` specialized: one compile per row length; ``M`` is
 not, so new batch sizes do not recompile). Configs are explicit
-(:func:`accel.kernels._helion.bind`): the tuning table's, else :data:`DEFAULT`
+(:func:`accel.kernels.dsl.helion_utils.bind`): the tuning table's, else :data:`DEFAULT`
 (one row per program, 8 warps).
 """
 

@@ -1,7 +1,7 @@
 """Softmax forward and backward through the Triton kernels of :mod:`.triton_kernel`.
 
 Importing this module imports no Triton: the kernel module is imported at the
-first call. Launch configs come from the tuning table (:mod:`accel.kernels._tuning`)
+first call. Launch configs come from the tuning table (:mod:`accel.kernels.tuning.table`)
 for the input's arch, dtype and shape bucket, else :func:`.triton_kernel.default_config`.
 """
 
@@ -12,11 +12,13 @@ from typing import Any
 
 import torch
 
-from accel.kernels._conds import Limits, tuned_config
-from accel.kernels._launch import LaunchPlan, lazy_module, row_launch
-from accel.kernels.ops.rms_norm.triton_impl import available
+from accel.kernels.ops.conds import Limits, tuned_config
+from accel.kernels.dsl.launch import lazy_module
+from accel.kernels.dsl.triton_utils import LaunchPlan, row_launch
+from accel.kernels.dsl.triton_utils import available
 
-from ._ops import make_ops
+from . import FAMILY
+from ._wrappers import make_ops
 
 __all__ = ["DSL", "LIMITS", "available", "softmax", "softmax_backward_data", "register", "launch_fwd", "launch_bwd"]
 
@@ -63,5 +65,9 @@ def launch_bwd(dy: torch.Tensor, y: torch.Tensor, dx: torch.Tensor, cfg: Mapping
     bwd_launch(cfg, m, n)(dy, y, dx)
 
 
-softmax, softmax_backward_data, register = make_ops(DSL, LIMITS, launch_fwd, launch_bwd, _config,
+softmax, softmax_backward_data, conds = make_ops(DSL, LIMITS, launch_fwd, launch_bwd, _config,
                                                     plans=(fwd_launch, bwd_launch))
+
+forward, backward = softmax, softmax_backward_data
+#: ``register(backends=("cuda",), *, suffix="")``: both kernels as accel overrides (:meth:`OpFamily.register`).
+register = FAMILY.registrar(DSL)

@@ -23,8 +23,8 @@ import functools
 import triton
 import triton.language as tl
 
-from accel.kernels._triton_lib import hinted_load, row_ids, row_offsets
-from accel.kernels._triton_configs import next_power_of_2, row_candidates, row_config, unique_configs
+from accel.kernels.dsl.triton_lang import hinted_load, row_ids, row_offsets
+from accel.kernels.dsl.triton_configs import next_power_of_2, row_candidates, row_config, unique_configs
 
 __all__ = ["MAX_BLOCK_N", "default_config", "softmax_fwd_rows", "softmax_fwd_looped", "softmax_bwd_rows",
            "softmax_bwd_looped", "candidate_configs"]

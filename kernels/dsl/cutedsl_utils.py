@@ -1,7 +1,7 @@
 """What accel's CuTeDSL kernels share on the host, without importing CuTeDSL: availability, the arch
 check, the calling convention of a compiled kernel (:class:`Kernel`: stream, device guard, TVM-FFI).
 
-The kernels themselves (``kernels/ops/*/cutedsl_kernel.py``) share :mod:`accel.kernels._cute_lib`,
+The kernels themselves (``kernels/ops/*/cutedsl_kernel.py``) share :mod:`.cute_lang`,
 which imports CuTeDSL (``cutlass``, from ``nvidia-cutlass-dsl``).
 """
 
@@ -18,10 +18,10 @@ import torch
 from packaging.version import Version
 
 from accel._compat import checked_version, module_version
-from accel.kernels._conds import arch
+from .launch import arch
 
-__all__ = ["COMPILE_LOCK", "DISTRIBUTION", "MAX_NUMEL", "MIN_ARCH", "MIN_VERSION", "Kernel", "available", "arch_reason", "covers",
-           "ffi_reason", "launch", "tuned", "vector_elements"]
+__all__ = ["COMPILE_LOCK", "DISTRIBUTION", "ITEMSIZE", "MAX_NUMEL", "MIN_ARCH", "MIN_VERSION", "Kernel", "available", "arch_reason",
+           "availability_note", "ffi_reason", "launch", "tuned", "vector_elements"]
 
 #: The package that provides CuTeDSL (``import cutlass``).
 DISTRIBUTION = "nvidia-cutlass-dsl"
@@ -31,41 +31,11 @@ MIN_VERSION = Version("4.8.1")
 MIN_ARCH = 90
 #: Most elements a CuTeDSL kernel takes: the kernels index rows with 32-bit offsets.
 MAX_NUMEL = 2**31 - 1
-_ITEMSIZE = {"float32": 4, "bfloat16": 2, "float16": 2}
+#: Bytes per element of the dtype names the tuning table uses.
+ITEMSIZE = {"float32": 4, "bfloat16": 2, "float16": 2}
 #: Held around every ``cute.compile``: two at once in one process break CuTeDSL's compiler session ("Please
 #: start a session before accessing session data", or an abort), e.g. two threads' first backward calls.
 COMPILE_LOCK = threading.RLock()
-
-
-#: The ATen op of each tuning-table op with a CuTeDSL kernel.
-_ATEN = {"softmax_fwd": "aten::_softmax", "softmax_bwd": "aten::_softmax_backward_data",
-         "layer_norm_bwd": "aten::native_layer_norm_backward"}
-
-
-def covers(op: str, n: int, dtype: str) -> bool:
-    """Whether a CuTeDSL kernel of ``op`` (``"softmax_fwd"``, ``"softmax_bwd"``, ``"layer_norm_bwd"``) can take
-    rows of ``n`` elements of ``dtype`` (a dtype name) in this process: an override of that DSL is
-    registered for the op (so never without ``nvidia-cutlass-dsl``, or after ``install(dsl="triton")``) and
-    one of its configs covers the row. ``False`` for an op without a CuTeDSL kernel.
-
-    (Registering or unregistering an override bumps :data:`accel.kernels._tuning.GENERATION`, so the
-    other overrides' memoised answers that read this are asked again.)"""
-    itemsize = _ITEMSIZE.get(dtype)
-    if itemsize is None or op not in _ATEN:
-        return False
-    from accel.kernels import _registry
-
-    if not any(o.dsl == "cutedsl" and o.op.qualname == _ATEN[op] for o in list(_registry._OVERRIDES.values())):
-        return False
-    if op in ("softmax_fwd", "softmax_bwd"):
-        from accel.kernels.ops.softmax import cutedsl_configs
-
-        return bool(cutedsl_configs.candidate_configs(n, itemsize, 1 if op == "softmax_fwd" else 2))
-    if op == "layer_norm_bwd":
-        from accel.kernels.ops.layer_norm import cutedsl_configs
-
-        return bool(cutedsl_configs.candidate_configs(n, itemsize))
-    return False
 
 
 def tuned(cfg: Any, keys: tuple[str, ...], fits: Callable[..., bool], default: Any) -> Any:
@@ -163,3 +133,12 @@ def launch(kernel: Kernel, index: int, *args: Any) -> None:
         return
     with torch.cuda.device(index):
         kernel(index, *args)
+
+
+def availability_note(extra: str = "") -> str:
+    """What ``accel kernels`` says beside a CuTeDSL kernel's availability: where the kernels run (the arch is
+    checked per call: knowing it here would initialise the device) and how they are called."""
+    ffi = ffi_reason()
+    call = "launched through TVM-FFI" if ffi is None else \
+        f"launched through CuTeDSL's executor, ~15 µs more host time per call: {ffi}"
+    return f"CuTeDSL kernels run on sm_90+ GPUs, only for the shapes a tuning table routes to them{extra}; {call}"

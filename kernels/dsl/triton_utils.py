@@ -1,105 +1,38 @@
-"""Host-side helpers shared by every op's DSL impls: launches, device guard, program counts, output buffers.
+"""Triton on the host: availability (package metadata, no import) and launches with little host time.
 
-:func:`triton_launch` is ``fn[grid](*args, **constexprs)`` without Triton's per-call
-Python once a specialization is compiled. Measured on the H200's host (torch 2.11,
-triton 3.6, ``ci/gpu/launch_profile.py``): ``fn[grid](...)`` 14.9 µs per call, the
-compiled kernel's launcher called directly 6.6 µs; Triton's own ``JITFunction.run``
-(binding, specialization, cache key, knobs) is the difference. Inductor's generated
-launchers call ``CompiledKernel.run`` the same way.
+:func:`triton_launch` is ``fn[grid](*args, **constexprs)`` without Triton's per-call Python once a
+specialization is compiled: on the H200's host ``fn[grid](...)`` cost 14.9 µs per call and the compiled
+kernel's launcher called directly 6.6 µs (``ci/gpu/launch_profile.py``); Triton's own
+``JITFunction.run`` (binding, specialization, cache key, knobs) is the difference. Inductor's generated
+launchers call ``CompiledKernel.run`` the same way. Device-side helpers shared by the kernels are in
+:mod:`.triton_lang` (which imports Triton).
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
+import importlib.util
 import inspect
-import math
 import os
 from typing import Any
 
 import torch
 
-from accel.kernels._triton_configs import next_power_of_2, wide
+from accel._compat import module_version
 
-__all__ = ["lazy_module", "rows_view", "vector", "shaped_like", "row_count", "device_guard", "sm_count", "empty", "empty_like", "poison_outputs",
-           "triton_launch", "fast_launch_supported", "LaunchPlan", "row_launch", "SplitLaunch"]
+from .launch import device_guard
+from .triton_configs import next_power_of_2, wide
 
-#: Tests set this: every output buffer the impls allocate starts filled with NaN,
-#: so an element a kernel forgets to write cannot pass as a right answer.
-poison_outputs = False
+__all__ = ["LaunchPlan", "SplitLaunch", "available", "fast_launch_supported", "row_launch", "triton_launch"]
 
 
-def lazy_module(name: str):
-    """A function returning module ``name``, imported at its first call (kernel modules import a DSL:
-    importing them is deferred to the first launch; later calls are one global read, not an import statement)."""
-    import importlib
-
-    module = None
-
-    def get():
-        nonlocal module
-        if module is None:
-            module = importlib.import_module(name)
-        return module
-
-    return get
+def available() -> tuple[bool, str]:
+    """Whether Triton is installed (package metadata only; nothing imported), and why."""
+    if importlib.util.find_spec("triton") is None:
+        return False, "triton is not installed (pip install triton, or in your accel clone: pip install '.[triton]')"
+    return True, f"triton {module_version('triton')} installed"
 
 
-def empty(shape, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """``torch.empty`` for kernel outputs (NaN-filled while :data:`poison_outputs` is set).
-
-    ``shape`` is an int or a sequence of ints; sizes are passed positionally (a tuple argument
-    plus keywords parses 0.5 µs slower per call, measured on the CPU host with torch 2.13).
-    """
-    t = torch.empty(shape, dtype=dtype, device=device) if type(shape) is int else \
-        torch.empty(*shape, dtype=dtype, device=device)
-    return t.fill_(float("nan")) if poison_outputs else t
-
-
-def empty_like(t: torch.Tensor) -> torch.Tensor:
-    """``torch.empty_like`` for kernel outputs of a contiguous ``t`` (same shape, dtype, device, strides;
-    NaN-filled while :data:`poison_outputs` is set). One C call: 0.8 µs vs 2.4 µs for ``torch.empty``
-    with shape/dtype/device keywords (CPU host, torch 2.13)."""
-    out = torch.empty_like(t)
-    return out.fill_(float("nan")) if poison_outputs else out
-
-
-def rows_view(t: torch.Tensor, n: int) -> torch.Tensor:
-    """``t`` as ``[M, n]`` without copying (raises for non-viewable layouts; the cond rejects those).
-
-    ``t`` itself when it already is ``[M, n]``: a view costs 1-3 µs on the H200's host, the
-    check 0.2 (``benchmarks/launch_cost.py --profile``, session 3).
-    """
-    return t if t.dim() == 2 and t.shape[1] == n else t.view(-1, n)
-
-
-def vector(t: torch.Tensor, n: int) -> torch.Tensor:
-    """A weight or bias as ``[n]`` (``t`` itself when it already is one-dimensional)."""
-    return t if t.dim() == 1 else t.view(n)
-
-
-def shaped_like(t: torch.Tensor, input: torch.Tensor) -> torch.Tensor:
-    """``t`` (same number of elements as ``input``) in ``input``'s shape; ``t`` itself when it has it."""
-    shape = input.shape
-    return t if t.shape == shape else t.view(shape)
-
-
-def row_count(normalized_shape) -> int:
-    """``N = prod(normalized_shape)``."""
-    return normalized_shape[0] if len(normalized_shape) == 1 else math.prod(normalized_shape)
-
-
-_NO_GUARD = contextlib.nullcontext()
-
-
-def device_guard(device: torch.device):
-    """Make ``device`` current for a DSL launch when it is a non-current CUDA device (else a shared no-op)."""
-    if device.type == "cuda" and device.index is not None and device.index != torch._C._cuda_getDevice():
-        return torch.cuda.device(device)
-    return _NO_GUARD
-
-
-# -- Triton launches -------------------------------------------------------------------------------
 
 #: What ``JITFunction.run`` must contain for :func:`triton_launch`'s direct call to be the
 #: same call Triton makes (triton 3.3 - 3.9: launcher, grid, stream, function, metadata, hooks, args).
@@ -265,7 +198,7 @@ def triton_launch(fn: Any, grid: tuple, *args: Any, num_warps: int = 4, num_stag
 class LaunchPlan:
     """One Triton launch with all but its tensor arguments fixed: ``plan(*tensors)`` launches it.
 
-    Built once per argument signature by an impl's ``plan`` (:mod:`accel.kernels._plans`), so a
+    Built once per argument signature by an impl's ``plan`` (:mod:`accel.kernels.core.plans`), so a
     routed call skips the per-call work of :func:`triton_launch` (specialization key, option dicts):
     once the kernel is compiled, a call is the device check, the current raw stream and the
     compiled kernel's launcher - the call ``JITFunction.run`` ends in. The first two calls go
@@ -395,9 +328,3 @@ class SplitLaunch:
                 launch(*tensors, slots)
 
 
-@functools.cache
-def sm_count(device: torch.device) -> int:
-    """Streaming multiprocessors (compute units) of a CUDA/ROCm device; 4 elsewhere (interpreter runs)."""
-    if device.type == "cuda":
-        return int(torch.cuda.get_device_properties(device).multi_processor_count)
-    return 4

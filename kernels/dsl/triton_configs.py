@@ -2,7 +2,7 @@
 
 Pure Python (no Triton import), so the impl modules and the tuner can use it before
 any kernel is compiled. The numbers are defaults for a tuning-table miss; measured
-winners per arch live in the tuning table (:mod:`accel.kernels._tuning`).
+winners per arch live in the tuning table (:mod:`accel.kernels.tuning.table`).
 """
 
 from __future__ import annotations

@@ -14,7 +14,8 @@ from typing import Any
 
 import torch
 
-from accel.kernels import _tuning
+from accel.kernels.dsl.launch import arch
+from accel.kernels.tuning import table
 
 __all__ = ["ALIGN", "DTYPES", "Limits", "arch", "device_reason", "device_types_for", "entry_reason",
            "table_declines", "table_reason", "floors", "tuned_config"]
@@ -55,23 +56,6 @@ def device_types_for(backends: Sequence[str]) -> dict[str, str | None]:
         else:
             out[b] = None
     return out
-
-
-@functools.cache
-def arch(device: torch.device) -> str:
-    """``sm_90`` (NVIDIA), ``gfx942`` (AMD), else the device type: the tuning table's arch key.
-
-    The same naming as :meth:`accel.backends.cuda.CudaBackend.arch` / ``RocmBackend.arch``
-    (one implementation: :func:`~accel.backends.cuda.cuda_arch`, :func:`~accel.backends.rocm.gfx_arch`).
-    """
-    if device.type == "cuda":
-        from accel.backends.cuda import cuda_arch
-        from accel.backends.rocm import gfx_arch
-
-        if torch.version.hip:
-            return gfx_arch(str(torch.cuda.get_device_properties(device).gcnArchName))
-        return cuda_arch(*torch.cuda.get_device_capability(device))
-    return device.type
 
 
 #: Reason sentences for the keys :func:`device_reason` returns.
@@ -133,14 +117,14 @@ def table_declines(op: str, dsl: str, t: torch.Tensor, numel: int, n: int) -> bo
 
     Reason key ``"table"``; :func:`table_reason` gives its sentence.
     """
-    return n <= 0 or not _tuning.takes(op, dsl, arch(t.device), _tuning.dtype_name(t.dtype), numel // n, n)
+    return n <= 0 or not table.takes(op, dsl, arch(t.device), table.dtype_name(t.dtype), numel // n, n)
 
 
 def table_reason(op: str, dsl: str, t: torch.Tensor, n: int) -> str:
-    """The sentence for reason key ``"table"`` (what :func:`accel.kernels._tuning.route` says)."""
+    """The sentence for reason key ``"table"`` (what :func:`accel.kernels.table.route` says)."""
     if n <= 0:
         return "empty rows (N=0)"
-    return _tuning.route(op, dsl, arch(t.device), _tuning.dtype_name(t.dtype), t.numel() // n, n) or "tuning table"
+    return table.route(op, dsl, arch(t.device), table.dtype_name(t.dtype), t.numel() // n, n) or "tuning table"
 
 
 def entry_reason(input: torch.Tensor, numel: int, op: str, dsl: str, devices: dict[str, str | None],
@@ -148,7 +132,7 @@ def entry_reason(input: torch.Tensor, numel: int, op: str, dsl: str, devices: di
     """The checks every cond starts with, cheapest first: the tuning floor (small inputs: one compare,
     key ``"table"``), the element bound (``"numel_big"``), then device, vendor and dtype
     (:func:`device_reason`). ``None`` when all pass."""
-    if numel < _tuning.floor(op, dsl):
+    if numel < table.floor(op, dsl):
         return "table"
     if numel > max_numel:
         return "numel_big"
@@ -158,26 +142,26 @@ def entry_reason(input: torch.Tensor, numel: int, op: str, dsl: str, devices: di
 def floors(fwd, bwd, family: str, dsl: str):
     """Give the ``(fwd, bwd)`` conds of ``family`` their ``floor`` and ``cacheable`` attributes and return them.
 
-    ``cacheable = True``: the built-in conds read only what :func:`accel.kernels._plans.signature`
+    ``cacheable = True``: the built-in conds read only what :func:`accel.kernels.core.plans.signature`
     keys by (dtypes, devices, shapes, strides, 16-byte alignment, the other arguments' values) and
-    the tuning tables, so the registry asks each once per signature (:mod:`accel.kernels._plans`).
+    the tuning tables, so the registry asks each once per signature (:mod:`accel.kernels.core.plans`).
 
-    ``cond.floor()`` is :func:`accel.kernels._tuning.floor` for the op and DSL: the size below
+    ``cond.floor()`` is :func:`accel.kernels.table.floor` for the op and DSL: the size below
     which the cond declines (:func:`entry_reason`'s first check, on the same element count as
     the op's first tensor argument). accel's router uses it to send small calls to ATen with one
-    compare for all overrides of the op (:func:`accel.kernels._router._floor_gate`).
+    compare for all overrides of the op (:func:`accel.kernels.core.router._floor_gate`).
     """
-    fwd.floor = functools.partial(_tuning.floor, f"{family}_fwd", dsl)
-    bwd.floor = functools.partial(_tuning.floor, f"{family}_bwd", dsl)
+    fwd.floor = functools.partial(table.floor, f"{family}_fwd", dsl)
+    bwd.floor = functools.partial(table.floor, f"{family}_bwd", dsl)
     fwd.cacheable = bwd.cacheable = True
     return fwd, bwd
 
 
 def tuned_config(op: str, dsl: str, t: torch.Tensor, m: int, n: int, default: Any) -> Any:
     """The tuning table's kernel config of ``dsl`` for ``op`` on ``t``'s arch and dtype at ``[m, n]``
-    (:func:`accel.kernels._tuning.config`), else ``default``: a config, or a callable of ``n``
+    (:func:`accel.kernels.table.config`), else ``default``: a config, or a callable of ``n``
     returning one (called only on a miss). One O(1) lookup; the impls call it per launch."""
-    cfg = _tuning.config(op, dsl, arch(t.device), _tuning.dtype_name(t.dtype), m, n)
+    cfg = table.config(op, dsl, arch(t.device), table.dtype_name(t.dtype), m, n)
     if cfg is not None:
         return cfg
     return default(n) if callable(default) else default

@@ -2,7 +2,7 @@
 
 - :data:`DTYPES`: torch dtype names to CuTeDSL types; :func:`pointer`: a 16-byte aligned global pointer;
 - :data:`SmemAllocator`: ``cutlass.memory``'s where it exists (``cutlass.utils``' is deprecated from 4.8);
-- :func:`compile_kernel`: ``cute.compile`` into accel's calling convention (:class:`accel.kernels._cutedsl.Kernel`);
+- :func:`compile_kernel`: ``cute.compile`` into accel's calling convention (:class:`accel.kernels.dsl.cutedsl_utils.Kernel`);
 - :func:`row_copy`: the tiled copy that gives each of ``threads`` threads 16-byte vectors of a row,
   thread ``t`` holding vectors ``t, t + threads, ...`` (coalesced).
 """
@@ -14,7 +14,7 @@ import cutlass.cute as cute
 from cutlass import Float32, Int32
 
 from accel.kernels import _cutedsl
-from accel.kernels._cutedsl import COMPILE_LOCK, Kernel
+from accel.kernels.dsl.cutedsl_utils import COMPILE_LOCK, Kernel
 
 __all__ = ["DTYPES", "SmemAllocator", "compile_kernel", "pointer", "row_copy", "vector_elements"]
 
@@ -23,7 +23,7 @@ SmemAllocator = getattr(getattr(cutlass, "memory", None), "SmemAllocator", None)
 
 
 def vector_elements(dtype) -> int:
-    """Elements of ``dtype`` (a CuTeDSL type) in one 16-byte vector (:func:`accel.kernels._cutedsl.vector_elements`)."""
+    """Elements of ``dtype`` (a CuTeDSL type) in one 16-byte vector (:func:`accel.kernels.dsl.cutedsl_utils.vector_elements`)."""
     return _cutedsl.vector_elements(dtype.width // 8)
 
 
@@ -35,7 +35,7 @@ def pointer(dtype_name: str, address: int):
 def compile_kernel(op, pointers: tuple[str, ...], scalars: int, ffi: bool) -> Kernel:
     """Compile ``op`` (a kernel object whose ``@cute.jit __call__`` takes ``len(pointers)`` global pointers of
     the named dtypes, 16-byte aligned, then ``scalars`` ``Int32`` values, then the stream) for the current
-    device, for TVM-FFI calls with ``ffi`` (the caller's reading of :func:`accel.kernels._cutedsl.ffi_reason`,
+    device, for TVM-FFI calls with ``ffi`` (the caller's reading of :func:`accel.kernels.dsl.cutedsl_utils.ffi_reason`,
     also its cache key), else CuTeDSL's executor. One compile at a time per process (``COMPILE_LOCK``).
 
     Raises what ``cute.compile`` raises (a DSL or MLIR error for a kernel that does not compile)."""

@@ -2,7 +2,7 @@
 
 Each DSL module supplies ``launch_fwd``/``launch_bwd`` and a ``config(op, x, m, n)``
 lookup; :func:`make_ops` turns them into ``aten::_softmax`` and
-``aten::_softmax_backward_data`` implementations and registers the pair.
+``aten::_softmax_backward_data`` implementations and their conds (the family registers them).
 """
 
 from __future__ import annotations
@@ -12,10 +12,8 @@ from typing import Any
 
 import torch
 
-from accel.kernels._launch import empty_like
-from accel.kernels._pair import register_pair
+from accel.kernels.dsl.launch import empty_like
 
-from . import BWD_OP, FWD_OP
 from .conditions import make_conds
 
 __all__ = ["make_ops"]
@@ -27,13 +25,13 @@ Launch = Callable[[Mapping[str, Any], int, int], Callable[..., None]]
 def make_ops(dsl: str, limits: Any, launch_fwd: Callable[..., None], launch_bwd: Callable[..., None],
              config: Config, plans: tuple[Launch, Launch] | None = None,
              extra_reason: Callable[..., str | None] | None = None,
-             ) -> tuple[Callable[..., torch.Tensor], Callable[..., torch.Tensor], Callable[..., list]]:
-    """``(softmax, softmax_backward_data, register)`` for one DSL.
+             ) -> tuple[Callable[..., torch.Tensor], Callable[..., torch.Tensor], Callable[..., tuple]]:
+    """``(softmax, softmax_backward_data, conds)`` for one DSL (``conds(backends)``: the family's contract).
 
     Shapes: input/output/grad ``[..., N]`` contiguous, softmax over the last dim; fp32 math.
     ``plans``: ``(fwd_launch, bwd_launch)``, each ``(cfg, m, n) -> launch``, where the DSL can
     fix a launch once per argument signature: the ops then carry ``plan``
-    (:mod:`accel.kernels._plans`), and a routed call is one allocation and that launch.
+    (:mod:`accel.kernels.core.plans`), and a routed call is one allocation and that launch.
     ``extra_reason``: the DSL's own last check for the cond, ``(op, tensor, n, *others) -> reason or None``
     (:func:`.conditions.make_conds`).
     """
@@ -89,14 +87,7 @@ def make_ops(dsl: str, limits: Any, launch_fwd: Callable[..., None], launch_bwd:
 
         softmax.plan, softmax_backward_data.plan = plan_fwd, plan_bwd  # type: ignore[attr-defined]
 
-    def register(backends: Sequence[str] = ("cuda",), *, suffix: str = "") -> list[str]:
-        """Register the forward and backward as accel overrides for ``backends``
-        (names ``softmax_fwd.<dsl>`` ...).
+    def conds(backends: Sequence[str]) -> tuple:
+        return make_conds(dsl, backends, limits, extra_reason)
 
-        Raises:
-            KernelRegistrationError: as :func:`accel.kernels.register` (nothing stays registered).
-        """
-        return register_pair("softmax", dsl, (FWD_OP, BWD_OP), (softmax, softmax_backward_data),
-                             make_conds(dsl, backends, limits, extra_reason), backends, suffix)
-
-    return softmax, softmax_backward_data, register
+    return softmax, softmax_backward_data, conds

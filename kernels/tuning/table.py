@@ -22,53 +22,14 @@ Both are read once per arch and folded into one dict keyed by
 call (:func:`lookup`), never a benchmark. A miss (no entry for the bucket)
 means: the DSL kernel with its default config for inputs of at least
 :data:`MIN_NUMEL` elements (the kernels are written to approach copy
-bandwidth; measured so on sm_90: the design notes, shared/DESIGN.md, outside this repository), ATen below it (no evidence the
+bandwidth; measured so on sm_90: ``benchmarks/results/h200/``), ATen below it (no evidence the
 kernel wins: launch overhead dominates there). An entry naming ``"aten"`` sends
 that bucket to ATen; an entry naming another DSL makes this DSL decline.
 
-NOTES: Helion autotuning (``accel bench --tune``; investigated with helion 1.4.0's
-source and on the H200, torch 2.11, triton 3.6)
---------------------------------------------------------------------------
-
-* ``autotune_effort="quick"`` starts its search (``LFBOTreeSearch``, a pattern
-  search) from ``initial_population_strategy="from_best_available"`` with
-  ``best_available_pad_random=False`` (``helion/autotuner/effort_profile.py``):
-  the initial population is the kernel's *default config* plus any cached or
-  user-seeded configs, usually exactly ONE config ("Initial population
-  precompiling 1/1" in its log). ``PatternSearch._autotune`` raises
-  ``NoConfigFound`` ("No working config found from autotuning") as soon as no
-  member of that population has a finite time. So a single failure of the
-  default config *inside the autotuner* ends the search, although the same
-  config runs fine with ``autotune_effort="none"``.
-* Inside the autotuner each config is precompiled in a **forked** child
-  (``autotune_precompile="fork"``) and then benchmarked in a long-lived
-  **spawn** subprocess (``autotune_benchmark_subprocess=True``,
-  ``helion/autotuner/benchmark_worker.py``) with a per-config timeout of
-  ``autotune_benchmark_timeout=30`` s. The spawn worker re-imports torch,
-  Triton and Helion from ``PYTHONPATH`` (not from ``sys.path`` edits made in
-  the parent), re-runs the parent's ``__main__`` module unless it is guarded
-  by ``if __name__ == "__main__"``, and reloads the generated kernel from its
-  source file. Any of these failing — the worker not finding Helion (packages
-  added to ``sys.path`` at run time, as a ``--target`` install without
-  ``PYTHONPATH`` does), an unguarded script re-running itself in the worker
-  until the 30 s timeout, the first job's cold start (torch import + CUDA
-  context + CUPTI) exceeding 30 s — marks the one config ``error``/``timeout``
-  and gives exactly "No working config found". Errors are logged at the
-  autotuner's log level only, so they look swallowed.
-* ``ci/gpu/helion_autotune_probe.py`` reproduces this per setting. Measured on the
-  H200 image (helion 1.4.0, a guarded script, ``PYTHONPATH``
-  exported, ``HELION_AUTOTUNE_MAX_GENERATIONS=1``): quick autotuning of a bf16
-  softmax on 4096x4096 *works* there, 10 configs in 65 s with the spawn
-  worker and 17 s with ``HELION_AUTOTUNE_BENCHMARK_SUBPROCESS=0``. So the
-  failure is environmental (one of the above), not a compile error of every
-  config.
-* What ``accel bench --tune`` does instead (works regardless): it never calls
-  Helion's autotuner. It compiles a short, explicit list of ``helion.Config``
-  (and Triton launch configs) per op itself, in-process, times each with
-  ``triton.testing.do_bench``, catches and reports every per-config error,
-  stops at ``--budget`` seconds, and writes the winners here. Run time never
-  autotunes: Helion kernels are always built with an explicit config
-  (``config=helion.Config(...)`` from this table, or the op's fixed default).
+Run time never autotunes: Helion kernels are always built with an explicit config (this table's, or
+the op's fixed default), and ``accel bench --tune`` times an explicit list of configs itself rather than
+entering Helion's autotuner, whose one-config initial population fails as a whole when its benchmark
+subprocess cannot start (``ci/gpu/helion_autotune_probe.py`` reproduces each cause).
 """
 
 from __future__ import annotations
@@ -92,8 +53,9 @@ __all__ = ["Choice", "IMPLS", "MIN_NUMEL", "TUNING_DIR_ENV", "bucket", "dtype_na
 
 #: Implementations an entry may name.
 IMPLS = ("aten", "triton", "helion", "cutedsl")
-#: The kernel ops a table entry can name (op family and direction).
-OPS = ("rms_norm_fwd", "rms_norm_bwd", "softmax_fwd", "softmax_bwd", "layer_norm_fwd", "layer_norm_bwd")
+#: The kernel ops a table entry can name (op family and direction), declared by the op families
+#: (:func:`declare_ops`; ``accel.kernels`` declares every built-in family when it is imported).
+OPS: list[str] = []
 #: Environment variable: directory of the user tables (default: platformdirs' user cache dir + ``/tuning``).
 TUNING_DIR_ENV = "ACCEL_TUNING_DIR"
 
@@ -104,33 +66,33 @@ class _Policy(dict):
 
     def __setitem__(self, key, value):
         super().__setitem__(key, value)
-        _forget_floors()
+        forget_floors()
 
     def __delitem__(self, key):
         super().__delitem__(key)
-        _forget_floors()
+        forget_floors()
 
     def update(self, *args, **kwargs):
         super().update(*args, **kwargs)
-        _forget_floors()
+        forget_floors()
 
     def pop(self, *args):
         out = super().pop(*args)
-        _forget_floors()
+        forget_floors()
         return out
 
     def clear(self):
         super().clear()
-        _forget_floors()
+        forget_floors()
 
     def popitem(self):
         out = super().popitem()
-        _forget_floors()
+        forget_floors()
         return out
 
     def setdefault(self, key, default=None):
         out = super().setdefault(key, default)
-        _forget_floors()
+        forget_floors()
         return out
 
     def __ior__(self, other):
@@ -246,14 +208,14 @@ def table(arch: str) -> dict[tuple[str, str, int, int], Choice]:
                           KernelFallbackWarning, stacklevel=2)
         else:
             out.update(staged)
-    _forget_floors()  # a table loaded after the floors were computed may hold smaller buckets
+    forget_floors()  # a table loaded after the floors were computed may hold smaller buckets
     return out
 
 
 def reload() -> None:
     """Forget the folded tables and floors (the next :func:`lookup` re-reads the files)."""
     table.cache_clear()
-    _forget_floors()
+    forget_floors()
 
 
 def lookup(op: str, arch: str, dtype: str, m: int, n: int) -> Choice | None:
@@ -264,19 +226,43 @@ def lookup(op: str, arch: str, dtype: str, m: int, n: int) -> Choice | None:
     return t.get((op, dtype, *bucket(m, n)))
 
 
-#: DSLs whose kernels take only some row lengths of a bucket: module with ``covers(op, n, dtype) -> bool``.
-#: Where a table entry names such a DSL and its kernels cannot take rows of ``n``, the entry counts as a
-#: miss for the other DSLs (the bucket was measured on one N; its neighbours must not fall to ATen).
-PARTIAL_DSLS = {"cutedsl": "accel.kernels._cutedsl"}
+def declare_ops(*names: str) -> None:
+    """Add kernel op names (``"rms_norm_fwd"``) that table entries may name; repeated names are kept once."""
+    for name in names:
+        if name not in OPS:
+            OPS.append(name)
+
+
+#: DSLs whose kernels take only some row lengths of a bucket (CuTeDSL's cover the rows that split into
+#: 16-byte vectors per thread). Where a table entry names such a DSL and no registered kernel of it covers
+#: rows of ``n``, the entry counts as a miss for the other DSLs (the bucket was measured on one N; its
+#: neighbours must not fall to ATen).
+PARTIAL_DSLS = ("cutedsl",)
+#: ``(op, dsl)`` -> the ``covers(n, dtype_name) -> bool`` of each registered kernel of a partial DSL
+#: (:func:`add_coverage`; the registry adds one per registration whose cond carries ``coverage``).
+COVERAGE: dict[tuple[str, str], list] = {}
+
+
+def add_coverage(op: str, dsl: str, covers: Any) -> None:
+    """Record that a registered ``dsl`` kernel of ``op`` takes the rows ``covers(n, dtype_name)`` accepts."""
+    COVERAGE.setdefault((op, dsl), []).append(covers)
+
+
+def remove_coverage(op: str, dsl: str, covers: Any) -> None:
+    """Undo one :func:`add_coverage` (its registration is gone)."""
+    found = COVERAGE.get((op, dsl), [])
+    if covers in found:
+        found.remove(covers)
+    if not found:
+        COVERAGE.pop((op, dsl), None)
 
 
 def _named(hit: Choice | None, op: str, dtype: str, n: int) -> Choice | None:
-    """``hit``, or ``None`` where it names a DSL of :data:`PARTIAL_DSLS` that cannot take rows of ``n``."""
+    """``hit``, or ``None`` where it names a DSL of :data:`PARTIAL_DSLS` whose registered kernels cannot take
+    rows of ``n`` (or none is registered)."""
     if hit is None or hit.impl not in PARTIAL_DSLS:
         return hit
-    import importlib
-
-    return hit if importlib.import_module(PARTIAL_DSLS[hit.impl]).covers(op, n, dtype) else None
+    return hit if any(covers(n, dtype) for covers in COVERAGE.get((op, hit.impl), ())) else None
 
 
 def takes(op: str, dsl: str, arch: str, dtype: str, m: int, n: int) -> bool:
@@ -322,11 +308,12 @@ def _table_archs() -> set[str]:
 
 _FLOORS: dict[tuple[str, str], int] = {}
 #: Bumped whenever the floors are forgotten: a router that caches ``min(floor(...))`` over its
-#: overrides (:mod:`accel.kernels._router`) recomputes it when this changes.
+#: overrides (:mod:`accel.kernels.core.router`) recomputes it when this changes.
 GENERATION = 0
 
 
-def _forget_floors() -> None:
+def forget_floors() -> None:
+    """Forget the cached floors and bump :data:`GENERATION` (registrations or tables changed)."""
     global GENERATION
     _FLOORS.clear()
     GENERATION += 1

@@ -1,40 +1,62 @@
-"""Helion kernels with explicit configs: never autotune at run time; launched with little host time.
+"""Helion on the host: availability and version floor (package metadata, no import), and kernels bound
+to explicit configs (never autotuned at run time), launched with little host time.
 
 :func:`bind` wraps a kernel function with ``helion.kernel(config=helion.Config(**cfg))``
 once per distinct config (cached), so each tuning-table config, or the op's
 fixed default, compiles once and is reused; Helion's autotuner is never
 entered in the user's process. :func:`call` runs a bound kernel: after the first
 call per argument signature it calls Helion's generated host function directly,
-with accel's direct Triton launcher (:func:`accel.kernels._launch.triton_launch`)
-as its ``_launcher``. Measured on the H200's host (``launch_cost.md``, session 3):
+with accel's direct Triton launcher (:func:`accel.kernels.dsl.triton_utils.triton_launch`)
+as its ``_launcher``. Measured on the H200's host (``benchmarks/results/h200/session3/launch_cost.md``):
 a routed Helion call cost 68-88 µs against 39-83 µs for Triton; Helion's default
 launcher goes through ``JITFunction.run`` (~15 µs), its dispatch through
 ``Kernel.__call__``, whose per-call key costs 12-26 µs on the CPU host (:func:`_dispatch_key`).
-Imports Helion (call it only from kernel modules).
+Imports Helion at the first :func:`bind`, never at import.
 """
 
 from __future__ import annotations
 
 import functools
+import importlib.util
 import inspect
 import json
 import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import helion
 import torch
+from packaging.version import Version
 
-from accel.kernels._launch import fast_launch_supported, triton_launch
+from accel._compat import checked_version, module_version
 
-__all__ = ["bind", "call", "IGNORE_WRAPPER_TENSOR_OPS"]
+from .launch import lazy_module
+from .triton_utils import fast_launch_supported, triton_launch
 
-#: ``ignore_warnings`` for kernels that allocate their partial-sum buffers in the host code.
-IGNORE_WRAPPER_TENSOR_OPS = (helion.exc.TensorOperationInWrapper,)
+__all__ = ["MIN_VERSION", "available", "bind", "call", "ignore_wrapper_tensor_ops"]
+
+#: Oldest Helion the kernels are checked with (1.4.0 runs on the H200's torch 2.11).
+MIN_VERSION = Version("1.4.0")
+
+_helion = lazy_module("helion")
+
+
+def available() -> tuple[bool, str]:
+    """Whether Helion (and Triton, its backend) are installed in a usable version, and why (no import)."""
+    if importlib.util.find_spec("helion") is None:
+        return False, "helion is not installed (pip install helion, or in your accel clone: pip install '.[helion]')"
+    if importlib.util.find_spec("triton") is None:
+        return False, "helion is installed but triton (its code generator) is not"
+    return checked_version("helion", module_version("helion"), MIN_VERSION)
+
+
+def ignore_wrapper_tensor_ops() -> tuple:
+    """``ignore_warnings`` for kernels that allocate their partial-sum buffers in the host code."""
+    return (_helion().exc.TensorOperationInWrapper,)
 
 
 @functools.cache
 def _bind(fn: Callable, cfg_json: str, ignore: tuple) -> Any:
+    helion = _helion()
     cfg = helion.Config(**json.loads(cfg_json))
     return helion.kernel(fn, config=cfg, static_shapes=False, ignore_warnings=list(ignore))
 

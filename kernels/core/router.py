@@ -7,9 +7,9 @@ just before the router was installed, with the dispatcher's key set. Because it
 sits at the backend key, ATen's Autograd and Autocast kernels above it still
 run. With no live override the library is destroyed: no per-call cost at all.
 
-Measured cost on the H200 (the design notes, shared/DESIGN.md, outside this repository): a bare router at the CUDA key that falls
-through to the captured kernel adds about 3.6 µs to ``aten::sin``; the loop below
-adds a method call and the cond per override.
+A bare router at the CUDA key that falls through to the captured kernel adds about 4 µs per call
+on the H200's host (``accel bench`` times it beside accel's router:
+``benchmarks/results/h200/session9/``); accel's own part is the floor gate and the override loop.
 """
 
 from __future__ import annotations
@@ -20,22 +20,23 @@ from typing import Any
 
 import torch
 
-from . import _plans
+from accel.kernels.tuning import table
+
+from . import plans
+from .op import OVERRIDE_WARNING, Op, aten_kernel
 
 NAME = "accel"
 
-#: The warning torch emits once when a Python kernel replaces a registered one.
-_OVERRIDE_WARNING = r".*(Overriding a previously registered kernel|Warning only once for all operators).*"
 
 
 class _FloorGate:
     """Whether every override in ``live`` declines a call by size alone: the router's first test.
 
     Only when each override's cond carries ``floor`` (a callable giving the fewest elements its
-    kernel takes: the built-in conds, :func:`accel.kernels._tuning.floor`). Then a call whose first
+    kernel takes: the built-in conds, :func:`accel.kernels.tuning.table.floor`). Then a call whose first
     argument has fewer elements than the smallest floor goes straight to ATen with one ``numel()``:
     the 8-element router cost is one compare, not a cond per override. The least floor is cached
-    until the tuning tables or ``MIN_NUMEL`` change (:data:`accel.kernels._tuning.GENERATION`); a
+    until the tuning tables or ``MIN_NUMEL`` change (:data:`accel.kernels.tuning.table.GENERATION`); a
     floor that raises gives ``least`` 0 (no gate) for that call (the conds then decide and report their
     own failures). A cond carrying ``floor`` promises to decline every smaller call (a wrapper made with
     ``functools.wraps`` copies the attribute, and the promise: delete it if the wrapper accepts more).
@@ -97,16 +98,15 @@ def _make_router(slot: Any, live: tuple) -> Any:
     inside, run = slot.inside, slot.run_guarded
     gate = _FloorGate(live) if _FloorGate.applies(live) else None
     aten = slot.original if slot.original is not None else _Unboxed(slot.fallback)
-    fallback = _plans.FALLBACK
-    from . import _tuning
-
+    fallback = plans.FALLBACK
+    tables = table  # a closure cell: the router reads GENERATION per call without a global lookup
     # the signature once per call, for every cacheable override's memo (None: no override memoises)
-    signature = _plans.signature if any(ov.cacheable for ov in live) else _no_signature
+    signature = plans.signature if any(ov.cacheable for ov in live) else _no_signature
 
     def router(keyset: Any, *args: Any, **kwargs: Any) -> Any:
         if not inside.on:
             if gate is not None:  # inline: the 8-element path pays no call before ATen's
-                generation = _tuning.GENERATION
+                generation = tables.GENERATION
                 least = gate.least if gate.generation == generation else gate.refresh(generation)
                 try:
                     small = args[0].numel() < least
@@ -128,6 +128,11 @@ def _make_router(slot: Any, live: tuple) -> Any:
     return router
 
 
+def serves(op: Op, key: str, has_aten_kernel: bool) -> bool:
+    """Every op of every namespace at every backend key (a Python fallback stands in where ATen has no kernel)."""
+    return True
+
+
 def add(slot: Any, ov: Any) -> None:
     """Nothing to prepare per override on this path."""
 
@@ -138,18 +143,16 @@ def remove(slot: Any, ov: Any) -> None:
 
 def install(slot: Any, live: tuple) -> None:
     """(Re)install the router of ``slot`` for ``live`` overrides; none -> ATen's kernel alone."""
-    from ._registry import _aten_kernel
-
     lib = slot.state
     if lib is not None:
         lib._destroy()
         slot.state = None
-    slot.original = _aten_kernel(slot.op, slot.key)
+    slot.original = aten_kernel(slot.op, slot.key)
     if not live:
         return
     lib = torch.library.Library(slot.op.namespace, "IMPL", slot.key)
     with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=_OVERRIDE_WARNING, category=UserWarning)
+        warnings.filterwarnings("ignore", message=OVERRIDE_WARNING, category=UserWarning)
         lib.impl(slot.op.symbol, _make_router(slot, live), slot.key, with_keyset=True)
     slot.state = lib
 

@@ -9,7 +9,7 @@ upstream ones. accel's nodes go first in the graph, upstream nodes after.
 
 The registry is private: it is reached only through
 :func:`accel._compat.native_dsl_registry`, which returns ``None`` when it is
-missing or changed; accel then uses :mod:`accel.kernels._router` instead.
+missing or changed; accel then uses :mod:`accel.kernels.core.router` instead.
 Under ``torch.compile``, the registry's routers are reachable only through its
 opt-in decomposition table (``torch._native.registry.native_decomp_table()``);
 the compiled graph otherwise uses Inductor's own code for the op, as with
@@ -23,7 +23,7 @@ from typing import Any
 
 from accel import _compat
 
-from ._router import _OVERRIDE_WARNING
+from .op import OVERRIDE_WARNING, Op, aten_kernel, shape_key
 
 NAME = "native"
 
@@ -35,10 +35,20 @@ def _registry() -> Any:
     return reg
 
 
+#: Namespaces the native registry of torch 2.13 and 2.14 serves: it installs its routers with
+#: ``torch.library.Library("aten", "IMPL")`` and keys its graphs by op symbol alone.
+NAMESPACES = ("aten",)
+
+
+def serves(op: Op, key: str, has_aten_kernel: bool) -> bool:
+    """Whether the native registry can hold ``op`` at ``key``: present and usable, an op of a namespace it
+    serves, and an ATen kernel at the key for it to fall back to (``aten::_fused_rms_norm_backward`` has
+    none on CPU: accel's router serves that one)."""
+    return has_aten_kernel and op.namespace in NAMESPACES and _compat.native_dsl_registry() is not None
+
+
 def add(slot: Any, ov: Any) -> None:
     """Create ``ov``'s node in the registry (not yet installed: :func:`install` places it)."""
-    from ._registry import _shape_key
-
     reg = _registry()
     symbol, key = slot.op.symbol, slot.key
 
@@ -48,13 +58,13 @@ def add(slot: Any, ov: Any) -> None:
 
     def impl(*args: Any, **kwargs: Any) -> Any:  # the plan the cond's take memoised, where it did
         fn = ov.planned(args, kwargs)
-        if fn is None and ov.denied and _shape_key(args) in ov.denied:
+        if fn is None and ov.denied and shape_key(args) in ov.denied:
             return slot.call_aten(*args, **kwargs)  # planning failed in this call's cond: ATen answers
         return slot.run_guarded(ov, args, kwargs, fn)
 
     cond.__qualname__ = f"accel cond of {ov.name}"
     impl.__qualname__ = f"accel impl of {ov.name}"
-    reg.register_op_override(ov.dsl, "aten", symbol, key, cond, impl)
+    reg.register_op_override(ov.dsl, slot.op.namespace, symbol, key, cond, impl)
     graph = reg._graphs[(symbol, key)]
     node = graph.pop()  # register_op_override appended it; install() decides its place
     node._accel = ov.name
@@ -68,8 +78,6 @@ def remove(slot: Any, ov: Any) -> None:
 
 def install(slot: Any, live: tuple) -> None:
     """Put ``live`` overrides' nodes first in the registry's graph and let the registry rebuild its router."""
-    from ._registry import _aten_kernel
-
     reg = _registry()
     symbol, key = slot.op.symbol, slot.key
     graph = reg._graphs.setdefault((symbol, key), [])
@@ -77,9 +85,9 @@ def install(slot: Any, live: tuple) -> None:
     graph[:] = [ov.native_nodes[key] for ov in live] + upstream
     # Capture the plain ATen kernel (not a router) for fail-safe and verification.
     reg._destroy_aten_override(symbol, key)
-    slot.original = _aten_kernel(slot.op, key)
+    slot.original = aten_kernel(slot.op, key)
     with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=_OVERRIDE_WARNING, category=UserWarning)
+        warnings.filterwarnings("ignore", message=OVERRIDE_WARNING, category=UserWarning)
         reg._register_overrides_from_graph(symbol, key, graph, filter_state=reg._filter_state)
     slot.state = graph
 

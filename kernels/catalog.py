@@ -1,38 +1,50 @@
-"""accel's built-in kernels: which are usable here, and installing them.
+"""accel's built-in kernels: the op families found under :mod:`accel.kernels.ops`, which are usable here,
+and installing them.
 
-Availability is decided without importing any DSL runtime or initialising a
-device: package metadata for the DSL, accel's probe for the hardware. The
-built-in kernels are measured on NVIDIA GPUs only, so they serve the ``cuda``
-backend; elsewhere they are listed as unavailable with the reason.
+An op family is a folder ``ops/<name>/`` whose ``__init__.py`` declares ``FAMILY``
+(:class:`~accel.kernels.core.spec.OpFamily`); :func:`families` finds them, so a new op needs no edit
+here. Availability is decided without importing any DSL runtime or initialising a device: package
+metadata for the DSL, accel's probe for the hardware.
 """
 
 from __future__ import annotations
 
 import importlib
+import pkgutil
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from accel._probe import probes
 from accel.errors import UnknownKernelError
+from accel.kernels import ops
+from accel.kernels.core.override import OVERRIDES
+from accel.kernels.core.registry import unregister
+from accel.kernels.core.spec import OpFamily
 
-__all__ = ["Availability", "BUILTIN", "availability", "install"]
-
-#: (kernel family, DSL, impl module, backends it is measured on), in preference order.
-BUILTIN: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
-    ("rms_norm", "triton", "accel.kernels.ops.rms_norm.triton_impl", ("cuda",)),
-    ("rms_norm", "helion", "accel.kernels.ops.rms_norm.helion_impl", ("cuda",)),
-    ("softmax", "triton", "accel.kernels.ops.softmax.triton_impl", ("cuda",)),
-    ("softmax", "helion", "accel.kernels.ops.softmax.helion_impl", ("cuda",)),
-    ("softmax", "cutedsl", "accel.kernels.ops.softmax.cutedsl_impl", ("cuda",)),
-    ("layer_norm", "triton", "accel.kernels.ops.layer_norm.triton_impl", ("cuda",)),
-    ("layer_norm", "helion", "accel.kernels.ops.layer_norm.helion_impl", ("cuda",)),
-    ("layer_norm", "cutedsl", "accel.kernels.ops.layer_norm.cutedsl_impl", ("cuda",)),
-)
+__all__ = ["Availability", "availability", "builtin", "families", "install"]
 
 
-#: Where accel's CuTeDSL kernels run, said beside their availability (the arch is checked per call:
-#: knowing it here would initialise the device).
-_CUTEDSL_SCOPE = "CuTeDSL kernels run on sm_90+ GPUs, only for the shapes a tuning table routes to them"
+def families() -> dict[str, OpFamily]:
+    """Every op family under :mod:`accel.kernels.ops` (``{"layer_norm": ..., "rms_norm": ..., ...}``), by name.
+
+    A subpackage of ``accel.kernels.ops`` (any folder on its ``__path__``) that declares ``FAMILY``
+    is one; the rest are not. Importing a family imports no DSL runtime.
+    """
+    found: dict[str, OpFamily] = {}
+    for info in sorted(pkgutil.iter_modules(ops.__path__), key=lambda i: i.name):
+        if not info.ispkg:
+            continue
+        family = getattr(importlib.import_module(f"{ops.__name__}.{info.name}"), "FAMILY", None)
+        if isinstance(family, OpFamily):
+            found[family.name] = family
+    return found
+
+
+def builtin() -> tuple[tuple[str, str, str, tuple[str, ...]], ...]:
+    """``(family, DSL, impl module, backends)`` per built-in kernel, families by name, DSLs in preference order."""
+    return tuple((f.name, dsl, f"{f.package}.{f.impls[dsl]}", f.backends)
+                 for f in families().values() for dsl in f.dsls)
 
 
 @dataclass(frozen=True)
@@ -63,9 +75,7 @@ class Availability:
 
 
 def _installed_names() -> set[str]:
-    from ._registry import _OVERRIDES
-
-    return set(_OVERRIDES)
+    return set(OVERRIDES)
 
 
 def availability() -> list[Availability]:
@@ -79,13 +89,12 @@ def availability() -> list[Availability]:
         >>> sorted({a.dsl for a in ak.availability()})
         ['cutedsl', 'helion', 'triton']
     """
-    from accel import probes
-
     found = probes()
     names = _installed_names()
     out = []
-    for kernel, dsl, module, backends in BUILTIN:
-        ok, why = importlib.import_module(module).available()
+    for kernel, dsl, module_name, backends in builtin():
+        module = importlib.import_module(module_name)
+        ok, why = module.available()
         usable = [b for b in backends if b in found and found[b].available]
         if not usable:  # the hardware first: installing a DSL would not help here
             no_hw = "no usable backend among " + ", ".join(
@@ -93,13 +102,9 @@ def availability() -> list[Availability]:
             why = no_hw + ("" if ok else f"; also {why}")
             ok = False
         installed = f"{kernel}_fwd.{dsl}" in names or f"{kernel}_bwd.{dsl}" in names
-        if dsl == "cutedsl":  # the package says nothing of where its kernels run, nor how they are called
-            from accel.kernels._cutedsl import ffi_reason
-
-            ffi = ffi_reason()
-            call = "launched through TVM-FFI" if ffi is None else \
-                f"launched through CuTeDSL's executor, ~15 µs more host time per call: {ffi}"
-            why += f" ({_CUTEDSL_SCOPE}{'; the backward only' if kernel == 'layer_norm' else ''}; {call})"
+        note = getattr(module, "availability_note", None)
+        if note is not None:  # where the kernels run and how they are called: the package metadata says neither
+            why += f" ({note()})"
         out.append(Availability(kernel, dsl, backends, ok, why, installed))
     return out
 
@@ -130,8 +135,9 @@ def install(*, dsl: str | Sequence[str] | None = None, kernels: str | Sequence[s
         True
     """
     want_dsl, want_kernel = _names(dsl, "dsl"), _names(kernels, "kernels")
-    for asked, known, what in ((want_dsl, {d for _, d, _, _ in BUILTIN}, "DSL"),
-                               (want_kernel, {k for k, _, _, _ in BUILTIN}, "kernel family")):
+    known_families = families()
+    for asked, known, what in ((want_dsl, {d for f in known_families.values() for d in f.dsls}, "DSL"),
+                               (want_kernel, set(known_families), "kernel family")):
         unknown = sorted(map(repr, asked - known)) if asked is not None else []
         if unknown:
             raise UnknownKernelError(f"accel.kernels.install: unknown {what} {', '.join(unknown)}; the built-in "
@@ -145,15 +151,10 @@ def install(*, dsl: str | Sequence[str] | None = None, kernels: str | Sequence[s
                 continue
             if want_kernel is not None and a.kernel not in want_kernel:
                 continue
-            from accel import probes
-
             found = probes()
             backends = [b for b in a.backends if found[b].available]
-            module = next(m for k, d, m, _ in BUILTIN if k == a.kernel and d == a.dsl)
-            added += importlib.import_module(module).register(backends)
+            added += known_families[a.kernel].register(a.dsl, backends)
     except BaseException:  # all or nothing: what this call registered goes again
-        from accel.kernels import unregister
-
         for name in added:
             unregister(name)
         raise

@@ -1,0 +1,8 @@
+"""The kernel core: ops, per-key slots, the two install paths, overrides, the registry and ``explain``.
+
+Imports run downward only: :mod:`.op` (an operator, its ATen kernel, its backends' keys) <-
+:mod:`.plans` <- :mod:`.state` <- :mod:`.override` (cond, run, fail-safe, verify) <- :mod:`.slot`
+(overrides of one op at one key, and the install-path protocol) <- :mod:`.router` / :mod:`.native`
+(the two paths) <- :mod:`.autograd` <- :mod:`.registry` (the public API) <- :mod:`.explain` and
+:mod:`.spec` (one op family declared once, registered in one call).
+"""

@@ -1,0 +1,96 @@
+"""Autograd guards: ops an override must not take, and forwards whose backward would have no kernel.
+
+Which forward needs which backward comes from the op families (:mod:`.spec` declares each pair
+with :func:`declare_backward`); this module knows no op by name.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+
+from accel.errors import KernelRegistrationError, KernelRegistrationWarning
+
+from .op import Op
+from .slot import SLOTS
+from .state import STATE
+
+__all__ = ["BACKWARD_OF", "check_training", "declare_backward", "orphaned_forwards", "refuse_without_autograd"]
+
+
+def refuse_without_autograd(op: Op) -> None:
+    """Raise for an op that is CompositeImplicitAutograd with no Autograd kernel of its own.
+
+    Such an op (``aten::softmax.int``, ``aten::rms_norm``, ``aten::layer_norm``) is differentiated
+    through what it decomposes to; a kernel at its backend key would run with no autograd formula
+    above it (torch warns "an autograd kernel was not registered", and gradients may be wrong).
+    The op it decomposes to is the one to override.
+    """
+    full = f"{op.namespace}::{op.symbol}"
+    has = torch._C._dispatch_has_kernel_for_dispatch_key
+    if has(full, "CompositeImplicitAutograd") and not has(full, "Autograd"):
+        raise KernelRegistrationError(
+            f"accel.kernels.register({op.qualname}): {op.qualname} is CompositeImplicitAutograd: it has no "
+            f"autograd formula of its own (autograd differentiates the ops it decomposes to), so a kernel at the "
+            f"backend key would run without autograd. Override the op it decomposes to instead, e.g. "
+            f"aten::_softmax for softmax, aten::_fused_rms_norm for rms_norm, aten::native_layer_norm for "
+            f"layer_norm (torch.ops.{op.namespace}.{op.name}.{op.overload}._schema and a profiler trace show "
+            f"which ops run).")
+
+
+#: Forward op -> the op its autograd formula calls for the gradient (declared by the op families), where
+#: ATen may lack a kernel for the second at a key whose forward is only a composite
+#: (``aten::_fused_rms_norm`` on CPU).
+BACKWARD_OF: dict[str, str] = {}
+
+
+def declare_backward(forward: str, backward: str) -> None:
+    """Record that autograd differentiates ``forward`` (a qualname) with ``backward``; :func:`check_training`
+    then warns while an override leaves ``forward`` live at a composite-only key without ``backward``."""
+    BACKWARD_OF[forward] = backward
+
+
+def orphaned_forwards() -> set[tuple[str, str]]:
+    """``(forward op, dispatch key)`` pairs whose installed kernel would break training.
+
+    Where ATen has only a composite for a forward op at a key (``aten::_fused_rms_norm`` on CPU), autograd
+    differentiates what the composite decomposes to; a live accel override of it at that key makes autograd
+    use the op's own formula instead, which calls the backward op (:data:`BACKWARD_OF`). Where that op has
+    no kernel at the key either (no ATen kernel, no live accel override there: none registered, or disabled),
+    every backward through the forward fails with "Could not run ... with arguments from the 'CPU' backend".
+    """
+    has = torch._C._dispatch_has_kernel_for_dispatch_key
+    out = set()
+    for (qualname, key), slot in SLOTS.items():
+        backward = BACKWARD_OF.get(qualname)
+        if backward is None or not slot.live or not slot.composite_only:
+            continue
+        if not has("aten::empty.memory_format", key):  # a key this torch build does not serve (CUDA on a CPU
+            continue                                   # build): no tensor of it can reach the forward
+        bslot = SLOTS.get((backward, key))
+        if bslot is not None:
+            if bslot.live or bslot.original is not None:
+                continue
+        elif has(backward, key):
+            continue
+        out.add((qualname, key))
+    return out
+
+
+def check_training(api: str) -> None:
+    """After ``api`` changed what is installed: warn (:class:`~accel.errors.KernelRegistrationWarning`) once per
+    forward op and key that has just become unable to train (:func:`orphaned_forwards`); inference still works,
+    and the warning says what to register or enable. Called with ``_LOCK`` held."""
+    now = orphaned_forwards()
+    for qualname, key in sorted(now - STATE.orphans):
+        backward = BACKWARD_OF[qualname]
+        warnings.warn(KernelRegistrationWarning(
+            f"accel.kernels.{api}: {qualname} now has an accel kernel at dispatch key {key!r}, where ATen has "
+            f"only a composite of it, so autograd calls {backward}, which has no kernel at {key!r} (no ATen "
+            f"kernel, no live accel override): every backward through {qualname} fails "
+            f"while this lasts; inference works. Register {backward} at that backend first, with fallback= an "
+            f"eager backward, or register the op family's forward and backward together "
+            f"(accel.kernels.families()[...].register(dsl, backends)); or keep it enabled."), stacklevel=3)
+    STATE.orphans = now
+

@@ -1,0 +1,91 @@
+"""A slot: every override of one op at one dispatch key, and the protocol of the paths that install it.
+
+A slot is installed by one of two paths, each a module implementing :class:`InstallPath`:
+:mod:`.native` (torch's own native DSL registry, so ``torch.backends.python_native`` switches
+accel's kernels like upstream ones) or :mod:`.router` (accel's ``torch.library`` router).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import torch
+
+from .op import Op
+from .override import Override
+
+__all__ = ["SLOTS", "Inside", "InstallPath", "Slot"]
+
+
+class InstallPath(Protocol):
+    """What :mod:`.registry` asks of an install path (module-level functions of :mod:`.router` and :mod:`.native`)."""
+
+    NAME: str
+
+    def serves(self, op: Op, key: str, has_aten_kernel: bool) -> bool:
+        """Whether this path can install overrides of ``op`` at ``key`` in the running torch."""
+
+    def add(self, slot: Slot, ov: Override) -> None:
+        """Prepare ``ov`` in ``slot`` (not yet live)."""
+
+    def remove(self, slot: Slot, ov: Override) -> None:
+        """Forget ``ov`` in ``slot`` (the next :meth:`install` drops it)."""
+
+    def install(self, slot: Slot, live: tuple[Override, ...]) -> None:
+        """(Re)install ``slot`` so that ``live`` answer in order; none: ATen's kernel alone."""
+
+    def release(self, slot: Slot) -> None:
+        """``slot`` has no registration left: drop what the path still holds."""
+
+    def inactive_reason(self, slot: Slot, ov: Override) -> str | None:
+        """Why ``ov`` is not running at ``slot`` beyond accel's own filters, or ``None``."""
+
+
+# ---------------------------------------------------------------------- slots
+class Inside(threading.local):
+    """Per-thread flag; the class default makes the read cheap in threads that never set it
+    (``getattr(local, name, default)`` on a missing name costs ~0.4 us: it raises internally)."""
+
+    on = False
+
+
+class Slot:
+    """Every override of one op at one dispatch key, and the path that installs them."""
+
+    def __init__(self, op: Op, key: str, path: Any) -> None:
+        self.op, self.key, self.path = op, key, path
+        self.keyset = torch._C.DispatchKeySet(getattr(torch._C.DispatchKey, key))
+        self.original: Any = None  # the ATen kernel (SafeKernelFunction) under the override, or None
+        self.fallback: Callable | None = None  # where ATen has no kernel at this key
+        self.live: tuple[Override, ...] = ()
+        self.installed = False  # the path installed this slot once (ATen's kernel captured)
+        self.composite_only = False  # ATen has only a composite of the op at this key (set at creation)
+        self.state: Any = None  # the path's own bookkeeping
+        #: Re-entrancy guard per thread: while an impl of this slot runs, a call of the same op from
+        #: inside it (an impl handing a case back to ATen) skips accel's overrides: no infinite recursion.
+        self.inside = Inside()
+
+    def run_guarded(self, ov: Override, args: tuple, kwargs: dict, fn: Callable | None = None) -> Any:
+        """``ov.run`` with :attr:`inside` set for its duration."""
+        inside = self.inside
+        inside.on = True
+        try:
+            return ov.run(args, kwargs, self.call_aten, fn)
+        finally:
+            inside.on = False
+
+    def reentered(self) -> bool:
+        """Whether this thread is inside one of this slot's impls."""
+        return self.inside.on
+
+    def call_aten(self, *args: Any, **kwargs: Any) -> Any:
+        """The ATen result, bypassing every override at this key."""
+        if self.original is not None:
+            return self.original.call_boxed(self.keyset, *args, **kwargs)
+        return self.fallback(*args, **kwargs)
+
+
+#: ``(op qualname, dispatch key)`` -> its slot, while any override of the op is registered at the key.
+SLOTS: dict[tuple[str, str], Slot] = {}
