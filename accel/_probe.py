@@ -65,6 +65,6 @@ def clear_cache() -> None:
 
     _PROBES = None
     _PROBE_PID = None
-    backends._forget()
+    backends.forget()
     for hook in _CLEAR_HOOKS:
         hook()

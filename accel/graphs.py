@@ -53,6 +53,7 @@ import torch
 
 from accel import _compat
 from accel._select import selection
+from accel.backends import Backend
 from accel.errors import (
     GraphCaptureError,
     GraphCaptureUnsupported,
@@ -71,16 +72,6 @@ __all__ = [
     "graphed",
     "is_supported",
 ]
-
-#: Why backends without any graph capture have none (keyed by accel backend name).
-_NO_GRAPHS = {
-    "mps": "MPS has no graph capture in PyTorch (no MPS graph class, and torch.accelerator.Graph "
-    "has no MPS implementation)",
-    "cpu": "CPU has no graph capture: CPU operators run eagerly on the host",
-}
-
-#: The vendor graph class each torch device type would use, for messages.
-_VENDOR_CLASS = {"cuda": "torch.cuda.CUDAGraph", "xpu": "torch.xpu.XPUGraph"}
 
 #: Reasons already warned about by :func:`graphed` (said once per process per reason).
 _WARNED: set[str] = set()
@@ -120,12 +111,13 @@ class _Plan:
     Private. :mod:`accel.testing` subclasses it to fake graph capture on CPU.
     """
 
-    def __init__(self, device_type: str, graph_name: str, graph_type: type) -> None:
-        self.device_type = device_type
+    def __init__(self, backend: Backend, graph_name: str, graph_type: type) -> None:
+        self.device_type = backend.torch_device_type
         self.graph_name = graph_name
         self.graph_type = graph_type
-        self.module = getattr(torch, device_type)
-        self.pool_handle_fn, self.end_allocate, self.release_pool = _compat.graph_pool_functions(device_type)
+        self.module = backend.device_module()
+        self.default_mode = backend.graph_capture_error_mode
+        self.pool_handle_fn, self.end_allocate, self.release_pool = backend.graph_pool_functions()
         self._side_streams: dict[int, Any] = {}
 
     # graph construction and capture start differ per class
@@ -137,9 +129,9 @@ class _Plan:
     def begin(self, graph: Any, pool: Any, mode: str | None) -> None:
         if self.graph_name == "torch.accelerator.Graph":
             graph.capture_begin()  # pool and mode were given at construction
-        elif self.graph_name == "torch.cuda.CUDAGraph":
-            graph.capture_begin(pool=pool, capture_error_mode=mode or "global")
-        else:  # torch.xpu.XPUGraph has no capture modes
+        elif self.default_mode is not None:  # the vendor class takes a mode (CUDA graphs: "global")
+            graph.capture_begin(pool=pool, capture_error_mode=mode or self.default_mode)
+        else:  # a vendor class without capture modes (torch.xpu.XPUGraph)
             graph.capture_begin(pool=pool)
 
     def pool_handle(self) -> Any:
@@ -183,12 +175,13 @@ def _lookup(device: Any = None) -> tuple[GraphSupport, _Plan | None]:
     Never initialises a device runtime.
     """
     sel = selection(device)
-    name, dev = sel.backend.name, sel.device
-    if name in _NO_GRAPHS:
-        return GraphSupport(False, _NO_GRAPHS[name], name, dev), None
-    found = sel.backend.graph_class()
+    backend = sel.backend
+    name, dev = backend.name, sel.device
+    if backend.no_graphs_reason is not None:
+        return GraphSupport(False, backend.no_graphs_reason, name, dev), None
+    found = backend.graph_class()
     if found is None:
-        wanted = _VENDOR_CLASS.get(dev.type, f"a graph class for {dev.type!r}")
+        wanted = backend.vendor_graph_class or f"a graph class for {dev.type!r}"
         return GraphSupport(
             False,
             f"torch {torch.__version__} has no graph class for {name} devices (neither torch.accelerator.Graph "
@@ -199,7 +192,7 @@ def _lookup(device: Any = None) -> tuple[GraphSupport, _Plan | None]:
     graph_name, graph_type = found
     plan = _PLANS.get(dev.type)
     if plan is None or plan.graph_type is not graph_type:
-        plan = _PLANS[dev.type] = _Plan(dev.type, graph_name, graph_type)
+        plan = _PLANS[dev.type] = _Plan(backend, graph_name, graph_type)
     return GraphSupport(True, f"{name} graph capture through {graph_name}", name, dev, graph_name), plan
 
 
@@ -810,7 +803,7 @@ def compare_step_time(
     args = _positional_args(sample_args, "compare_step_time", "the step is called with")
     dev = _sample_device(args, getattr(step, "__name__", "step")) or selection().device
     dev = _lookup(dev)[0].device  # a device no backend runs (meta) raises here, before any step
-    sync = getattr(torch, dev.type).synchronize if dev.type != "cpu" else (lambda: None)
+    sync = _compat.device_module(dev.type).synchronize  # torch.cpu.synchronize returns at once
 
     def timed(call: Callable[..., Any]) -> float:
         for _ in range(warmup):

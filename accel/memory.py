@@ -57,7 +57,8 @@ from dataclasses import dataclass
 import torch
 
 from accel import _compat, _resolve
-from accel.runtime import _runtime
+from accel.backends._base import TELEMETRY_QUERIES
+from accel.runtime import active_runtime as _runtime
 
 __all__ = [
     "Telemetry",
@@ -102,12 +103,6 @@ class Telemetry:
     power_draw: float | None = None
     clock_rate: int | None = None
     temperature: float | None = None
-
-
-#: Factor that turns each backend's ``power_draw`` into watts. Sources: NVML
-#: ``nvmlDeviceGetPowerUsage`` reports milliwatts; amdsmi ``average_socket_power`` and
-#: torch.xpu's Level Zero energy-counter ratio report watts.
-_POWER_TO_WATTS = {"cuda": 1e-3, "rocm": 1.0, "xpu": 1.0}
 
 
 def _telemetry_errors() -> tuple[type[BaseException], ...]:
@@ -181,8 +176,7 @@ def _build_allocator(rt) -> dict[str, object]:
     raw = _compat.resolve(t, "memory_stats_raw")
     is_init = rt.is_initialized
     if raw is None:  # a plug-in device type: the generic accelerator binding has the same layout
-        raw = torch._C._accelerator_getDeviceStats
-        is_init = torch._C._accelerator_isAllocatorInitialized
+        raw, is_init = _compat.accelerator_allocator_stats()
     acc = torch.accelerator
 
     def getter(name: str, kind: str, field: str, summary: str):
@@ -260,9 +254,8 @@ Raises:
             return {}
         return dict(sorted(_flatten(raw(current() if i is None else i))))
 
-    power_scale = _POWER_TO_WATTS.get(rt.name, 1.0)
-    queries = {name: _compat.resolve(t, name) for name in ("device_memory_used", "utilization", "power_draw",
-                                                            "clock_rate", "temperature")}
+    power_scale = rt.backend.power_to_watts  # NVML reports milliwatts, the others watts
+    queries = {name: _compat.resolve(t, name) for name in TELEMETRY_QUERIES}
 
     def telemetry(device=None, /) -> Telemetry:
         """:class:`Telemetry` of ``device`` from NVML / amd-smi / Level Zero; ``None`` fields where unavailable.
@@ -360,20 +353,9 @@ def _build_fixed(rt, read: dict[str, object], memory_info, stats_keys: dict[str,
 
 def _build() -> dict[str, object]:
     rt = _runtime()
-    if rt.type == "cpu":
-        return _build_fixed(rt, {}, lambda: (0, 0), {})
-    if rt.type == "mps":
-        alloc = _compat.resolve("mps", "current_allocated_memory")
-        driver = _compat.resolve("mps", "driver_allocated_memory")
-        recommended = _compat.resolve("mps", "recommended_max_memory")
-
-        def memory_info() -> tuple[int, int]:
-            total = int(recommended())
-            return max(total - int(driver()), 0), total
-
-        read = {"allocated": alloc, "reserved": driver, "empty_cache": _compat.resolve("mps", "empty_cache")}
-        return _build_fixed(rt, read, memory_info,
-                            {"allocated_bytes.all.current": "allocated", "reserved_bytes.all.current": "reserved"})
+    fixed = rt.backend.memory_counters()  # CPU and MPS: fixed counters, one device
+    if fixed is not None:
+        return _build_fixed(rt, *fixed)
     return _build_allocator(rt)
 
 

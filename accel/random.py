@@ -147,7 +147,7 @@ class _DeviceStream:
         return where if self.name == self.device_type else f"{where} ({self.name})"
 
     def _module(self) -> Any:
-        mod = _compat.device_module(self.device_type)
+        mod = self.backend.device_module()
         if mod is None:
             raise RngUnsupportedError(
                 f"accel.random: torch {torch.__version__} has no device module for {self.device_type!r}. "
@@ -167,12 +167,11 @@ class _DeviceStream:
         return self.backend.device_count()
 
     def current_index(self) -> int:
-        mod = self._module()
-        return int(mod.current_device()) if hasattr(mod, "current_device") else 0
+        return self.backend.rng_current_index(self._module())
 
     def generator(self, index: int | None) -> torch.Generator:
         try:
-            return _compat.default_generator(self.device_type, index)
+            return self.backend.default_generator(index)
         except AttributeError as exc:
             raise RngUnsupportedError(
                 f"accel.random.default_generator({self.label(index)!r}): {exc}. accel reads default generators "
@@ -189,10 +188,7 @@ class _DeviceStream:
         upstream = self._upstream()
         if upstream is not None:
             return list(upstream.get_rng_state_all())
-        mod = self._module()
-        if hasattr(mod, "get_rng_state_all"):
-            return list(mod.get_rng_state_all())
-        return [mod.get_rng_state(self._dev(i)) for i in range(self.count())]  # torch.mps: one device, no _all
+        return self.backend.rng_states(self._module(), [self._dev(i) for i in range(self.count())])
 
     def set_state(self, state: torch.Tensor, index: int | None) -> None:
         self._module().set_rng_state(_fresh(state), self._dev(index))
@@ -202,17 +198,18 @@ class _DeviceStream:
         if upstream is not None:
             return int(upstream.initial_seed(index))
         mod = self._module()
-        if index is None and hasattr(mod, "initial_seed"):
-            return int(mod.initial_seed())
-        return int(self.generator(index).initial_seed())  # per index, and torch.mps (no initial_seed)
+        if index is None:
+            seed = self.backend.rng_initial_seed(mod)
+            if seed is not None:
+                return seed
+        return int(self.generator(index).initial_seed())  # per index, and where the module has no initial_seed
 
     def manual_seed_all(self, seed: int) -> None:
-        mod = self._module()
-        (mod.manual_seed_all if hasattr(mod, "manual_seed_all") else mod.manual_seed)(seed)
+        self.backend.rng_manual_seed_all(self._module(), seed)
 
 
 def _stream_for(backend: Backend) -> _CpuStream | _DeviceStream:
-    return _CPU if backend.torch_device_type == "cpu" else _DeviceStream(backend)
+    return _CPU if backend.rng_is_host else _DeviceStream(backend)
 
 
 def _active() -> _CpuStream | _DeviceStream:
@@ -283,7 +280,7 @@ def _check_state(state: object, stream: _CpuStream | _DeviceStream, index: int |
     shape_rule = "An RNG state is a 1-D torch.uint8 tensor on the CPU, as accel.random.get_rng_state() returns."
     if not isinstance(state, torch.Tensor):
         raise RngStateError(f"{what}: got {type(state).__name__}, not a tensor. {shape_rule} Pass such a tensor.")
-    if state.device.type != "cpu":
+    if not state.is_cpu:  # generators keep their state in host memory on every vendor
         raise RngStateError(
             f"{what}: the state tensor is on {state.device}. {shape_rule} Device generators keep their state "
             f"on the CPU too. Pass state.cpu()."
@@ -736,7 +733,7 @@ def snapshot() -> dict[str, Any]:
     backend = _select.backend()
     stream = _stream_for(backend)
     devices = [] if stream is _CPU else [s.clone() for s in stream.get_state_all()]
-    from accel import __version__
+    from accel._version import __version__
 
     return {
         "format": SNAPSHOT_FORMAT,
@@ -921,7 +918,7 @@ def _plan(snap: object) -> tuple[list[tuple[str, Any]], dict[str, str]]:
         raise _corrupt("devices", f"expected a list of {count!r} states, got {type(devices).__name__}"
                        f"{' of ' + str(len(devices)) if isinstance(devices, list) else ''}")
     for i, s in enumerate(devices):
-        if not isinstance(s, torch.Tensor) or s.dtype != torch.uint8 or s.dim() != 1 or s.device.type != "cpu":
+        if not isinstance(s, torch.Tensor) or s.dtype != torch.uint8 or s.dim() != 1 or not s.is_cpu:
             raise _corrupt(f"devices[{i}]", f"not a 1-D uint8 CPU tensor ({type(s).__name__})")
 
     plan: list[tuple[str, Any]] = []

@@ -120,45 +120,15 @@ class Event(metaclass=_EventType):
     def __new__(cls, device: object = None, *, enable_timing: bool = False, blocking: bool = False,
                 interprocess: bool = False):
         rt = _runtime()
-        if rt.type == "cpu":
+        if not rt.backend.has_events:
             if device is not None:
                 rt.index(device, "accel.Event")  # a device of another backend: the typed mismatch error
             raise UnsupportedOperationError(
-                "accel.Event: the active backend is 'cpu', which has no events (torch: 'cpu backend doesn't "
-                "support events'). Time host code with time.perf_counter_ns(), or select an accelerator.")
+                f"accel.Event: the active backend is {rt.name!r}, which has no events (torch: '{rt.type} backend "
+                "doesn't support events'). Time host code with time.perf_counter_ns(), or select an accelerator.")
         index = rt.index(device, "accel.Event")
         return _compat.event_class()(torch.device(rt.type, index), enable_timing=enable_timing, blocking=blocking,
                                      interprocess=interprocess)
-
-
-def _constant(value: int, name: str, doc: str):
-    """A function of no arguments returning ``value``, named and documented as the public ``accel.<name>``
-    it is on this backend (``help(accel.device_count)`` and a wrong call's TypeError name it)."""
-
-    def constant() -> int:
-        return value
-
-    constant.__name__ = constant.__qualname__ = name
-    constant.__module__ = "accel"
-    constant.__doc__ = doc
-    return constant
-
-
-_DEVICE_COUNT_DOC = ("Visible devices of the active backend: ``1`` on the CPU and MPS, else the backend's count "
-                     "(from its probe: never initialises a device). Takes no argument, as torch's.")
-_CURRENT_INDEX_DOC = "Index of the current device of the active backend: always ``0`` on the CPU and MPS (one device)."
-
-
-def _true() -> bool:
-    return True
-
-
-def _false() -> bool:
-    return False
-
-
-def _noop(*_args: object) -> None:
-    """Does nothing (the operation has no effect on this backend)."""
 
 
 class _Runtime:
@@ -172,49 +142,16 @@ class _Runtime:
         self.count = b.device_count()  # from the probe: never initialises a device
         self.accepted = frozenset({b.name, t})
         self._stream_type_ids: set[int] = set()  # c10 device type ids of streams that passed the full check
-        acc = torch.accelerator
-
-        def op(name: str, fallback):
-            return _compat.resolve(t, name) or fallback
-
+        fns = b.runtime_functions(self.count)
+        self.device_count = fns["device_count"]
+        self.is_initialized = fns["is_initialized"]
+        self.current = fns["current"]
+        self.set_device = fns["set_device"]
+        self.sync, self.sync_device = fns["sync"], fns["sync_device"]
+        self.get_stream, self.set_stream = fns["get_stream"], fns["set_stream"]
         #: ``set_stream`` is torch's ``_accelerator_setStream`` binding, which refuses a bad stream
         #: (not a stream, another device type, a device that is not visible) before changing anything.
-        self.set_stream_checks = False
-        if t == "cpu":
-            self.device_count = _constant(1, "device_count", _DEVICE_COUNT_DOC)
-            self.is_initialized = _false
-            self.current = _constant(0, "current_device_index", _CURRENT_INDEX_DOC)
-            self.set_device = _noop
-            self.sync = self.sync_device = _noop
-            self.get_stream = self._cpu_stream
-            self.set_stream = _noop
-        elif t == "mps":
-            # one device when MPS is usable: the probe's answer (faked vendors included)
-            self.device_count = _constant(self.count, "device_count", _DEVICE_COUNT_DOC)
-            self.is_initialized = _true  # MPS has no lazy initialisation
-            self.current = _constant(0, "current_device_index", _CURRENT_INDEX_DOC)
-            self.set_device = _noop
-            self.sync = op("synchronize", acc.synchronize)
-            self.sync_device = lambda index: self.sync()
-            self.get_stream = op("current_stream", acc.current_stream)
-            self.set_stream = op("set_stream", acc.set_stream)
-        else:  # cuda (NVIDIA, AMD), xpu, and any other torch.accelerator device type
-            self.device_count = op("device_count", acc.device_count)
-            self.is_initialized = op("is_initialized", _true)
-            self.current = op("current_device", acc.current_device_index)
-            self.set_device = op("set_device", acc.set_device_index)
-            self.sync = op("synchronize", acc.synchronize)
-            self.sync_device = op("synchronize_device", acc.synchronize)
-            self.get_stream = op("current_stream", acc.current_stream)
-            self.set_stream = op("set_stream", acc.set_stream)
-        if t != "cpu":
-            self.set_stream_checks = self.set_stream is getattr(torch._C, "_accelerator_setStream", None)
-
-    _CPU_STREAM = torch.Stream("cpu")
-
-    @staticmethod
-    def _cpu_stream(index: int = 0) -> torch.Stream:
-        return _Runtime._CPU_STREAM
+        self.set_stream_checks = self.set_stream is _compat.accelerator_set_stream()
 
     def valid(self) -> str:
         """The valid devices, for messages: ``"indices 0..7 ('cuda:0'..'cuda:7')"``."""
@@ -282,7 +219,7 @@ class _Runtime:
     def check_stream(self, s: object, what: str) -> int:
         """Validate a stream of the active backend; returns its device index."""
         if isinstance(s, Stream) and s.device_type in self._stream_type_ids:  # fast path: a type seen before
-            if self.type == "cpu":
+            if self.backend.host_stream:
                 return 0
             i = s.device_index
             if 0 <= i < self.count:
@@ -294,7 +231,7 @@ class _Runtime:
             )
         dev = s.device
         self._check_type(dev.type, repr(s), what)
-        i = 0 if self.type == "cpu" else self.index(dev.index, what)
+        i = 0 if self.backend.host_stream else self.index(dev.index, what)
         self._stream_type_ids.add(s.device_type)
         return i
 
@@ -302,12 +239,15 @@ class _Runtime:
 _RT: _Runtime | None = None
 
 
-def _runtime() -> _Runtime:
-    """The active backend's :class:`_Runtime` (built at first use)."""
+def active_runtime() -> _Runtime:
+    """The active backend's runtime operations, resolved at first use (:mod:`accel.memory` builds on them)."""
     global _RT
     if _RT is None:
         _RT = _Runtime()
     return _RT
+
+
+_runtime = active_runtime
 
 
 def _forget() -> None:
@@ -495,7 +435,7 @@ class stream:  # noqa: N801 - a context manager named like torch.cuda.stream
     def __enter__(self) -> object:
         s = self._stream
         rt, there = self._rt, self._there
-        if s is None or rt.type == "cpu":  # the CPU has one stream: nothing to switch
+        if s is None or rt.backend.host_stream:  # one stream: nothing to switch
             return s
         here = rt.current()
         prev_there = rt.get_stream(there)
@@ -538,9 +478,9 @@ def elapsed_time(start: object, end: object, /) -> float:
                 f"accel.Event(enable_timing=True) objects, both recorded."
             )
     rt = _runtime()
-    if rt.type == "cpu":
+    if not rt.backend.has_events:
         raise UnsupportedOperationError(
-            "accel.elapsed_time: the active backend is 'cpu', which has no events (torch: 'cpu backend doesn't "
-            "support events'). Time host code with time.perf_counter_ns(), or select an accelerator."
+            f"accel.elapsed_time: the active backend is {rt.name!r}, which has no events (torch: '{rt.type} backend "
+            "doesn't support events'). Time host code with time.perf_counter_ns(), or select an accelerator."
         )
     return start.elapsed_time(end)

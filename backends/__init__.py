@@ -11,6 +11,11 @@ from __future__ import annotations
 import warnings
 from importlib.metadata import entry_points
 
+import torch
+
+from accel import _compat
+from accel.errors import UnknownBackendError
+
 from ._base import Backend, Capabilities, ProbeResult
 from .cpu import CpuBackend
 from .cuda import CudaBackend
@@ -18,12 +23,27 @@ from .mps import MpsBackend
 from .rocm import RocmBackend
 from .xpu import XpuBackend
 
-__all__ = ["Backend", "Capabilities", "ProbeResult", "BUILTIN", "registered"]
+__all__ = [
+    "BUILTIN",
+    "Backend",
+    "Capabilities",
+    "ProbeResult",
+    "backend_for_device",
+    "dispatch_key_for_device_type",
+    "forget",
+    "registered",
+]
 
 #: The built-in backends by name, in selection order.
 BUILTIN: dict[str, type[Backend]] = {
     b.name: b for b in (CudaBackend, RocmBackend, XpuBackend, MpsBackend, CpuBackend)
 }
+
+# accel._compat resolves runtime functions per torch device type from the serving backend's tables;
+# it is told here so that it needs no import of the backends (which import it).
+for _cls in BUILTIN.values():
+    _compat.register_backend(_cls)
+del _cls
 
 _REGISTERED: dict[str, type[Backend]] | None = None
 
@@ -48,10 +68,75 @@ def registered() -> dict[str, type[Backend]]:
                               stacklevel=2)
                 continue
             found[cls.name] = cls
+            _compat.register_backend(cls)  # a built-in keeps its device type; a new type is served by cls
         _REGISTERED = found
     return _REGISTERED
 
 
-def _forget() -> None:
+def forget() -> None:
+    """Forget the cached :func:`registered` answer (entry points are read again at next use)."""
     global _REGISTERED
     _REGISTERED = None
+
+
+def _serving(device_type: str) -> list[type[Backend]]:
+    return [cls for cls in registered().values() if cls.torch_device_type == device_type]
+
+
+def backend_for_device(device: torch.device, /) -> type[Backend]:
+    """The registered backend class that serves a torch device.
+
+    Device type ``cuda`` is served by :class:`~accel.backends.rocm.RocmBackend` on a ROCm
+    build of torch (``torch.version.hip`` set, read at each call) and by
+    :class:`~accel.backends.cuda.CudaBackend` otherwise; other types by the backend whose
+    ``torch_device_type`` they are. Initialises no device and probes nothing.
+
+    Args:
+        device: a ``torch.device`` (its index is ignored).
+
+    Returns:
+        The :class:`Backend` subclass (the class, not an instance).
+
+    Raises:
+        UnknownBackendError: no registered backend runs that device type (``meta``).
+
+    Example:
+        >>> import torch
+        >>> from accel.backends import backend_for_device
+        >>> backend_for_device(torch.device("cpu")).name
+        'cpu'
+    """
+    device_type = device.type
+    if device_type == "cuda":  # both NVIDIA and AMD builds of torch call their GPUs "cuda"
+        return BUILTIN["rocm"] if getattr(torch.version, "hip", None) else BUILTIN["cuda"]
+    found = _serving(device_type)
+    if not found:
+        known = sorted({cls.torch_device_type for cls in registered().values()})
+        raise UnknownBackendError(
+            f"backend_for_device: no accel backend runs device type {device_type!r} ({device}). Backends run "
+            f"device types {', '.join(known)}. Pass a device of one of those types."
+        )
+    return found[0]
+
+
+def dispatch_key_for_device_type(device_type: str, /) -> str:
+    """The ATen dispatch key of a torch device type (``"cuda"`` -> ``"CUDA"``, ROCm's too; ``"cpu"`` ->
+    ``"CPU"``, ``"xpu"`` -> ``"XPU"``, ``"mps"`` -> ``"MPS"``), from the serving backend's ``dispatch_key``.
+
+    Raises:
+        UnknownBackendError: no registered backend runs that device type.
+
+    Example:
+        >>> from accel.backends import dispatch_key_for_device_type
+        >>> dispatch_key_for_device_type("cuda"), dispatch_key_for_device_type("cpu")
+        ('CUDA', 'CPU')
+    """
+    found = _serving(device_type)
+    if not found:
+        known = sorted({cls.torch_device_type for cls in registered().values()})
+        raise UnknownBackendError(
+            f"dispatch_key_for_device_type: no accel backend runs device type {device_type!r}. Backends run "
+            f"device types {', '.join(known)}. Pass one of those."
+        )
+    return found[0].dispatch_key
+

@@ -12,13 +12,26 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, NamedTuple
 
 import torch
 
-__all__ = ["Backend", "Capabilities", "CompilePlan", "GemmTemplate", "PlanItem", "ProbeResult"]
+__all__ = [
+    "Backend",
+    "Capabilities",
+    "CompilePlan",
+    "GemmTemplate",
+    "PlanItem",
+    "ProbeResult",
+    "TELEMETRY_QUERIES",
+    "always_false",
+    "always_true",
+    "constant",
+    "no_op",
+    "one_device_runtime",
+]
 
 
 @dataclass(frozen=True)
@@ -93,6 +106,50 @@ def dtypes_for(*, bf16: bool = True, float64: bool = True, fp8: str | None = Non
     if float64:
         names.append("float64")
     return tuple(names) + _FP8_DTYPES[fp8]
+
+
+#: The telemetry queries a device module may have, each ``query(index)`` (see :class:`accel.memory.Telemetry`).
+TELEMETRY_QUERIES = ("device_memory_used", "utilization", "power_draw", "clock_rate", "temperature")
+
+_DEVICE_COUNT_DOC = ("Visible devices of the active backend: ``1`` on the CPU and MPS, else the backend's count "
+                     "(from its probe: never initialises a device). Takes no argument, as torch's.")
+_CURRENT_INDEX_DOC = "Index of the current device of the active backend: always ``0`` on the CPU and MPS (one device)."
+
+
+def constant(value: int, name: str, doc: str) -> Callable[[], int]:
+    """A function of no arguments returning ``value``, named and documented as the public ``accel.<name>``
+    it is on this backend (``help(accel.device_count)`` and a wrong call's TypeError name it)."""
+
+    def constant() -> int:
+        return value
+
+    constant.__name__ = constant.__qualname__ = name
+    constant.__module__ = "accel"
+    constant.__doc__ = doc
+    return constant
+
+
+def always_true() -> bool:
+    """``True`` (``is_initialized`` of a device without lazy initialisation)."""
+    return True
+
+
+def always_false() -> bool:
+    """``False`` (``is_initialized`` of a device that is never initialised)."""
+    return False
+
+
+def no_op(*_args: object) -> None:
+    """Does nothing (the operation has no effect on this backend)."""
+
+
+def one_device_runtime(count: int) -> dict[str, Callable[..., Any]]:
+    """The index functions of a backend with a single device (index 0) and no current-device switch."""
+    return {
+        "device_count": constant(count, "device_count", _DEVICE_COUNT_DOC),
+        "current": constant(0, "current_device_index", _CURRENT_INDEX_DOC),
+        "set_device": no_op,
+    }
 
 
 class PlanItem(NamedTuple):
@@ -177,6 +234,21 @@ class Backend:
         block_scale_swizzle: ``torch.nn.functional.SwizzleType`` name of the layout this
             vendor's block-scaled GEMM wants its MX/NVFP4 scales in (``None``: unknown).
         priority: higher wins when several backends are available.
+        runtime_sources: where each runtime / memory operation lives in torch, fastest first
+            (``{"current_device": ("torch._C._cuda_getDevice", "torch.cuda.current_device"), ...}``);
+            :func:`accel._compat.resolve` hands out the first one the running torch has.
+        has_events: torch has events for this device type (the CPU has none).
+        host_stream: the device's only stream is the host's (``torch.Stream("cpu")``): index 0,
+            nothing to switch.
+        vendor_graph_class: qualified name of the vendor's graph class (``"torch.cuda.CUDAGraph"``),
+            used where torch has no ``torch.accelerator.Graph``; ``None``: the vendor has none.
+        no_graphs_reason: why this backend has no graph capture at all (``None``: it may have).
+        graph_capture_error_mode: the vendor graph class's default ``capture_error_mode``
+            (``None``: its ``capture_begin`` takes no mode).
+        allocator_binding_prefix: prefix of the caching allocator's ``torch._C`` bindings
+            (``"_cuda"``: ``torch._C._cuda_releasePool``); ``None``: none.
+        power_to_watts: factor turning the device module's ``power_draw`` into watts.
+        rng_is_host: the backend's random stream is the torch CPU generator.
     """
 
     name: ClassVar[str]
@@ -189,6 +261,15 @@ class Backend:
     newer_distributed_backends: ClassVar[tuple[str, ...]] = ()
     block_scale_swizzle: ClassVar[str | None] = None
     priority: ClassVar[int] = 0
+    runtime_sources: ClassVar[Mapping[str, tuple[str, ...]]] = {}
+    has_events: ClassVar[bool] = True
+    host_stream: ClassVar[bool] = False
+    vendor_graph_class: ClassVar[str | None] = None
+    no_graphs_reason: ClassVar[str | None] = None
+    graph_capture_error_mode: ClassVar[str | None] = None
+    allocator_binding_prefix: ClassVar[str | None] = None
+    power_to_watts: ClassVar[float] = 1.0
+    rng_is_host: ClassVar[bool] = False
 
     # -- probing -----------------------------------------------------------------
     @classmethod
@@ -341,15 +422,136 @@ class Backend:
         """``kernel_options`` for ``flex_attention`` at this shape; ``{}`` (Inductor decides) by default."""
         return {}
 
-    def graph_class(self) -> tuple[str, type] | None:
+    # -- graph capture (accel.graphs asks these) ----------------------------------------
+    @classmethod
+    def graph_class(cls) -> tuple[str, type] | None:
         """The graph class :mod:`accel.graphs` captures with here, as ``(qualified name, class)``.
 
-        ``None`` where the running torch has no graph capture for this vendor (MPS, CPU,
-        an XPU build without ``torch.xpu.XPUGraph``). Never initialises a device.
+        ``torch.accelerator.Graph`` (torch 2.12+) where the vendor has graph capture at all,
+        else :attr:`vendor_graph_class` where the running torch has it. ``None`` where the
+        running torch has no graph capture for this vendor (MPS, CPU, an XPU build without
+        ``torch.xpu.XPUGraph``). Never initialises a device.
         """
         from accel import _compat
 
-        return _compat.graph_class(self.torch_device_type)
+        if cls.vendor_graph_class is None:
+            return None
+        generic = _compat.accelerator_graph()
+        if generic is not None:
+            return "torch.accelerator.Graph", generic
+        found = cls._vendor_graph_type()
+        return None if found is None else (cls.vendor_graph_class, found)
+
+    @classmethod
+    def _vendor_graph_type(cls) -> type | None:
+        """The class at :attr:`vendor_graph_class` in the running torch, or ``None``."""
+        from accel import _compat
+
+        return _compat.lookup(cls.vendor_graph_class) if cls.vendor_graph_class else None
+
+    @classmethod
+    def graph_pool_functions(cls) -> tuple[Any, Any, Any]:
+        """``(graph_pool_handle, end_allocate_to_pool, release_pool)`` of this vendor's allocator
+        (see :func:`accel._compat.pool_functions`); each ``None`` where the running torch lacks it."""
+        from accel import _compat
+
+        return _compat.pool_functions(cls.torch_device_type, cls.allocator_binding_prefix)
+
+    # -- runtime (accel.runtime asks these) -----------------------------------------------
+    @classmethod
+    def runtime_functions(cls, count: int) -> dict[str, Callable[..., Any]]:
+        """The runtime operations of this backend: ``device_count``, ``is_initialized``, ``current``,
+        ``set_device``, ``sync``, ``sync_device``, ``get_stream``, ``set_stream``.
+
+        By default each is the first of :attr:`runtime_sources` the running torch has, else the
+        ``torch.accelerator`` function (a caching-allocator device with lazy initialisation).
+        ``count`` is the probe's device count.
+        """
+        from accel import _compat
+
+        t, acc = cls.torch_device_type, torch.accelerator
+
+        def op(name: str, fallback: Callable[..., Any]) -> Callable[..., Any]:
+            return _compat.resolve(t, name) or fallback
+
+        return {
+            "device_count": op("device_count", acc.device_count),
+            "is_initialized": op("is_initialized", always_true),
+            "current": op("current_device", acc.current_device_index),
+            "set_device": op("set_device", acc.set_device_index),
+            "sync": op("synchronize", acc.synchronize),
+            "sync_device": op("synchronize_device", acc.synchronize),
+            "get_stream": op("current_stream", acc.current_stream),
+            "set_stream": op("set_stream", acc.set_stream),
+        }
+
+    # -- memory (accel.memory asks these) -------------------------------------------------
+    @classmethod
+    def memory_counters(cls) -> tuple[dict[str, Any], Callable[[], tuple[int, int]], dict[str, str]] | None:
+        """``None``: the caching allocator's statistics answer (the default). Otherwise
+        ``(read, memory_info, stats_keys)`` for a backend with fixed counters and one device:
+        ``read`` maps ``"allocated"``, ``"reserved"``, ``"empty_cache"`` to functions of no
+        arguments (missing: not tracked), ``memory_info()`` gives ``(free, total)`` bytes, and
+        ``stats_keys`` maps ``memory_stats`` keys to names in ``read``."""
+        return None
+
+    # -- random numbers (accel.random asks these) -----------------------------------------
+    @classmethod
+    def device_module(cls) -> Any:
+        """``torch.<torch_device_type>`` (``torch.cuda`` also for ROCm), or ``None``."""
+        from accel import _compat
+
+        return _compat.device_module(cls.torch_device_type)
+
+    @classmethod
+    def default_generator(cls, index: int | None = None, /) -> torch.Generator:
+        """The default ``torch.Generator`` of device ``index`` (``None``: the current device):
+        ``default_generators[index]`` of the device module (``torch.cuda`` incl. ROCm, ``torch.xpu``).
+
+        Raises:
+            AttributeError: the device module exposes no default generator.
+
+        .. note:: Initialises the device runtime (the generators exist only after it).
+        """
+        from accel import _compat
+
+        return _compat.module_default_generator(cls.device_module(), cls.torch_device_type, index)
+
+    @staticmethod
+    def rng_current_index(module: Any) -> int:
+        """The current device index as the device module's RNG functions count it."""
+        return int(module.current_device()) if hasattr(module, "current_device") else 0
+
+    @staticmethod
+    def rng_states(module: Any, devices: list[Any]) -> list[torch.Tensor]:
+        """The RNG state of every device (``devices``: one device argument per index, in order)."""
+        if hasattr(module, "get_rng_state_all"):
+            return list(module.get_rng_state_all())
+        return [module.get_rng_state(d) for d in devices]
+
+    @staticmethod
+    def rng_initial_seed(module: Any) -> int | None:
+        """The current device's initial seed from the device module, or ``None`` where it has no
+        such function (the caller then reads the default generator's)."""
+        return int(module.initial_seed()) if hasattr(module, "initial_seed") else None
+
+    @staticmethod
+    def rng_manual_seed_all(module: Any, seed: int) -> None:
+        """Seed the default generator of every device of the module."""
+        (module.manual_seed_all if hasattr(module, "manual_seed_all") else module.manual_seed)(seed)
+
+    # -- kernels (accel.kernels asks these) -------------------------------------------------
+    @classmethod
+    def device_arch(cls, device: torch.device, /) -> str:
+        """The tuning-table arch key of a concrete device: the device type by default
+        (CUDA and ROCm name their arch, ``sm_90`` / ``gfx942``).
+
+        Example:
+            >>> from accel.backends import Backend
+            >>> Backend.device_arch(torch.device("meta"))
+            'meta'
+        """
+        return device.type
 
     def compile_options(self, *, mode: str | None = None) -> dict[str, Any]:
         """The Inductor options :meth:`compile_plan` would set for ``mode`` (``{key: value}``)."""
@@ -374,8 +576,37 @@ class Backend:
 
 
 
+#: Where each runtime / memory operation of ``torch.cuda`` lives, fastest first. Raw ``torch._C``
+#: bindings come first where they answer exactly what the public function does minus its Python
+#: argument handling (accel validates arguments itself); the public functions follow as the
+#: portable fallback. ``synchronize`` / ``memory_stats_raw`` / ``reset_*`` may only be called once
+#: ``is_initialized`` says so: the raw bindings do not check it themselves.
+TORCH_CUDA_SOURCES: dict[str, tuple[str, ...]] = {
+    "device_count": ("torch.cuda.device_count",),
+    "is_initialized": ("torch.cuda.is_initialized",),
+    "current_device": ("torch._C._cuda_getDevice", "torch.cuda.current_device"),
+    "set_device": ("torch._C._cuda_setDevice", "torch.cuda.set_device"),
+    "synchronize": ("torch._C._cuda_synchronize", "torch.cuda.synchronize"),
+    "synchronize_device": ("torch._C._accelerator_synchronizeDevice", "torch.cuda.synchronize"),
+    "current_stream": ("torch._C._accelerator_getStream", "torch.cuda.current_stream"),
+    "set_stream": ("torch._C._accelerator_setStream", "torch.cuda.set_stream"),
+    "memory_stats_raw": ("torch._C._cuda_memoryStats", "torch.cuda.memory_stats_as_nested_dict"),
+    "reset_peak": ("torch._C._cuda_resetPeakMemoryStats", "torch.cuda.reset_peak_memory_stats"),
+    "reset_accumulated": ("torch._C._cuda_resetAccumulatedMemoryStats", "torch.cuda.reset_accumulated_memory_stats"),
+    "empty_cache": ("torch.cuda.empty_cache",),
+    "empty_host_cache": ("torch._C._host_emptyCache", "torch.accelerator.empty_host_cache"),
+    "mem_get_info": ("torch._C._accelerator_getMemoryInfo", "torch.cuda.mem_get_info"),
+    **{name: (f"torch.cuda.{name}",) for name in TELEMETRY_QUERIES},
+}
+
+
 class TorchCudaDevices:
     """Facts both CUDA and ROCm read through ``torch.cuda`` (ROCm builds reuse it)."""
+
+    runtime_sources: ClassVar[Mapping[str, tuple[str, ...]]] = TORCH_CUDA_SOURCES
+    vendor_graph_class: ClassVar[str | None] = "torch.cuda.CUDAGraph"
+    graph_capture_error_mode: ClassVar[str | None] = "global"
+    allocator_binding_prefix: ClassVar[str | None] = "_cuda"
 
     @classmethod
     def _device_count(cls) -> int:

@@ -4,8 +4,19 @@ from __future__ import annotations
 
 import os
 import platform
+from collections.abc import Callable
+from typing import Any
 
-from ._base import Backend, Capabilities, dtypes_for
+import torch
+
+from ._base import Backend, Capabilities, always_false, dtypes_for, no_op, one_device_runtime
+
+#: The CPU's one stream (torch has no other for the CPU).
+_CPU_STREAM = torch.Stream("cpu")
+
+
+def _cpu_stream(index: int = 0) -> torch.Stream:
+    return _CPU_STREAM
 
 __all__ = ["CpuBackend"]
 
@@ -20,6 +31,32 @@ class CpuBackend(Backend):
     visible_devices_env = ()
     distributed_backend = "gloo"
     priority = 0
+    has_events = False  # torch: "cpu backend doesn't support events"
+    host_stream = True
+    no_graphs_reason = "CPU has no graph capture: CPU operators run eagerly on the host"
+    rng_is_host = True
+
+    @classmethod
+    def runtime_functions(cls, count: int) -> dict[str, Callable[..., Any]]:
+        """One device, never initialised; synchronising and stream switching do nothing."""
+        return {
+            **one_device_runtime(1),
+            "is_initialized": always_false,
+            "sync": no_op,
+            "sync_device": no_op,
+            "get_stream": _cpu_stream,
+            "set_stream": no_op,
+        }
+
+    @classmethod
+    def memory_counters(cls) -> tuple[dict[str, Any], Callable[[], tuple[int, int]], dict[str, str]]:
+        """Not tracked: no counters, ``(0, 0)`` memory info, no statistics."""
+        return {}, lambda: (0, 0), {}
+
+    @classmethod
+    def default_generator(cls, index: int | None = None, /) -> torch.Generator:
+        """``torch.default_generator``: the CPU has one."""
+        return torch.default_generator
 
     @classmethod
     def _unavailable_reason(cls) -> str | None:

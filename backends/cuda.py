@@ -130,6 +130,7 @@ class CudaBackend(TorchCudaDevices, Backend):
     priority = 100
     gemm_templates = CUDA_GEMM_TEMPLATES
     block_scale_swizzle = "SWIZZLE_32_4_4"  # cuBLAS 128x4 scale tiles
+    power_to_watts = 1e-3  # NVML's nvmlDeviceGetPowerUsage reports milliwatts
 
     @classmethod
     def _unavailable_reason(cls) -> str | None:
@@ -153,6 +154,14 @@ class CudaBackend(TorchCudaDevices, Backend):
         .. note:: Initialises the CUDA runtime.
         """
         return cuda_arch(*self.capability(index))
+
+    @classmethod
+    def device_arch(cls, device: torch.device, /) -> str:
+        """``sm_XY`` of a concrete CUDA device, from ``torch.cuda.get_device_capability(device)``.
+
+        .. note:: Initialises the CUDA runtime.
+        """
+        return cuda_arch(*torch.cuda.get_device_capability(device))
 
     def family(self, index: int = 0, /) -> str:
         """NVIDIA family name (``"Hopper"``)."""

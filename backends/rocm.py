@@ -97,6 +97,7 @@ class RocmBackend(TorchCudaDevices, Backend):
     priority = 100
     gemm_templates = ROCM_GEMM_TEMPLATES
     block_scale_swizzle = "NO_SWIZZLE"  # hipBLASLt takes plain row-major scales (not verified on gfx950 here)
+    power_to_watts = 1.0  # amdsmi's average_socket_power reports watts
 
     def _vendor_plan(self, plan: CompilePlan, *, mode_opts: dict[str, Any], options: dict[str, Any],
                      autotune: bool, index: int) -> None:
@@ -146,6 +147,14 @@ class RocmBackend(TorchCudaDevices, Backend):
         .. note:: Initialises the HIP runtime.
         """
         return gfx_arch(str(self._properties(index).gcnArchName))
+
+    @classmethod
+    def device_arch(cls, device: torch.device, /) -> str:
+        """``gfxNNN`` of a concrete ROCm device, from ``get_device_properties(device).gcnArchName``.
+
+        .. note:: Initialises the HIP runtime.
+        """
+        return gfx_arch(str(torch.cuda.get_device_properties(device).gcnArchName))
 
     def family(self, index: int = 0, /) -> str:
         """CDNA2/3/4 or RDNA3/4."""

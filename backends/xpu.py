@@ -13,7 +13,7 @@ import torch
 
 from accel import _compat
 
-from ._base import Backend, Capabilities, dtypes_for
+from ._base import TELEMETRY_QUERIES, Backend, Capabilities, dtypes_for
 
 __all__ = ["XpuBackend", "xpu_family"]
 
@@ -33,6 +33,28 @@ def xpu_family(device_name: str) -> str:
     return "xpu"
 
 
+#: Where each runtime / memory operation of ``torch.xpu`` lives, fastest first (raw bindings first,
+#: as for ``torch.cuda`` in :data:`accel.backends._base.TORCH_CUDA_SOURCES`).
+XPU_SOURCES: dict[str, tuple[str, ...]] = {
+    "device_count": ("torch.xpu.device_count",),
+    "is_initialized": ("torch.xpu.is_initialized",),
+    "current_device": ("torch._C._xpu_getDevice", "torch.xpu.current_device"),
+    "set_device": ("torch._C._xpu_setDevice", "torch.xpu.set_device"),
+    "synchronize": ("torch.xpu.synchronize",),
+    "synchronize_device": ("torch._C._accelerator_synchronizeDevice", "torch._C._xpu_synchronize",
+                           "torch.xpu.synchronize"),
+    "current_stream": ("torch._C._accelerator_getStream", "torch.xpu.current_stream"),
+    "set_stream": ("torch._C._accelerator_setStream", "torch.xpu.set_stream"),
+    "memory_stats_raw": ("torch._C._xpu_memoryStats", "torch.xpu.memory_stats_as_nested_dict"),
+    "reset_peak": ("torch._C._xpu_resetPeakMemoryStats", "torch.xpu.reset_peak_memory_stats"),
+    "reset_accumulated": ("torch._C._xpu_resetAccumulatedMemoryStats", "torch.xpu.reset_accumulated_memory_stats"),
+    "empty_cache": ("torch.xpu.empty_cache",),
+    "empty_host_cache": ("torch.accelerator.empty_host_cache",),
+    "mem_get_info": ("torch._C._accelerator_getMemoryInfo", "torch._C._xpu_getMemoryInfo", "torch.xpu.mem_get_info"),
+    **{name: (f"torch.xpu.{name}",) for name in TELEMETRY_QUERIES},
+}
+
+
 class XpuBackend(Backend):
     """Intel GPUs through torch's native XPU build."""
 
@@ -44,6 +66,16 @@ class XpuBackend(Backend):
     distributed_backend = "xccl"
     block_scale_swizzle = "NO_SWIZZLE"  # oneDNN: unswizzled, unpadded (torch/_meta_registrations.py)
     priority = 80
+    runtime_sources = XPU_SOURCES
+    vendor_graph_class = "torch.xpu.XPUGraph"
+    graph_capture_error_mode = None  # torch.xpu.XPUGraph.capture_begin takes no mode
+    allocator_binding_prefix = "_xpu"
+    power_to_watts = 1.0  # torch.xpu's Level Zero energy-counter ratio reports watts
+
+    @classmethod
+    def _vendor_graph_type(cls) -> type | None:
+        """``torch.xpu.XPUGraph`` where the running torch's XPU build has it."""
+        return torch.xpu.XPUGraph if _compat.has_xpu_graph() else None
 
     @classmethod
     def _unavailable_reason(cls) -> str | None:

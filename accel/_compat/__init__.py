@@ -1,0 +1,139 @@
+"""The one place that knows which running torch has which function.
+
+Feature detection with ``hasattr`` on the running torch, never version-string
+comparisons. Everything else in accel asks this package; what differs by vendor is
+answered by the vendor's :class:`~accel.backends.Backend`, never here. Answers are
+computed at first use and never import a DSL runtime or initialise a device.
+
+One module per topic, every name re-exported here:
+
+- :mod:`~accel._compat.runtime`: runtime functions per device type (``resolve``), device modules,
+  stream and event classes, raw ``torch._C`` bindings accel hands out.
+- :mod:`~accel._compat.rng`: ``torch.accelerator.random`` and default generators.
+- :mod:`~accel._compat.graphs`: ``torch.accelerator.Graph``, vendor graph classes, graph-pool hooks.
+- :mod:`~accel._compat.native`: the native DSL registry (``torch._native``), ``torch.library.get_kernel``.
+- :mod:`~accel._compat.inductor`: Inductor config keys, modes and GEMM template packages.
+- :mod:`~accel._compat.lowp`, :mod:`~accel._compat.distributed`, :mod:`~accel._compat.tunable`:
+  low-precision dtypes and scaled GEMMs, c10d backends and symmetric memory, TunableOp.
+- :mod:`~accel._compat.versions`: installed versions of the optional DSL packages.
+
+Functions here call each other through this package (``_compat.has_accelerator_graph()``,
+not the module's own global), so replacing one here, as tests and :mod:`accel.testing` do,
+changes every answer that depends on it.
+
+Example:
+    >>> from accel import _compat
+    >>> _compat.resolve("cpu", "synchronize") is None
+    True
+    >>> _compat.module_version("no-such-distribution") is None
+    True
+"""
+
+from __future__ import annotations
+
+from .distributed import c10d_backends, has_symmetric_memory
+from .graphs import (
+    accelerator_graph,
+    graph_class,
+    graph_pool_functions,
+    has_accelerator_graph,
+    has_xpu_graph,
+    pool_functions,
+)
+from .inductor import (
+    ck_available,
+    cutedsl_available,
+    find_spec,
+    has_rdna3_flex_heuristics,
+    inductor_config_get,
+    inductor_config_has,
+    inductor_mode_options,
+    nvgemm_available,
+    origami_available,
+)
+from .lowp import has_dtype, has_scaled_mm, has_scaled_mm_v2
+from .native import has_native_dsl_registry, library_get_kernel, native_dsl_registry, native_dsl_registry_reason
+from .rng import (
+    accelerator_random,
+    default_generator,
+    has_accelerator_random,
+    module_default_generator,
+    single_default_generator,
+)
+from .runtime import (
+    RUNTIME_SOURCES,
+    accelerator_allocator_stats,
+    accelerator_has,
+    accelerator_set_stream,
+    address_reader,
+    backend_for_device_type,
+    device_module,
+    event_class,
+    first_present,
+    lookup,
+    register_backend,
+    resolve,
+    stream_class,
+)
+from .tunable import has_cuda_tunable, tunable_writer
+from .versions import checked_version, module_version
+
+# The names these had when this package was one module (callers and tests still use them).
+_lookup = lookup
+_find_spec = find_spec
+
+__all__ = [
+    # runtime
+    "RUNTIME_SOURCES",
+    "accelerator_allocator_stats",
+    "accelerator_has",
+    "accelerator_set_stream",
+    "address_reader",
+    "backend_for_device_type",
+    "device_module",
+    "event_class",
+    "first_present",
+    "lookup",
+    "register_backend",
+    "resolve",
+    "stream_class",
+    # rng
+    "accelerator_random",
+    "default_generator",
+    "has_accelerator_random",
+    "module_default_generator",
+    "single_default_generator",
+    # graphs
+    "accelerator_graph",
+    "graph_class",
+    "graph_pool_functions",
+    "has_accelerator_graph",
+    "has_xpu_graph",
+    "pool_functions",
+    # native DSL registry
+    "has_native_dsl_registry",
+    "library_get_kernel",
+    "native_dsl_registry",
+    "native_dsl_registry_reason",
+    # inductor
+    "ck_available",
+    "cutedsl_available",
+    "find_spec",
+    "has_rdna3_flex_heuristics",
+    "inductor_config_get",
+    "inductor_config_has",
+    "inductor_mode_options",
+    "nvgemm_available",
+    "origami_available",
+    # low precision, distributed, TunableOp
+    "has_dtype",
+    "has_scaled_mm",
+    "has_scaled_mm_v2",
+    "c10d_backends",
+    "has_symmetric_memory",
+    "has_cuda_tunable",
+    "tunable_writer",
+    # versions
+    "checked_version",
+    "module_version",
+]

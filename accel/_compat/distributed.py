@@ -1,0 +1,24 @@
+"""c10d backends and symmetric memory of the running torch (``torch.distributed`` imported at first call)."""
+
+from __future__ import annotations
+
+from .inductor import find_spec
+
+__all__ = ["c10d_backends", "has_symmetric_memory"]
+
+
+def c10d_backends() -> tuple[str, ...]:
+    """c10d backend names the running torch registers (``torch.distributed.Backend.backend_list``).
+
+    Empty when torch was built without distributed support.
+    """
+    import torch.distributed as dist
+
+    if not dist.is_available():
+        return ()
+    return tuple(str(b) for b in dist.Backend.backend_list)
+
+
+def has_symmetric_memory() -> bool:
+    """Whether the running torch ships ``torch.distributed._symmetric_memory``. Not imported."""
+    return find_spec("torch.distributed._symmetric_memory")
