@@ -49,7 +49,7 @@ from accel.compile import compile, compile_plan, flex_attention_kernel_options
 
 __getattr__ = _resolve.lazy_exports(globals(), runtime.RESOLVED, lambda: {n: getattr(runtime, n) for n in runtime.RESOLVED})
 
-__version__ = "0.1.0"
+from accel._version import __version__  # noqa: E402
 
 __all__ = [
     "Backend",

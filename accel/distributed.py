@@ -25,7 +25,7 @@ __all__ = ["backend_name", "init_process_group", "local_rank", "symmetric_memory
 
 
 def _vendor(device: Any = None) -> Any:
-    from accel import backend
+    from accel._select import backend
 
     return backend(device)
 

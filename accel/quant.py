@@ -132,7 +132,7 @@ class Quantized:
 
 # -- device support --------------------------------------------------------------------
 def _backend_for(device: Any) -> Any:
-    from accel import backend
+    from accel._select import backend
 
     return backend(device)
 
@@ -163,7 +163,7 @@ def fp8_dtype(kind: str = "e4m3", device: Any = None, /) -> torch.dtype:
 
 def _index(device: Any) -> int:
     """The device index ``device`` names (as :func:`accel.device` parses it); 0 when it names none."""
-    from accel import device as _device
+    from accel._select import device as _device
 
     index = _device(device).index
     return 0 if index is None else index

@@ -39,7 +39,7 @@ def available(device: Any = None, /) -> tuple[bool, str]:
         >>> accel.tunable.available("cpu")[0]
         False
     """
-    from accel import backend
+    from accel._select import backend
 
     vendor = backend(device)
     if not vendor.capabilities().tunable_op:

@@ -30,7 +30,7 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     """The full argument parser (every subcommand module that exists in this install)."""
-    from accel import __version__
+    from accel._version import __version__
 
     parser = _Parser(prog="accel", description="One PyTorch script, every accelerator.")
     parser.add_argument("--version", action="version", version=f"accel {__version__}")

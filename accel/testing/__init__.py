@@ -126,7 +126,7 @@ def fake_backend(
     if name not in VENDORS:
         raise UnknownBackendError(f"fake_backend: unknown vendor {name!r}. Valid: {', '.join(VENDORS)}.")
     _check_facts(arch, device_count)
-    from accel import clear_cache
+    from accel._probe import clear_cache
 
     facts = VENDORS[name]
     arch = arch or facts["arch"]

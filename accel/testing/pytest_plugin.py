@@ -24,7 +24,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def _missing(marker: str) -> str | None:
-    from accel import probes
+    from accel._probe import probes
 
     found = probes()
     if marker == "accelerator":
