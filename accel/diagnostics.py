@@ -103,7 +103,7 @@ def dsl_compat(dsl: str, installed: str | None, torch_version: str,
     if installed is None:
         return True, "not installed"
     if dsl == "cutedsl":
-        from accel.kernels._cutedsl import MIN_VERSION
+        from accel.kernels.dsl.cutedsl_utils import MIN_VERSION
 
         base = _base_version(installed)
         if base is None or base < MIN_VERSION:
@@ -284,7 +284,7 @@ def checks(info: dict[str, Any]) -> list[Check]:
         if d["compatible"]:
             fix = ""
         elif dsl == "cutedsl":
-            from accel.kernels._cutedsl import DISTRIBUTION, MIN_VERSION
+            from accel.kernels.dsl.cutedsl_utils import DISTRIBUTION, MIN_VERSION
 
             major = str(build.get("cuda") or "12").split(".")[0]
             fix = f"pip install -U '{DISTRIBUTION}[cu{major}]>={MIN_VERSION}'"

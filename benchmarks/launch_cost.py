@@ -9,7 +9,7 @@ before the host issues the next, so time per call is host time). Rows:
   ``tuning.MIN_NUMEL`` set to 0 so the tiny input routes);
 - ``<dsl> impl``: the impl function called directly (no dispatcher, no cond);
 - ``triton planned call``: the Triton impl's plan for this signature (``impl.plan``, built
-  once), called directly: what a routed call runs after its cond (:mod:`accel.kernels._plans`);
+  once), called directly: what a routed call runs after its cond (:mod:`accel.kernels.core.plans`);
 - ``<dsl> cond``: the cond alone;
 - ``router, 8 elements``: the issue's router-cost row (conds decline, ATen runs);
 - ``bare torch.library router, 8 elements``: the floor of any Python router on this host, a
@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     import accel.kernels as ak
-    from accel.kernels import _tuning
+    from accel.kernels.tuning import table as _tuning
     from accel.kernels.ops.layer_norm import helion_impl as ln_h
     from accel.kernels.ops.layer_norm import triton_impl as ln_t
     from accel.kernels.ops.rms_norm import helion_impl as rms_h
@@ -110,13 +110,13 @@ def main(argv: list[str] | None = None) -> int:
                 add(op, "triton planned call", lambda: planned(*a))
             add(op, "helion impl", lambda: h_impl(*a))
             if args.profile and op in ("rms_norm", "layer_norm"):
-                from accel.kernels import _helion
+                from accel.kernels.dsl import helion_utils as _helion
 
                 profile_text += "\n" + profile(lambda: h_impl(*a), f"{op} helion impl (direct host path: "
                                                 f"{_helion._direct_ok()}, {len(_helion._HOST)} cached)", top=18)
             for info in ak.overrides():
                 if info.op == aten._schema.name and info.name.split(".")[0].endswith("_fwd"):
-                    cond = ak._registry._OVERRIDES[info.name].cond
+                    cond = ak.kcore.override.OVERRIDES[info.name].cond
                     add(op, f"{info.dsl} cond", lambda: cond(*a))
             _tuning.MIN_NUMEL.update(saved)
             _tuning.reload()

@@ -46,12 +46,13 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--calls {args.calls}: need at least 1")
 
     import accel.kernels as ak
-    from accel.kernels import _launch, _tuning
+    from accel.kernels.dsl import launch as _launch, triton_utils as _triton_utils
+    from accel.kernels.tuning import table as _tuning
     from accel.kernels.ops.layer_norm import triton_impl as lt
     from accel.kernels.ops.rms_norm import triton_impl as rt
     from accel.kernels.ops.softmax import triton_impl as st
 
-    _launch.LaunchPlan.__call__ = lambda self, *tensors: None  # no kernel: the host path only
+    _triton_utils.LaunchPlan.__call__ = lambda self, *tensors: None  # no kernel: the host path only
     saved = dict(_tuning.MIN_NUMEL)
     _tuning.MIN_NUMEL.update(triton=0, helion=0)  # the [4, 1024] inputs route (no table for "cpu")
     ak.use_registry("accel")
@@ -76,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
                     lib.impl(symbol, lambda keyset, *args, **kw: floor(*args), "CPU", with_keyset=True)
                 bare = per_call(lambda: aten(*a), args.calls)
                 lib._destroy()
-            from accel.kernels._registry import _OVERRIDES
+            from accel.kernels.core.override import OVERRIDES as _OVERRIDES
 
             fwd = [_OVERRIDES[n] for n in names if n.startswith(f"{op}_fwd")]
             for ov in fwd:

@@ -39,6 +39,8 @@ from .core.registry import (
     use_registry,
 )
 
+families()  # declares every built-in family's tuning-table ops and backward pairs (imports no DSL)
+
 __all__ = [
     "Availability",
     "Explanation",

@@ -153,7 +153,7 @@ def install(*, dsl: str | Sequence[str] | None = None, kernels: str | Sequence[s
                 continue
             found = probes()
             backends = [b for b in a.backends if found[b].available]
-            added += known_families[a.kernel].register(a.dsl, backends)
+            added += known_families[a.kernel].impl(a.dsl).register(backends)
     except BaseException:  # all or nothing: what this call registered goes again
         for name in added:
             unregister(name)

@@ -8,7 +8,7 @@ import pytest
 
 import accel.kernels as ak
 from accel import _compat
-from accel.kernels import _registry
+from accel.kernels import core as kcore
 
 #: The registration paths this torch offers: accel's own router always, torch._native where present.
 PATHS = ["accel"] + (["native"] if _compat.native_dsl_registry() is not None else [])
@@ -22,7 +22,7 @@ def _clean_registry():
         ak.unregister(o.name)
     ak.enable()
     ak.set_verify(False)
-    _registry._STATE.path_mode = None
+    kcore.state.STATE.path_mode = None
 
 
 @pytest.fixture(params=PATHS)
@@ -45,36 +45,39 @@ class Counting:
 
 @contextlib.contextmanager
 def routing_table(monkeypatch, entries: list, archs=("sm_90",)):
-    """While the block runs: ``accel.kernels._tuning.table`` holds ``entries`` (folded as user entries) for
+    """While the block runs: ``accel.kernels.tuning.table.table`` holds ``entries`` (folded as user entries) for
     ``archs`` and nothing for other archs, the table archs are ``{"sm_90"}``, and tensors are fake (a
     ``FakeTensorMode``: ``device="cuda"`` tensors on a CPU machine). The tuning floors and the arch cache are
     forgotten before and after."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from accel.kernels import _conds, _tuning
+    from accel.kernels.ops import conds as _conds
+    from accel.kernels.tuning import table as _tuning
 
     folded: dict = {}
     _tuning._fold(folded, entries, "user")
     monkeypatch.setattr(_tuning, "table", lambda arch: folded if arch in archs else {})
     monkeypatch.setattr(_tuning, "_table_archs", lambda: {"sm_90"})
-    _tuning._forget_floors()
+    _tuning.forget_floors()
     try:
         with FakeTensorMode(), warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)  # FakeTensor.data_ptr() deprecation
             yield
     finally:
         _conds.arch.cache_clear()
-        _tuning._forget_floors()
+        _tuning.forget_floors()
 
 
 @contextlib.contextmanager
 def gpu_user_table(monkeypatch, tmp_path, entries: list):
     """While the block runs: ``entries`` written as the user tuning table of the current CUDA device's arch (in
     ``tmp_path``, through ``ACCEL_TUNING_DIR``) and loaded, and kernel outputs NaN-poisoned
-    (:data:`accel.kernels._launch.poison_outputs`); both undone after."""
+    (:data:`accel.kernels.dsl.launch.poison_outputs`); both undone after."""
     import torch
 
-    from accel.kernels import _conds, _launch, _tuning
+    from accel.kernels.ops import conds as _conds
+    from accel.kernels.dsl import launch as _launch, triton_utils as _triton_utils
+    from accel.kernels.tuning import table as _tuning
 
     monkeypatch.setenv(_tuning.TUNING_DIR_ENV, str(tmp_path))
     _tuning.write_user_table(_conds.arch(torch.device("cuda")), entries)

@@ -54,7 +54,8 @@ def _no_leaked_fakes():
 @pytest.fixture
 def cutedsl_sm90(monkeypatch):
     """accel's CuTeDSL checks see an sm_90 device (CPU tensors stand in for CUDA ones) and empty tuning tables."""
-    from accel.kernels import _cutedsl, _tuning
+    from accel.kernels.dsl import cutedsl_utils as _cutedsl
+    from accel.kernels.tuning import table as _tuning
 
     monkeypatch.setattr(_cutedsl, "arch", lambda device: "sm_90")
     monkeypatch.setattr(_tuning, "table", lambda arch: {})

@@ -27,7 +27,7 @@ import torch
 from triton.testing import do_bench
 
 from accel.kernels import _bench_ops, _tune, bench
-from accel.kernels._tuning import dtype_name
+from accel.kernels.tuning.table import dtype_name
 
 
 def _peers(family: str, direction: str, x, w, dy) -> dict:
@@ -122,7 +122,7 @@ def main() -> int:
         with open(a.json, "w") as f:
             json.dump(result, f, indent=1)
     if a.table:
-        from accel.kernels._conds import arch
+        from accel.kernels.ops.conds import arch
 
         with open(a.table, "w") as f:
             json.dump(tune_file(result, arch(device)), f, indent=1)

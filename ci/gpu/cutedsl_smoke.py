@@ -3,7 +3,7 @@ accel's Triton kernel (its shipped-table config), quack and a copy of the same b
 in one run.
 
 Each config runs once on fresh random inputs with NaN-poisoned outputs and is compared with ATen
-(:mod:`accel.kernels._tolerance`), then timed (``triton.testing.do_bench`` median, µs). Also times the
+(:mod:`accel.kernels.tuning.tolerance`), then timed (``triton.testing.do_bench`` median, µs). Also times the
 host cost of one CuTeDSL launch on a ``[4, 1024]`` input against ATen's.
 
 Usage: ``timeout 300 python3 ci/gpu/cutedsl_smoke.py [--shapes 8192x32768,...] [--layer-norm 4096x4096,...]
@@ -18,7 +18,7 @@ import time
 import torch
 from triton.testing import do_bench
 
-from accel.kernels import _tolerance
+from accel.kernels.tuning import tolerance as _tolerance
 from accel.kernels import _bench_ops
 from accel.kernels.ops.layer_norm import cutedsl_configs as lcc, cutedsl_impl as lci, triton_impl as lti
 from accel.kernels.ops.softmax import cutedsl_configs as cc, cutedsl_impl as ci, triton_impl as ti
@@ -157,7 +157,7 @@ def host_cost(profile: bool = False) -> dict:
     (``ACCEL_CUTEDSL_TVM_FFI=0``; each convention compiles its own kernels)."""
     import os
 
-    from accel.kernels import _cutedsl
+    from accel.kernels.dsl import cutedsl_utils as _cutedsl
 
     x = torch.randn(4, 1024, device="cuda", dtype=torch.bfloat16)
     y, dy, dx = torch.empty_like(x), torch.randn_like(x), torch.empty_like(x)

@@ -60,7 +60,7 @@ print("helion impl us/call", round(per_call(lambda: helion_impl.fused_rms_norm(x
 prof(lambda: helion_impl.fused_rms_norm(x, [n], w, 1e-6), top=25)
 
 # -- the routed call, layer by layer (accel's own router; Triton only, tiny input so it routes) --
-from accel.kernels import _tuning  # noqa: E402
+from accel.kernels.tuning import table as _tuning  # noqa: E402
 from accel.kernels.ops.rms_norm import triton_impl  # noqa: E402
 
 triton_impl.register()

@@ -41,7 +41,7 @@ import torch
 import triton
 import triton.language as tl
 
-from accel.kernels import _launch
+from accel.kernels.dsl import launch as _launch, triton_utils as _triton_utils
 from accel.kernels.bench import _Timer
 from accel.kernels.ops.rms_norm import triton_impl as rt
 

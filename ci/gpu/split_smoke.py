@@ -13,7 +13,7 @@ import torch
 from triton.testing import do_bench
 
 import accel.kernels as ak
-from accel.kernels import _tolerance
+from accel.kernels.tuning import tolerance as _tolerance
 from accel.kernels.ops.layer_norm import triton_impl as lt, triton_kernel as ltk
 
 

@@ -40,7 +40,7 @@ from __future__ import annotations
 import json
 import sys
 
-#: The DSLs whose kernels a table entry may name (as :data:`accel.kernels._tuning.IMPLS`, without ATen).
+#: The DSLs whose kernels a table entry may name (as :data:`accel.kernels.tuning.table.IMPLS`, without ATen).
 DSLS = ("triton", "helion", "cutedsl")
 #: A DSL kernel must be this much faster than ATen to be routed to.
 MARGIN = 1.10

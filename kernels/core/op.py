@@ -11,8 +11,8 @@ from typing import Any
 
 import torch
 
-from accel import _compat, _select
-from accel.backends import registered
+from accel import _compat
+from accel.backends import backend_for_device, registered
 from accel.errors import KernelRegistrationError, UnknownKernelError
 
 __all__ = ["KNOWN_DSLS", "OVERRIDE_WARNING", "Op", "aten_kernel", "bare_overload", "describe_shapes",
@@ -139,7 +139,7 @@ def vendor_at(key: str) -> str | None:
     device_types = {found[n].torch_device_type for n in names}
     if len(device_types) != 1 or next(iter(device_types)) not in found:
         return None
-    name = _select._name_for_device_type(device_types.pop(), key)
+    name = backend_for_device(torch.device(device_types.pop())).name
     return name if name in names else None
 
 

@@ -18,7 +18,7 @@ import torch
 from accel.errors import KernelFallbackWarning
 from accel.kernels.tuning import table, tolerance
 
-from . import plans
+from . import plans as memo
 from .op import Op, describe_shapes, shape_key, vendor_at
 from .state import MEMO_LOCK, STATE, UNSET, VERIFY_ENV, filters_in_force
 
@@ -153,14 +153,14 @@ class Override:
     # -- the per-call path (keep lean: no dict building, no inspect) ------------
     def take(self, args: tuple, kwargs: dict, sig: Any = UNSET) -> Callable | None:
         """The function that answers this call (the impl, or its plan for this signature), or ``None``
-        where the override declines it, or :data:`accel.kernels.core.plans.FALLBACK` where planning failed
+        where the override declines it, or :data:`accel.kernels.core.memo.FALLBACK` where planning failed
         (the fail-safe has warned and denied the shape: the caller returns ATen's result, as for an
-        impl that raises). ``sig``: :func:`accel.kernels.core.plans.signature` of ``args`` when the caller
+        impl that raises). ``sig``: :func:`accel.kernels.core.memo.signature` of ``args`` when the caller
         has it (accel's router computes it once for all overrides of a call)."""
         if not self.cacheable or kwargs:
             return self.impl if self.accept(args, kwargs) else None
         if sig is UNSET:
-            sig = plans.signature(args)
+            sig = memo.signature(args)
         if sig is None:
             return self.impl if self.accept(args, kwargs) else None
         plans = self.plans
@@ -174,21 +174,21 @@ class Override:
         except TypeError:  # an unhashable argument: no memo for this call
             return self.impl if self.accept(args, kwargs) else None
         if hit is not None:
-            if hit is plans.DECLINE:
+            if hit is memo.DECLINE:
                 self.declined += 1
                 return None
             return hit
         if not self.accept(args, kwargs):
-            self._remember(sig, plans.DECLINE, gen)
+            self._remember(sig, memo.DECLINE, gen)
             return None
         try:
-            fn = plans.plan_of(self.impl, args)
+            fn = memo.plan_of(self.impl, args)
         except Exception as exc:  # noqa: BLE001 - as an impl raising: fall back, never crash
             self._deny(args, f"raised {type(exc).__name__} while planning: {exc}")
-            return plans.FALLBACK
+            return memo.FALLBACK
         if not callable(fn):
             self._deny(args, f"planned {_type_name(fn)}, not a function answering the call")
-            return plans.FALLBACK
+            return memo.FALLBACK
         self._remember(sig, fn, gen)
         return fn
 
@@ -197,12 +197,12 @@ class Override:
         No cond runs and nothing is counted (torch's native registry asks the cond, then calls the impl)."""
         if not self.cacheable or kwargs:
             return None
-        sig = plans.signature(args)
+        sig = memo.signature(args)
         try:
             hit = None if sig is None else self.plans.get(sig)
         except TypeError:
             return None
-        return None if hit is plans.DECLINE else hit
+        return None if hit is memo.DECLINE else hit
 
     def _remember(self, sig: tuple, answer: Any, gen: int) -> None:
         """Keep ``answer`` for ``sig`` unless the tuning tables changed since the cond read them (generation
@@ -210,7 +210,7 @@ class Override:
         with MEMO_LOCK:  # a table change between the check and the store would keep a stale answer
             if gen != table.GENERATION or self.plans_gen != gen:
                 return
-            if len(self.plans) >= plans.MAX_ENTRIES:
+            if len(self.plans) >= memo.MAX_ENTRIES:
                 self.plans.clear()
             self.plans[sig] = answer
 

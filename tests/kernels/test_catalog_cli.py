@@ -46,7 +46,7 @@ def test_install_refuses_unknown_dsl_or_kernel_names():
 
 def test_install_refuses_non_names_and_is_all_or_nothing(monkeypatch):
     from accel.errors import KernelRegistrationError
-    from accel.kernels import _catalog
+    from accel.kernels import catalog as _catalog
 
     with pytest.raises(TypeError, match="dsl must be a name or a sequence of names"):
         ak.install(dsl=3)
@@ -56,7 +56,7 @@ def test_install_refuses_non_names_and_is_all_or_nothing(monkeypatch):
     class P:
         available, reason = True, "1 device(s) visible"
 
-    monkeypatch.setattr("accel.probes", lambda: {"cuda": P(), "cpu": P()})
+    monkeypatch.setattr(_catalog, "probes", lambda: {"cuda": P(), "cpu": P()})
     rows = [_catalog.Availability(k, d, ("cuda",), True, "ok", False) for k, d in (("rms_norm", "triton"),
                                                                                   ("softmax", "triton"))]
     monkeypatch.setattr(_catalog, "availability", lambda: rows)
@@ -75,7 +75,7 @@ def test_install_refuses_non_names_and_is_all_or_nothing(monkeypatch):
 
 
 def test_cutedsl_rows_say_where_the_kernels_run_and_how_they_are_called(monkeypatch):
-    from accel.kernels import _cutedsl
+    from accel.kernels.dsl import cutedsl_utils as _cutedsl
 
     monkeypatch.setattr(_cutedsl, "_ffi_installed", lambda: True)
     rows = {a.kernel: a.reason for a in ak.availability() if a.dsl == "cutedsl"}
@@ -89,24 +89,26 @@ def test_cutedsl_rows_say_where_the_kernels_run_and_how_they_are_called(monkeypa
 
 
 def test_helion_absent_or_too_old_is_reported(monkeypatch):
-    monkeypatch.setattr(helion_impl.importlib.util, "find_spec", lambda name: None)
-    assert helion_impl.available() == (False, "helion is not installed (pip install helion, or in your accel clone: pip install '.[helion]')")
+    from accel.kernels.dsl import helion_utils, triton_utils
+
+    monkeypatch.setattr(helion_utils.importlib.util, "find_spec", lambda name: None)
+    assert helion_utils.available() == (False, "helion is not installed (pip install helion, or in your accel clone: pip install '.[helion]')")
     monkeypatch.undo()
-    monkeypatch.setattr(helion_impl.importlib.util, "find_spec", lambda name: object())
-    monkeypatch.setattr(helion_impl, "module_version", lambda name: "1.3.9")
-    assert helion_impl.available() == (False, "helion 1.3.9 < 1.4.0 (oldest version the kernels are checked with)")
-    monkeypatch.setattr(helion_impl, "module_version", lambda name: "banana")
-    assert "is not a version number" in helion_impl.available()[1]
-    monkeypatch.setattr(helion_impl, "module_version", lambda name: "1.4.0")
-    assert helion_impl.available() == (True, "helion 1.4.0 installed")
-    monkeypatch.setattr(helion_impl.importlib.util, "find_spec", lambda name: None if name == "triton" else object())
-    assert "triton (its code generator) is not" in helion_impl.available()[1]
-    monkeypatch.setattr(triton_impl.importlib.util, "find_spec", lambda name: None)
-    assert "triton is not installed" in triton_impl.available()[1]
+    monkeypatch.setattr(helion_utils.importlib.util, "find_spec", lambda name: object())
+    monkeypatch.setattr(helion_utils, "module_version", lambda name: "1.3.9")
+    assert helion_utils.available() == (False, "helion 1.3.9 < 1.4.0 (oldest version the kernels are checked with)")
+    monkeypatch.setattr(helion_utils, "module_version", lambda name: "banana")
+    assert "is not a version number" in helion_utils.available()[1]
+    monkeypatch.setattr(helion_utils, "module_version", lambda name: "1.4.0")
+    assert helion_utils.available() == (True, "helion 1.4.0 installed")
+    monkeypatch.setattr(helion_utils.importlib.util, "find_spec", lambda name: None if name == "triton" else object())
+    assert "triton (its code generator) is not" in helion_utils.available()[1]
+    monkeypatch.setattr(triton_utils.importlib.util, "find_spec", lambda name: None)
+    assert "triton is not installed" in triton_utils.available()[1]
 
 
 def test_availability_with_a_gpu_and_install_filters(monkeypatch):
-    from accel.kernels import _catalog
+    from accel.kernels import catalog as _catalog
 
     from accel.kernels.ops.layer_norm import helion_impl as ln_h, triton_impl as ln_t
     from accel.kernels.ops.softmax import helion_impl as sm_h, triton_impl as sm_t
@@ -127,7 +129,7 @@ def test_availability_with_a_gpu_and_install_filters(monkeypatch):
     class P:
         available, reason = True, "1 device(s) visible"
 
-    monkeypatch.setattr("accel.probes", lambda: {"cuda": P(), "cpu": P()})
+    monkeypatch.setattr(_catalog, "probes", lambda: {"cuda": P(), "cpu": P()})
     found = {a.dsl: a for a in _catalog.availability() if a.kernel == "rms_norm"}
     assert found["triton"].available and found["triton"].reason == "triton 9.9 installed"
     assert not found["helion"].available
@@ -233,13 +235,13 @@ def test_benchmark_run_checks_its_arguments_before_anything():
 def test_interleaved_rounds_time_every_candidate_once_per_round_and_report_medians(monkeypatch):
     """``_Timer.interleaved``: round by round in the given order, ATen (only) with every override disabled, the
     median per name; a candidate that raises is dropped from later rounds with its error."""
-    from accel.kernels import _registry, bench
+    from accel.kernels import core as kcore, bench
 
     order, clock = [], iter([5.0, 1.0, 9.0, 7.0, 3.0, 2.0, 8.0])
     monkeypatch.setattr(bench._Timer, "__call__", lambda self, fn: fn() or next(clock))
 
     def make(name):
-        return lambda: order.append((name, _registry._filters_in_force()[0]))
+        return lambda: order.append((name, kcore.state.filters_in_force()[0]))
 
     calls = {"n": 0}
 
@@ -254,7 +256,7 @@ def test_interleaved_rounds_time_every_candidate_once_per_round_and_report_media
     assert order == [("aten", True), ("triton", False)] * 3
     # round 1: aten 5, triton 1, flaky 9; round 2: aten 7, triton 3, flaky raises; round 3: aten 2, triton 8
     assert got == {"aten": 5.0, "triton": 3.0} and errors == {"flaky": "RuntimeError: boom"}
-    assert not _registry._filters_in_force()[0]
+    assert not kcore.state.filters_in_force()[0]
 
 
 def test_typed_errors_subclass_builtins():
@@ -335,7 +337,7 @@ def test_benchmark_script_runs_end_to_end_on_cpu_in_the_interpreter():
         import json, torch
         import accel.kernels as ak
         from accel.kernels import bench
-        from accel.kernels import _tuning as tuning
+        from accel.kernels.tuning import table as tuning
         from accel.kernels.ops.rms_norm import triton_impl
         tuning.MIN_NUMEL["triton"] = 16384
         ak.install = lambda **k: triton_impl.register(["cpu"])

@@ -12,8 +12,8 @@ import torch.nn.functional as F
 
 import accel.kernels as ak
 from accel.errors import KernelFallbackWarning
-from accel.kernels import _tolerance
-from accel.kernels import _launch
+from accel.kernels.tuning import tolerance as _tolerance
+from accel.kernels.dsl import launch as _launch, triton_utils as _triton_utils
 from accel.kernels.ops.rms_norm import helion_impl, reference, triton_impl
 
 pytestmark = pytest.mark.cuda
@@ -90,7 +90,7 @@ def test_triton_forward_without_weight_and_long_rows():
 @pytest.mark.parametrize("dsl", sorted(IMPLS))
 def test_nn_rmsnorm_model_routes_and_matches_aten(dsl, monkeypatch):
     impl = _impl(dsl)
-    from accel.kernels import _tuning as tuning
+    from accel.kernels.tuning import table as tuning
 
     monkeypatch.setitem(tuning.MIN_NUMEL, dsl, 0)
     torch.manual_seed(0)
@@ -153,10 +153,12 @@ def test_torch_compile_on_cuda_is_correct_with_overrides_installed(record_proper
 
 @pytest.mark.parametrize("op", ["rms_norm", "layer_norm", "softmax"])
 def test_planned_routed_calls_launch_directly_and_match_aten(op, monkeypatch):
-    """The Triton impls' plans (accel.kernels._plans): from the third call of one signature the plan's
+    """The Triton impls' plans (accel.kernels.core.plans): from the third call of one signature the plan's
     LaunchPlan launches the captured kernel itself; every call, outputs poisoned, matches ATen."""
     _impl("triton")
-    from accel.kernels import _plans, _registry, _tuning
+    from accel.kernels import core as kcore
+    from accel.kernels.core import plans as _plans
+    from accel.kernels.tuning import table as _tuning
     from accel.kernels.ops.layer_norm import triton_impl as ln_t
     from accel.kernels.ops.softmax import triton_impl as sm_t
 
@@ -180,7 +182,7 @@ def test_planned_routed_calls_launch_directly_and_match_aten(op, monkeypatch):
         assert _tolerance.compare((y, x.grad), (y2, x2.grad))[1] is None
     planned = names if op != "layer_norm" else names[:1]  # the LayerNorm backward has no plan
     for name in planned:
-        ov = _registry._OVERRIDES[name]
+        ov = kcore.override.OVERRIDES[name]
         assert ov.routed == 4 and ov.failed == 0, name
         plans = [p for p in ov.plans.values() if p is not _plans.DECLINE]
         assert len(plans) == 1 and plans[0].launch.kernel is not None, f"{name}: the plan launched its captured kernel"

@@ -18,7 +18,7 @@ import sys
 import pytest
 import torch
 
-from accel.kernels import _cutedsl
+from accel.kernels.dsl import cutedsl_utils as _cutedsl
 from accel.kernels.ops.layer_norm import _backward, cutedsl_impl as lc
 
 HAS_CUTLASS = importlib.util.find_spec("cutlass") is not None
@@ -153,7 +153,7 @@ def test_the_plan_sums_one_partials_buffer_for_dw_and_db(monkeypatch, mask, has_
 
     monkeypatch.setattr(lc, "_k", lambda: K)
     indices = []
-    monkeypatch.setattr(lc._cutedsl, "launch", lambda k, index, *args: indices.append(index) or k(index, *args))
+    monkeypatch.setattr(lc.cutedsl_utils, "launch", lambda k, index, *args: indices.append(index) or k(index, *args))
     x, dy, w = torch.randn(m, n), torch.randn(m, n), torch.randn(n)
     mean, rstd = torch.randn(m), torch.rand(m)
     dx = torch.empty_like(x) if mask[0] else None

@@ -7,7 +7,7 @@ import pytest
 
 import accel.kernels as ak
 
-MODULES = ["accel.kernels._registry", "accel.kernels._catalog", "accel.kernels._tolerance",
+MODULES = ["accel.kernels.core.registry", "accel.kernels.core.explain", "accel.kernels.catalog", "accel.kernels.tuning.tolerance",
            "accel.kernels.ops.rms_norm.reference", "accel.kernels.ops.rms_norm.conditions"]
 
 
@@ -15,7 +15,7 @@ MODULES = ["accel.kernels._registry", "accel.kernels._catalog", "accel.kernels._
 def test_docstring_examples(name):
     result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS)
     assert result.failed == 0
-    if name.endswith(("_registry", "_catalog")):
+    if name.endswith((".registry", ".catalog")):
         assert result.attempted >= 3
     for o in ak.overrides():
         ak.unregister(o.name)

@@ -15,7 +15,8 @@ import torch
 
 import accel.kernels as ak
 from accel.errors import KernelFallbackWarning, KernelRegistrationError, UnknownKernelError
-from accel.kernels import _registry, _tolerance
+from accel.kernels import core as kcore
+from accel.kernels.tuning import tolerance as _tolerance
 from accel.kernels.ops.rms_norm import reference
 from accel.testing import fake_backend
 
@@ -117,16 +118,16 @@ def test_multi_output_impl_of_the_wrong_structure_falls_back(path, bad, problem)
 
 
 def test_output_check_accepts_undefined_outputs_and_lists():
-    check = _registry._output_check(_registry._resolve_op("aten::split.Tensor"))
+    check = kcore.override.output_check(kcore.op.resolve_op("aten::split.Tensor"))
     assert check([torch.ones(1)]) is None and check((torch.ones(1), torch.ones(1))) is None
     assert check([torch.ones(1), 3]) == "output 1 is int where aten::split.Tensor returns a list of Tensors"
     assert check(torch.ones(1)) == "returned Tensor where aten::split.Tensor returns a list of Tensors"
-    assert _registry._output_check(_registry._resolve_op("aten::sin"))(None) == \
+    assert kcore.override.output_check(kcore.op.resolve_op("aten::sin"))(None) == \
         "returned None where aten::sin returns a Tensor"
-    check = _registry._output_check(_registry._resolve_op("aten::native_layer_norm_backward"))
+    check = kcore.override.output_check(kcore.op.resolve_op("aten::native_layer_norm_backward"))
     assert check((None, torch.ones(1), None)) is None  # undefined outputs (output_mask) are None
     assert check((None, 2, None)) == "output 1 is int where aten::native_layer_norm_backward returns a Tensor"
-    assert _registry._output_check(_registry._resolve_op("aten::_foreach_add_.Scalar")) is None  # no outputs
+    assert kcore.override.output_check(kcore.op.resolve_op("aten::_foreach_add_.Scalar")) is None  # no outputs
 
 
 @pytest.mark.parametrize("bad, problem", [
@@ -188,7 +189,7 @@ def test_backend_filter_applies_to_the_vendor_serving_the_key(path, vendor, othe
         info = _info("g")
         assert not info.active
         assert info.inactive_reason == f"CUDA: backend disabled (accel.kernels.disable(backend={vendor!r}))"
-        assert _registry._SLOTS[(SIN, "CUDA")].live == ()
+        assert kcore.slot.SLOTS[(SIN, "CUDA")].live == ()
         ak.enable(backend=vendor)
         assert _info("g").active
 
@@ -205,7 +206,7 @@ def test_unregister_drops_the_name_filter(path):
     ak.register(SIN, impl=_sin, backends=["cpu"], dsl="t", name="k")
     ak.disable(name="k")
     ak.unregister("k")
-    assert "k" not in _registry._STATE.disabled["name"]
+    assert "k" not in kcore.state.STATE.disabled["name"]
     f = Counting(_sin)
     ak.register(SIN, impl=f, backends=["cpu"], dsl="t", name="k")
     assert _info("k").active
@@ -220,7 +221,7 @@ def test_disabled_context_does_not_restore_a_filter_for_an_unregistered_name(pat
     ak.disable(name="k")
     with ak.disabled(dsl="t"):
         ak.unregister("k")
-    assert _registry._STATE.disabled["name"] == set()
+    assert kcore.state.STATE.disabled["name"] == set()
     ak.register(SIN, impl=_sin, backends=["cpu"], dsl="t", name="k")
     assert _info("k").active
 
@@ -232,7 +233,7 @@ def test_ambiguous_op_name_needs_an_overload(op):
                                                       r"Scalar, out.*\(taking tensors, not out=: Tensor, Scalar\) and "
                                                       r"none is 'default'. Name one, e.g. 'aten::add.Tensor'"):
         ak.register(op, impl=torch.add, backends=["cpu"], dsl="t")
-    assert ak.overrides() == [] and _registry._SLOTS == {}
+    assert ak.overrides() == [] and kcore.slot.SLOTS == {}
     with pytest.raises(UnknownKernelError, match="names no single overload"):
         ak.explain("aten::add", torch.ones(2), torch.ones(2))
 
@@ -244,7 +245,7 @@ def test_composite_implicit_ops_without_autograd_are_refused(op):
     with pytest.raises(KernelRegistrationError, match=r"is CompositeImplicitAutograd.*Override the op it "
                                                       r"decomposes to instead, e.g. aten::_softmax"):
         ak.register(op, impl=lambda *a, **k: None, backends=["cpu"], dsl="t")
-    assert ak.overrides() == [] and _registry._SLOTS == {}
+    assert ak.overrides() == [] and kcore.slot.SLOTS == {}
 
 
 def test_ops_with_their_own_autograd_kernel_are_accepted_even_when_also_composite():
@@ -254,11 +255,11 @@ def test_ops_with_their_own_autograd_kernel_are_accepted_even_when_also_composit
 
 
 def test_bare_name_with_one_tensor_overload_is_the_default():
-    assert _registry._resolve_op("aten::sin").symbol == "sin"  # sin.out and TorchScript sin.int do not count
-    assert _registry._resolve_op("aten::sum.dim_IntList").symbol == "sum.dim_IntList"
+    assert kcore.op.resolve_op("aten::sin").symbol == "sin"  # sin.out and TorchScript sin.int do not count
+    assert kcore.op.resolve_op("aten::sum.dim_IntList").symbol == "sum.dim_IntList"
     with pytest.raises(UnknownKernelError, match=r"'aten::sum' names no single overload: .*\(taking tensors, not "
                                                  r"out=: dim_IntList, default\)"):
-        _registry._resolve_op("aten::sum")
+        kcore.op.resolve_op("aten::sum")
 
 
 def test_explicit_overload_routes(path):
@@ -282,7 +283,7 @@ def test_explicit_overload_routes(path):
 def test_register_rejects_arguments_of_the_wrong_type(kwargs, message):
     with pytest.raises(KernelRegistrationError, match=message):
         ak.register(SIN, impl=_sin, dsl="t", **kwargs)
-    assert ak.overrides() == [] and _registry._SLOTS == {}
+    assert ak.overrides() == [] and kcore.slot.SLOTS == {}
 
 
 
@@ -293,7 +294,7 @@ def test_filters_refuse_a_dsl_or_backend_they_could_never_match(path):
     for bad in ("Triton", "nonexistent", "T"):
         with pytest.raises(UnknownKernelError, match=f"disable: no DSL named '{bad}'.*Known: cutedsl, helion, t, triton"):
             ak.disable(dsl=bad)
-    assert _registry._STATE.disabled["dsl"] == set() and _info("k").active  # nothing changed
+    assert kcore.state.STATE.disabled["dsl"] == set() and _info("k").active  # nothing changed
     ak.disable(dsl="helion")  # a known DSL before any registration uses it: fine
     ak.disable(dsl="t")
     ak.unregister("k")

@@ -1,4 +1,4 @@
-"""accel.kernels._helion.call: Helion kernels' generated host code called directly, launched by accel.
+"""accel.kernels.dsl.helion_utils.call: Helion kernels' generated host code called directly, launched by accel.
 
 The dispatch logic runs here with a fake Helion kernel (records whether a call went through
 ``Kernel.__call__`` or straight to the generated host function, and with which launcher); the
@@ -12,7 +12,7 @@ import torch
 
 pytest.importorskip("helion")
 
-from accel.kernels import _helion  # noqa: E402
+from accel.kernels.dsl import helion_utils as _helion  # noqa: E402
 
 
 class _Bound:

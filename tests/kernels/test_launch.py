@@ -1,4 +1,4 @@
-"""accel.kernels._launch.triton_launch: direct launches of compiled Triton kernels, keyed like Triton's cache.
+"""accel.kernels._triton_utils.triton_launch: direct launches of compiled Triton kernels, keyed like Triton's cache.
 
 The key logic runs here with a fake ``@triton.jit`` function (it records whether a
 call went through Triton or straight to the compiled launcher); the real launches run
@@ -12,7 +12,7 @@ import torch
 
 pytest.importorskip("triton")
 
-from accel.kernels import _launch  # noqa: E402
+from accel.kernels.dsl import launch as _launch, triton_utils as _triton_utils  # noqa: E402
 
 
 class _FakeCuda(torch.Tensor):
@@ -60,10 +60,10 @@ class _FakeJit:
 
 @pytest.fixture
 def fast(monkeypatch):
-    monkeypatch.setattr(_launch, "fast_launch_supported", lambda: (True, "test"))
+    monkeypatch.setattr(_triton_utils, "fast_launch_supported", lambda: (True, "test"))
     monkeypatch.setattr(torch._C, "_cuda_getDevice", lambda: 0, raising=False)
     monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda device: 1234, raising=False)
-    monkeypatch.setattr(_launch, "_FAST", {})
+    monkeypatch.setattr(_triton_utils, "_FAST", {})
     return _FakeJit()
 
 
@@ -74,7 +74,7 @@ def _kinds(fn) -> list[str]:
 def test_first_call_compiles_through_triton_then_launches_directly(fast):
     x, y = _cuda(torch.zeros(64, 128, dtype=torch.bfloat16)), _cuda(torch.zeros(64, 128, dtype=torch.bfloat16))
     for _ in range(3):
-        _launch.triton_launch(fast, (32,), x, y, 64, 128, 1e-5, BLOCK_N=128, ROWS=2, num_warps=4)
+        _triton_utils.triton_launch(fast, (32,), x, y, 64, 128, 1e-5, BLOCK_N=128, ROWS=2, num_warps=4)
     assert _kinds(fast) == ["triton", "direct", "direct"]
     assert fast.calls[0] == ("triton", (32,), (x, y, 64, 128, 1e-5), {"BLOCK_N": 128, "ROWS": 2, "num_warps": 4})
     # Triton's launcher convention: grid x/y/z, raw stream, function, metadata, launch metadata,
@@ -87,7 +87,7 @@ def test_anything_triton_specializes_on_gives_a_new_compile(fast, change):
     base = torch.zeros(65, 128, dtype=torch.bfloat16)
     x, y = _cuda(base[:64]), _cuda(torch.zeros(64, 128, dtype=torch.bfloat16))
     args, kw = [x, y, 64, 128, 1e-5], {"BLOCK_N": 128, "ROWS": 2, "num_warps": 4}
-    _launch.triton_launch(fast, (32,), *args, **kw)
+    _triton_utils.triton_launch(fast, (32,), *args, **kw)
     if change == "m_is_1":
         args[2] = 1
     elif change == "m_not_div16":
@@ -102,9 +102,9 @@ def test_anything_triton_specializes_on_gives_a_new_compile(fast, change):
         kw["ROWS"] = 4
     elif change == "warps":
         kw["num_warps"] = 8
-    _launch.triton_launch(fast, (32,), *args, **kw)
+    _triton_utils.triton_launch(fast, (32,), *args, **kw)
     assert _kinds(fast) == ["triton", "triton"]
-    _launch.triton_launch(fast, (32,), *args, **kw)
+    _triton_utils.triton_launch(fast, (32,), *args, **kw)
     assert _kinds(fast) == ["triton", "triton", "direct"]
 
 
@@ -112,43 +112,43 @@ def test_a_launch_hook_sends_every_call_through_triton(fast, monkeypatch):
     from triton import knobs
 
     x = _cuda(torch.zeros(16, 16))
-    _launch.triton_launch(fast, (1,), x, x, 16, 16, 1e-5, BLOCK_N=16, ROWS=1)
+    _triton_utils.triton_launch(fast, (1,), x, x, 16, 16, 1e-5, BLOCK_N=16, ROWS=1)
     hook = knobs.runtime.launch_enter_hook
     if hook is None:  # triton <= 3.6: a callable or None
         monkeypatch.setattr(knobs.runtime, "launch_enter_hook", lambda *a: None)
     else:  # triton 3.7+: a HookChain
         monkeypatch.setattr(hook, "calls", [lambda *a: None])
-    _launch.triton_launch(fast, (1,), x, x, 16, 16, 1e-5, BLOCK_N=16, ROWS=1)
+    _triton_utils.triton_launch(fast, (1,), x, x, 16, 16, 1e-5, BLOCK_N=16, ROWS=1)
     assert _kinds(fast) == ["triton", "triton"]
 
 
 def test_cpu_tensors_and_unsupported_triton_use_triton_every_time(fast, monkeypatch):
     x = torch.zeros(16, 16)  # not CUDA: interpreter runs
     for _ in range(2):
-        _launch.triton_launch(fast, (1,), x, x, 16, 16, 1e-5, BLOCK_N=16, ROWS=1)
-    monkeypatch.setattr(_launch, "fast_launch_supported", lambda: (False, "no"))
+        _triton_utils.triton_launch(fast, (1,), x, x, 16, 16, 1e-5, BLOCK_N=16, ROWS=1)
+    monkeypatch.setattr(_triton_utils, "fast_launch_supported", lambda: (False, "no"))
     xc = _cuda(torch.zeros(16, 16))
     for _ in range(2):
-        _launch.triton_launch(fast, (1,), xc, xc, 16, 16, 1e-5, BLOCK_N=16, ROWS=1)
+        _triton_utils.triton_launch(fast, (1,), xc, xc, 16, 16, 1e-5, BLOCK_N=16, ROWS=1)
     assert _kinds(fast) == ["triton"] * 4
 
 
 def test_fast_launch_supported_says_why_not(monkeypatch):
-    _launch.fast_launch_supported.cache_clear()
+    _triton_utils.fast_launch_supported.cache_clear()
     try:
         monkeypatch.setenv("TRITON_INTERPRET", "1")
-        ok, why = _launch.fast_launch_supported()
+        ok, why = _triton_utils.fast_launch_supported()
         assert not ok and "TRITON_INTERPRET" in why
-        _launch.fast_launch_supported.cache_clear()
+        _triton_utils.fast_launch_supported.cache_clear()
         monkeypatch.delenv("TRITON_INTERPRET")
         monkeypatch.setenv("ACCEL_TRITON_FAST_LAUNCH", "0")
-        assert _launch.fast_launch_supported() == (False, "ACCEL_TRITON_FAST_LAUNCH=0")
-        _launch.fast_launch_supported.cache_clear()
+        assert _triton_utils.fast_launch_supported() == (False, "ACCEL_TRITON_FAST_LAUNCH=0")
+        _triton_utils.fast_launch_supported.cache_clear()
         monkeypatch.delenv("ACCEL_TRITON_FAST_LAUNCH")
-        ok, why = _launch.fast_launch_supported()  # the installed triton's JITFunction.run still matches
+        ok, why = _triton_utils.fast_launch_supported()  # the installed triton's JITFunction.run still matches
         assert ok, why
     finally:
-        _launch.fast_launch_supported.cache_clear()
+        _triton_utils.fast_launch_supported.cache_clear()
 
 
 @pytest.mark.parametrize("call", ["grid_fn", "default_constexpr", "extra_option"])
@@ -156,21 +156,21 @@ def test_what_the_key_cannot_describe_goes_through_triton(fast, call):
     x = _cuda(torch.zeros(16, 16))
     for _ in range(2):
         if call == "grid_fn":
-            _launch.triton_launch(fast, lambda meta: (1,), x, x, 16, 16, 1e-5, BLOCK_N=16, ROWS=1)
+            _triton_utils.triton_launch(fast, lambda meta: (1,), x, x, 16, 16, 1e-5, BLOCK_N=16, ROWS=1)
         elif call == "default_constexpr":  # ROWS left to a default the kernel would have
-            _launch.triton_launch(fast, (1,), x, x, 16, 16, 1e-5, BLOCK_N=16)
+            _triton_utils.triton_launch(fast, (1,), x, x, 16, 16, 1e-5, BLOCK_N=16)
         else:
-            _launch.triton_launch(fast, (1,), x, x, 16, 16, 1e-5, BLOCK_N=16, ROWS=1, maxnreg=128)
+            _triton_utils.triton_launch(fast, (1,), x, x, 16, 16, 1e-5, BLOCK_N=16, ROWS=1, maxnreg=128)
     assert _kinds(fast) == ["triton", "triton"]
 
 
 def test_non_tensor_first_argument_and_wide_ints(fast):
     x = _cuda(torch.zeros(16, 16))
-    _launch.triton_launch(fast, (1,), x, x, 1 << 40, 16, 1e-5, BLOCK_N=16, ROWS=1)
-    _launch.triton_launch(fast, (1,), x, x, 1 << 63, 16, 1e-5, BLOCK_N=16, ROWS=1)  # u64, not i64
-    _launch.triton_launch(fast, (1,), x, x, 16, 16, 1e-5, BLOCK_N=16, ROWS=True)  # True == 1, another type
-    _launch.triton_launch(fast, (1,), x, x, 16, 16, 1e-5, BLOCK_N=16, ROWS=1)
-    _launch.triton_launch(fast, (1,), None, x, 16, 16, 1e-5, BLOCK_N=16, ROWS=1)  # no crash: Triton's path
+    _triton_utils.triton_launch(fast, (1,), x, x, 1 << 40, 16, 1e-5, BLOCK_N=16, ROWS=1)
+    _triton_utils.triton_launch(fast, (1,), x, x, 1 << 63, 16, 1e-5, BLOCK_N=16, ROWS=1)  # u64, not i64
+    _triton_utils.triton_launch(fast, (1,), x, x, 16, 16, 1e-5, BLOCK_N=16, ROWS=True)  # True == 1, another type
+    _triton_utils.triton_launch(fast, (1,), x, x, 16, 16, 1e-5, BLOCK_N=16, ROWS=1)
+    _triton_utils.triton_launch(fast, (1,), None, x, 16, 16, 1e-5, BLOCK_N=16, ROWS=1)  # no crash: Triton's path
     assert _kinds(fast) == ["triton"] * 5
 
 
@@ -179,7 +179,7 @@ def test_positional_constexprs_are_keyed_by_value(fast):
     launcher gets every argument once, in order."""
     x = _cuda(torch.zeros(16, 16))
     for rows in (1, 1, 2, 2):
-        _launch.triton_launch(fast, (1,), x, x, 16, 16, 1e-5, 16, rows)
+        _triton_utils.triton_launch(fast, (1,), x, x, 16, 16, 1e-5, 16, rows)
     assert _kinds(fast) == ["triton", "direct", "triton", "direct"]
     assert fast.calls[3][1][9:] == (x, x, 16, 16, 1e-5, 16, 2)
 
@@ -191,7 +191,7 @@ def test_a_function_without_parameter_facts_goes_through_triton(fast):
     fn = Bare()
     x = _cuda(torch.zeros(16, 16))
     for _ in range(2):
-        _launch.triton_launch(fn, (1,), x, x, 16, 16, 1e-5, BLOCK_N=16, ROWS=1)
+        _triton_utils.triton_launch(fn, (1,), x, x, 16, 16, 1e-5, BLOCK_N=16, ROWS=1)
     assert _kinds(fn) == ["triton", "triton"]
 
 
@@ -212,7 +212,7 @@ def test_row_and_shape_helpers_view_only_when_needed():
 def test_tuple_arguments_are_keyed_by_their_elements(fast):
     y = _cuda(torch.zeros(8))
     for t in (torch.zeros(8, dtype=torch.bfloat16), torch.zeros(8, dtype=torch.bfloat16), torch.zeros(8)):
-        _launch.triton_launch(fast, (1,), y, (t,), 8, 16, 1e-5, BLOCK_N=8, ROWS=1)
+        _triton_utils.triton_launch(fast, (1,), y, (t,), 8, 16, 1e-5, BLOCK_N=8, ROWS=1)
     assert _kinds(fast) == ["triton", "direct", "triton"]  # a tuple of another dtype: a new compile
 
 
@@ -220,7 +220,7 @@ def test_a_launch_plan_captures_the_compiled_kernel_on_its_second_call(fast):
     """LaunchPlan: compile through Triton, then triton_launch's direct call, then its own direct call with
     the same launcher arguments (scalars, then constexprs in signature order)."""
     x, y = _cuda(torch.zeros(64, 128, dtype=torch.bfloat16)), _cuda(torch.zeros(64, 128, dtype=torch.bfloat16))
-    plan = _launch.LaunchPlan(fast, (32,), (64, 128, 1e-5), num_warps=4, BLOCK_N=128, ROWS=2)
+    plan = _triton_utils.LaunchPlan(fast, (32,), (64, 128, 1e-5), num_warps=4, BLOCK_N=128, ROWS=2)
     for _ in range(4):
         plan(x, y)
     assert _kinds(fast) == ["triton", "direct", "direct", "direct"]
@@ -231,7 +231,7 @@ def test_a_launch_plan_captures_the_compiled_kernel_on_its_second_call(fast):
 
 def test_a_launch_plan_used_once_captures_nothing(fast):
     x = _cuda(torch.zeros(16, 16))
-    plan = _launch.LaunchPlan(fast, (1,), (16, 16, 1e-5), BLOCK_N=16, ROWS=1)
+    plan = _triton_utils.LaunchPlan(fast, (1,), (16, 16, 1e-5), BLOCK_N=16, ROWS=1)
     plan(x, x)
     assert plan.kernel is None and _kinds(fast) == ["triton"]
 
@@ -240,7 +240,7 @@ def test_a_launch_plan_goes_through_triton_under_a_hook_or_on_another_device(fas
     from triton import knobs
 
     x = _cuda(torch.zeros(16, 16))
-    plan = _launch.LaunchPlan(fast, (1,), (16, 16, 1e-5), BLOCK_N=16, ROWS=1)
+    plan = _triton_utils.LaunchPlan(fast, (1,), (16, 16, 1e-5), BLOCK_N=16, ROWS=1)
     plan(x, x)
     plan(x, x)
     assert plan.kernel is not None
@@ -259,7 +259,7 @@ def test_a_launch_plan_goes_through_triton_under_a_hook_or_on_another_device(fas
 
 def test_a_launch_plan_on_cpu_tensors_runs_through_triton_every_time(fast):
     x = torch.zeros(16, 16)  # the interpreter's case: nothing compiled to capture
-    plan = _launch.LaunchPlan(fast, (1,), (16, 16, 1e-5), BLOCK_N=16, ROWS=1)
+    plan = _triton_utils.LaunchPlan(fast, (1,), (16, 16, 1e-5), BLOCK_N=16, ROWS=1)
     for _ in range(3):
         plan(x, x)
     assert plan.kernel is None and _kinds(fast) == ["triton"] * 3

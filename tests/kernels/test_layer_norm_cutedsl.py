@@ -17,7 +17,10 @@ import pytest
 import torch
 
 import accel.kernels as ak
-from accel.kernels import _conds, _cutedsl, _tolerance, _tuning
+from accel.kernels.ops import conds as _conds
+from accel.kernels.dsl import cutedsl_utils as _cutedsl
+from accel.kernels.tuning import tolerance as _tolerance
+from accel.kernels.tuning import table as _tuning
 from accel.kernels.ops.layer_norm import cutedsl_configs as lcc
 from accel.kernels.ops.layer_norm import cutedsl_impl as lc
 

@@ -1,4 +1,4 @@
-"""Per-signature memo of cacheable conds and impl plans (accel.kernels._plans), on both registry paths.
+"""Per-signature memo of cacheable conds and impl plans (accel.kernels.core.plans), on both registry paths.
 
 A cond with ``cacheable = True`` runs once per argument signature; an impl with ``plan``
 is planned once per signature and the plan answers the calls; tuning-table changes, the
@@ -14,7 +14,8 @@ import torch
 
 import accel.kernels as ak
 from accel.errors import KernelFallbackWarning
-from accel.kernels import _plans, _tuning
+from accel.kernels.core import plans as _plans
+from accel.kernels.tuning import table as _tuning
 from accel.kernels.ops.rms_norm import reference
 
 from _kernel_helpers import Counting, _clean_registry, path  # noqa: F401 (fixtures)
@@ -184,7 +185,7 @@ def test_the_memo_is_bounded(path, monkeypatch):
     monkeypatch.setattr(_plans, "MAX_ENTRIES", 4)
     cond = _Cond()
     ak.register(FWD, impl=_Planned(), cond=cond, backends=["cpu"], dsl="eager", name="m")
-    from accel.kernels._registry import _OVERRIDES
+    from accel.kernels.core.override import OVERRIDES as _OVERRIDES
 
     for i in range(10):
         _call(torch.randn(2, 16), eps=1e-6 * (i + 1))
@@ -268,7 +269,7 @@ def test_signature_never_raises_and_reads_addresses_on_every_torch(monkeypatch):
 
 
 def test_accel_router_computes_the_signature_once_per_call(monkeypatch):
-    from accel.kernels import _router
+    from accel.kernels.core import router as _router
 
     ak.use_registry("accel")
     counted = []
@@ -277,6 +278,6 @@ def test_accel_router_computes_the_signature_once_per_call(monkeypatch):
     ak.register(FWD, impl=Counting(reference.fused_rms_norm), cond=_Cond(min_n=64), backends=["cpu"], dsl="a",
                 name="a")
     ak.register(FWD, impl=_Planned(), cond=_Cond(), backends=["cpu"], dsl="b", name="b")
-    assert _router._plans.signature is not real
+    assert _router.plans.signature is not real
     _call(torch.randn(4, 32))
     assert counted == [1], "one signature for both overrides' memos"

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 import accel.kernels as ak
 from accel import _compat
 from accel.errors import KernelFallbackWarning, KernelRegistrationError, UnknownKernelError
-from accel.kernels import _registry
+from accel.kernels import core as kcore
 from accel.kernels.ops.rms_norm import reference
 
 FWD, BWD = "aten::_fused_rms_norm", "aten::_fused_rms_norm_backward"
@@ -206,7 +206,7 @@ def test_cond_that_raises_counts_as_false_and_warns_once(path):
 
 
 def test_verify_records_error_and_rejects_wrong_answers(path, monkeypatch):
-    monkeypatch.setenv(_registry.VERIFY_ENV, "1")
+    monkeypatch.setenv(kcore.state.VERIFY_ENV, "1")
     assert ak.set_verify() is False
     _register_pair()
     x = torch.randn(4, 16)
@@ -234,7 +234,7 @@ def test_unregister_after_disable_and_slot_cleanup(path):
     ak.unregister("f")
     ak.unregister("b")
     ak.enable(dsl="eager")
-    assert _registry._SLOTS == {}
+    assert kcore.slot.SLOTS == {}
     assert not torch._C._dispatch_has_kernel_for_dispatch_key(FWD, "CPU")
 
 
@@ -342,7 +342,7 @@ def test_register_errors_leave_no_state():
         op = kwargs.pop("op")
         with pytest.raises(KernelRegistrationError, match=message.replace("(", r"\(").replace("[", r"\[")):
             ak.register(op, **kwargs)
-    assert ak.overrides() == [] and _registry._SLOTS == {}
+    assert ak.overrides() == [] and kcore.slot.SLOTS == {}
     ak.register(FWD, impl=impl, backends=["cpu"], dsl="x", name="dup")
     with pytest.raises(KernelRegistrationError, match="name 'dup' is already registered"):
         ak.register(torch.ops.aten._fused_rms_norm.default, impl=impl, backends=["cpu"], dsl="x", name="dup")
@@ -371,21 +371,21 @@ def test_lookup_and_mode_errors(monkeypatch):
     with pytest.raises(KernelRegistrationError, match=r"1 override\(s\) still registered \(held\)"):
         ak.use_registry("accel")
     ak.unregister("held")
-    _registry._STATE.path_mode = None
-    monkeypatch.setenv(_registry.REGISTRY_ENV, "sideways")
+    kcore.state.STATE.path_mode = None
+    monkeypatch.setenv(kcore.state.REGISTRY_ENV, "sideways")
     with pytest.raises(KernelRegistrationError, match="ACCEL_KERNELS_REGISTRY='sideways': not a registration path"):
         ak.registry_path()
-    monkeypatch.setenv(_registry.REGISTRY_ENV, "accel")
-    _registry._STATE.path_mode = None
+    monkeypatch.setenv(kcore.state.REGISTRY_ENV, "accel")
+    kcore.state.STATE.path_mode = None
     assert ak.registry_path() == "accel"
 
 
 def test_op_spellings_resolve_to_the_same_op():
-    names = [_registry._resolve_op(o).qualname for o in
+    names = [kcore.op.resolve_op(o).qualname for o in
              ("aten::_fused_rms_norm", "_fused_rms_norm", torch.ops.aten._fused_rms_norm,
               torch.ops.aten._fused_rms_norm.default)]
     assert set(names) == {FWD}
-    assert _registry._resolve_op("aten::add.Tensor").symbol == "add.Tensor"
+    assert kcore.op.resolve_op("aten::add.Tensor").symbol == "add.Tensor"
 
 
 def test_impl_calling_its_own_op_gets_aten_not_itself(path):
@@ -431,7 +431,7 @@ def test_router_floor_gate_sends_small_calls_to_aten_without_a_cond():
     floor goes to ATen without any cond (one compare), counted as declined for each; at or above
     it the conds decide; the floors are re-read when the tuning tables change; one override without
     ``floor`` turns the gate off."""
-    from accel.kernels import _tuning
+    from accel.kernels.tuning import table as _tuning
 
     ak.use_registry("accel")  # the gate is the router's (torch's native registry calls each cond itself)
     seen = []
@@ -489,11 +489,11 @@ def test_router_floor_gate_off_for_a_floor_that_is_no_integer(bad):
 
 
 def test_builtin_conds_carry_their_tuning_floor():
-    from accel.kernels import _tuning
+    from accel.kernels.tuning import table as _tuning
     from accel.kernels.ops.layer_norm import conditions as lc
     from accel.kernels.ops.rms_norm import conditions as rc
     from accel.kernels.ops.softmax import conditions as sc
-    from accel.kernels._conds import Limits
+    from accel.kernels.ops.conds import Limits
 
     lim = Limits(max_n_fwd=1024, max_n_bwd=1024)
     for family, mod in (("rms_norm", rc), ("softmax", sc), ("layer_norm", lc)):
@@ -505,8 +505,8 @@ def test_builtin_conds_carry_their_tuning_floor():
 def test_router_floor_gate_follows_min_numel_changes_and_survives_a_bad_table(monkeypatch, tmp_path):
     """Changing tuning.MIN_NUMEL takes effect at once on the router path (no reload needed), and a
     malformed user table of any arch is ignored with a warning - never an exception in the user's call."""
-    from accel.kernels import _tuning
-    from accel.kernels._conds import Limits
+    from accel.kernels.tuning import table as _tuning
+    from accel.kernels.ops.conds import Limits
     from accel.kernels.ops.softmax import conditions as sc
 
     ak.use_registry("accel")
@@ -541,7 +541,7 @@ def test_switching_one_op_leaves_the_other_ops_dispatcher_kernels_alone(path, mo
     ak.register("aten::_softmax", impl=lambda x, dim, h: torch.softmax(x, dim), backends=["cpu"], dsl="eager",
                 name="sm")
     installed = []
-    for module in {s.path for s in _registry._SLOTS.values()}:
+    for module in {s.path for s in kcore.slot.SLOTS.values()}:
         real = module.install
         monkeypatch.setattr(module, "install", lambda slot, live, real=real: (installed.append(slot.op.symbol),
                                                                               real(slot, live))[1])

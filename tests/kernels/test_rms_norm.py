@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from accel import _compat
-from accel.kernels import _tuning as tuning
+from accel.kernels.tuning import table as tuning
 from accel.kernels.ops.rms_norm import conditions, helion_impl, triton_impl
 
 IMPLS = {"triton": triton_impl, "helion": helion_impl}
@@ -130,8 +130,9 @@ def test_cond_checks_the_vendor_on_fake_cuda_tensors(impl, fake_backend, monkeyp
 SCRIPT = textwrap.dedent("""
     import json, sys, torch, torch.nn as nn
     import accel.kernels as ak
-    from accel.kernels import _tolerance
-    from accel.kernels import _launch, _tuning as tuning
+    from accel.kernels.tuning import tolerance as _tolerance
+    from accel.kernels.dsl import launch as _launch, triton_utils as _triton_utils
+    from accel.kernels.tuning import table as tuning
     from accel.kernels.ops.rms_norm import reference, triton_impl, helion_impl
     dsl, path = sys.argv[1], sys.argv[2]
     impl = {"triton": triton_impl, "helion": helion_impl}[dsl]
@@ -251,7 +252,8 @@ def test_registration_imports_no_dsl_runtime():
 
 RMS_CONFIG_SCRIPT = textwrap.dedent("""
     import json, torch
-    from accel.kernels import _launch, _tolerance
+    from accel.kernels.dsl import launch as _launch, triton_utils as _triton_utils
+    from accel.kernels.tuning import tolerance as _tolerance
     from accel.kernels.ops.rms_norm import reference, triton_impl as rt, triton_kernel as tk
     _launch.poison_outputs = True
     out = []
@@ -288,7 +290,7 @@ def test_every_rms_norm_triton_forward_candidate_config_is_correct_interpreted()
     assert not bad, bad[:5]
 
 
-def test_triton_forward_uses_int64_offsets_only_where_int32_would_overflow():  # accel.kernels._triton_configs.wide
+def test_triton_forward_uses_int64_offsets_only_where_int32_would_overflow():  # accel.kernels.dsl.triton_configs.wide
     """The rows kernel's ``WIDE`` constexpr: int32 offsets while every program's (masked) offsets stay
     below 2**31, int64 from there (a plan object only: nothing launches)."""
     pytest.importorskip("triton")

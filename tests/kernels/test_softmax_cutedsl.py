@@ -19,7 +19,10 @@ import pytest
 import torch
 
 import accel.kernels as ak
-from accel.kernels import _conds, _cutedsl, _tolerance, _tuning
+from accel.kernels.ops import conds as _conds
+from accel.kernels.dsl import cutedsl_utils as _cutedsl
+from accel.kernels.tuning import tolerance as _tolerance
+from accel.kernels.tuning import table as _tuning
 from accel.kernels.ops.softmax import conditions as sm_conds
 from accel.kernels.ops.softmax import cutedsl_configs as cc
 from accel.kernels.ops.softmax import cutedsl_impl as ci

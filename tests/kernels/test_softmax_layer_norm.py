@@ -20,7 +20,8 @@ import pytest
 import torch
 
 from accel import _compat
-from accel.kernels import _conds, _tuning
+from accel.kernels.ops import conds as _conds
+from accel.kernels.tuning import table as _tuning
 from accel.kernels.ops.layer_norm import conditions as ln_conds
 from accel.kernels.ops.layer_norm import helion_impl as ln_helion
 from accel.kernels.ops.layer_norm import triton_impl as ln_triton
@@ -138,7 +139,9 @@ def test_cond_follows_the_tuning_table_and_checks_the_vendor(kernel, fake_backen
 SCRIPT = textwrap.dedent("""
     import json, sys, torch, torch.nn as nn, torch.nn.functional as F
     import accel.kernels as ak
-    from accel.kernels import _launch, _tolerance, _tuning
+    from accel.kernels.dsl import launch as _launch, triton_utils as _triton_utils
+    from accel.kernels.tuning import tolerance as _tolerance
+    from accel.kernels.tuning import table as _tuning
     from accel.kernels.ops.softmax import triton_impl as st, helion_impl as sh, reference as sref
     from accel.kernels.ops.layer_norm import triton_impl as lt, helion_impl as lh, reference as lref
     family, dsl, path = sys.argv[1:4]
@@ -260,7 +263,8 @@ def _triton_interpreted(script: str) -> list:
 
 CONFIG_SCRIPT = textwrap.dedent("""
     import json, sys, torch
-    from accel.kernels import _launch, _tolerance
+    from accel.kernels.dsl import launch as _launch, triton_utils as _triton_utils
+    from accel.kernels.tuning import tolerance as _tolerance
     from accel.kernels.ops.softmax import triton_impl as st, triton_kernel as tk, reference as sref
     _launch.poison_outputs = True
     out = []
@@ -296,7 +300,8 @@ def test_every_softmax_triton_candidate_config_is_correct_interpreted():
 
 LN_BWD_SCRIPT = textwrap.dedent("""
     import json, torch
-    from accel.kernels import _launch, _tolerance
+    from accel.kernels.dsl import launch as _launch, triton_utils as _triton_utils
+    from accel.kernels.tuning import tolerance as _tolerance
     from accel.kernels.ops.layer_norm import triton_impl as lt, triton_kernel as tk, reference as lref
     _launch.poison_outputs = True
     out = []
@@ -328,7 +333,8 @@ LN_BWD_SCRIPT = textwrap.dedent("""
 
 SPIN_SCRIPT = textwrap.dedent("""
     import json, torch
-    from accel.kernels import _launch, _tolerance
+    from accel.kernels.dsl import launch as _launch, triton_utils as _triton_utils
+    from accel.kernels.tuning import tolerance as _tolerance
     from accel.kernels.ops.layer_norm import triton_kernel as tk, reference as lref
     _launch.poison_outputs = True
     m, n = 13, 9000
@@ -342,7 +348,7 @@ SPIN_SCRIPT = textwrap.dedent("""
     for cfg in tk.split_bwd_candidates(n):
         groups, rows = tk.split_groups(m, cfg["split"], _launch.sm_count(x.device) * cfg["programs_per_sm"])
         dx, dw, db = (_launch.empty(s, torch.float32, x.device) for s in ((m, n), (groups, n), (groups, n)))
-        launch = _launch.SplitLaunch(tk.layer_norm_bwd_split, cfg, m, n, (m, n, rows), groups, HAS_W=True,
+        launch = _triton_utils.SplitLaunch(tk.layer_norm_bwd_split, cfg, m, n, (m, n, rows), groups, HAS_W=True,
                                      WANT_DX=True, WANT_DW=True, WANT_DB=True)
         slots = torch.zeros(launch.count, dtype=torch.int64)
         tensors = (dy, x, w, mean.view(-1), rstd.view(-1), dx, dw, db)
@@ -368,7 +374,7 @@ def test_layer_norm_split_backward_wait_loop_interpreted():
 def test_split_launch_never_waits_in_the_interpreter(monkeypatch):
     """Under ``TRITON_INTERPRET=1`` a split launch takes the two-launch path even for CUDA tensors (the
     interpreter runs programs one after another: a wait for a later program would never end)."""
-    from accel.kernels import _launch
+    from accel.kernels.dsl import launch as _launch, triton_utils as _triton_utils
 
     calls = []
 
@@ -386,7 +392,7 @@ def test_split_launch_never_waits_in_the_interpreter(monkeypatch):
 
     for interpret, expected in (("1", [1, 2]), ("0", [0])):
         monkeypatch.setenv("TRITON_INTERPRET", interpret)
-        launch = _launch.SplitLaunch(object(), {"split": 2, "block_n": 4096, "num_warps": 4}, 3, 9000, (3, 9000, 1))
+        launch = _triton_utils.SplitLaunch(object(), {"split": 2, "block_n": 4096, "num_warps": 4}, 3, 9000, (3, 9000, 1))
         assert launch.fused.constexprs["PART"] == 8192  # a part too short to cover the row is lengthened
         launch.fused, launch.staged = Plan(0), (Plan(1), Plan(2))
         calls.clear()
@@ -430,7 +436,7 @@ def test_layer_norm_stat_dtype_matches_aten_on_cpu(xd, pd):
 MIXED_SCRIPT = textwrap.dedent("""
     import json, torch, torch.nn.functional as F
     import accel.kernels as ak
-    from accel.kernels import _tuning
+    from accel.kernels.tuning import table as _tuning
     from accel.kernels.ops.layer_norm import triton_impl as lt
     _tuning.MIN_NUMEL["triton"] = 0
     out = []
@@ -465,7 +471,7 @@ def test_routed_layer_norm_forward_then_aten_backward_mixed_dtypes_interpreted()
 
 
 def test_softmax_conds_leave_0_dim_inputs_to_aten(monkeypatch):
-    from accel.kernels import _tuning
+    from accel.kernels.tuning import table as _tuning
     from accel.kernels.ops.softmax.conditions import make_conds
     from accel.kernels.ops.rms_norm.conditions import Limits
 
@@ -479,7 +485,7 @@ def test_softmax_conds_leave_0_dim_inputs_to_aten(monkeypatch):
 
 WIDE_SCRIPT = textwrap.dedent("""
     import json, torch
-    from accel.kernels import _tolerance
+    from accel.kernels.tuning import tolerance as _tolerance
     from accel.kernels.ops.rms_norm import triton_impl as rt, reference as rref
     from accel.kernels.ops.layer_norm import triton_impl as lt
     from accel.kernels.ops.softmax import triton_impl as st
@@ -509,7 +515,7 @@ WIDE_SCRIPT = textwrap.dedent("""
 
 
 def test_rows_kernels_with_int64_row_ids_and_offsets_are_correct_interpreted():
-    """``WIDE`` (``accel.kernels._triton_lib.row_ids``/``row_offsets``) is only chosen for >= 2**31 elements,
+    """``WIDE`` (``accel.kernels.dsl.triton_lang.row_ids``/``row_offsets``) is only chosen for >= 2**31 elements,
     which no test can allocate: force it on small inputs, with and without hints, 2 rows per program."""
     report = _triton_interpreted(WIDE_SCRIPT)
     assert len(report) == 16 and all(problem is None for *_, problem in report), report
@@ -536,7 +542,7 @@ def test_triton_layer_norm_forward_refuses_rows_beyond_its_limit_and_backward_ta
 
 PARTIALS_SCRIPT = textwrap.dedent("""
     import json, torch
-    from accel.kernels import _launch
+    from accel.kernels.dsl import launch as _launch, triton_utils as _triton_utils
     from accel.kernels.ops.layer_norm._backward import Partials
     _launch.poison_outputs = True
     out = []

@@ -2,7 +2,7 @@
 
 import pytest
 
-from accel.kernels._triton_configs import next_power_of_2, row_config, warps
+from accel.kernels.dsl.triton_configs import next_power_of_2, row_config, warps
 
 pytestmark = pytest.mark.cpu
 
@@ -24,7 +24,7 @@ def test_row_config_in_registers_and_looped():
 
 
 def test_row_candidates_respect_program_size_and_per_thread_bounds():
-    from accel.kernels._triton_configs import row_candidates, unique_configs
+    from accel.kernels.dsl.triton_configs import row_candidates, unique_configs
 
     got = row_candidates(1024, max_elements=4096, warp_choices=(4, 8), per_thread=(8, 16))
     # rows 1..4 (4096 max); 1024/(32*4)=8 ok, 1024/256=4 too few; 2048: 16 and 8; 4096: 32 no, 16 yes

@@ -1,4 +1,4 @@
-"""The tuning table (accel.kernels._tuning): lookup, miss policy, shipped data, user cache under concurrency, --tune."""
+"""The tuning table (accel.kernels.tuning.table): lookup, miss policy, shipped data, user cache under concurrency, --tune."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from accel.errors import KernelFallbackWarning, KernelRegistrationError
-from accel.kernels import _tuning
+from accel.kernels.tuning import table as _tuning
 
 
 @pytest.fixture(autouse=True)
@@ -85,7 +85,7 @@ def test_bad_entries_and_corrupt_files_are_reported(cache_dir):
 def test_concurrent_writers_lose_nothing(cache_dir):
     code = textwrap.dedent("""
         import sys
-        from accel.kernels import _tuning
+        from accel.kernels.tuning import table as _tuning
         i = int(sys.argv[1])
         for j in range(5):
             _tuning.write_user_table("sm_77", [dict(op=_tuning.OPS[i], dtype="bfloat16", m=2 ** j, n=8, impl="triton")])
@@ -135,7 +135,7 @@ def test_tuning_arch_key_is_the_backend_arch(vendor, arch):
     import torch
 
     import accel
-    from accel.kernels import _conds
+    from accel.kernels.ops import conds as _conds
     from accel.testing import fake_backend
 
     with fake_backend(vendor, arch=arch):
@@ -179,7 +179,7 @@ def test_a_user_table_with_one_bad_entry_is_ignored_as_a_whole(monkeypatch, tmp_
 
 def test_tuned_config_hit_or_default(monkeypatch):
     """The impls' one lookup: the table's config on a hit; on a miss the default, called with n when callable."""
-    from accel.kernels import _conds
+    from accel.kernels.ops import conds as _conds
 
     seen = []
     monkeypatch.setattr(_tuning, "config", lambda *a: seen.append(a) or ({"hit": 1} if a[-1] == 64 else None))

@@ -45,7 +45,7 @@ def launch_bwd(dy, x, w, mean, rstd, dx, cfg: Mapping[str, Any]) -> tuple[torch.
     """Run the backward; returns fp32 ``(dw [N], db [N])``."""
     h = _helion()
     with device_guard(x.device):
-        return h.call(h.bind(_kernels().layer_norm_bwd, cfg, h.IGNORE_WRAPPER_TENSOR_OPS), dy, x, w, mean, rstd, dx)
+        return h.call(h.bind(_kernels().layer_norm_bwd, cfg, h.ignore_wrapper_tensor_ops()), dy, x, w, mean, rstd, dx)
 
 
 def native_layer_norm(input, normalized_shape, weight, bias, eps):
