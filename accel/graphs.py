@@ -105,10 +105,10 @@ class GraphSupport:
         yield self.reason
 
 
-class _Plan:
+class CapturePlan:
     """How to capture on one device type: the graph class and the stream/allocator functions.
 
-    Private. :mod:`accel.testing` subclasses it to fake graph capture on CPU.
+    Not part of the public API (not in ``__all__``); :mod:`accel.testing` subclasses it to fake graph capture on CPU.
     """
 
     def __init__(self, backend: Backend, graph_name: str, graph_type: type) -> None:
@@ -166,11 +166,11 @@ class _Plan:
         return s
 
 
-_PLANS: dict[str, _Plan] = {}
+_PLANS: dict[str, CapturePlan] = {}
 
 
-def _lookup(device: Any = None) -> tuple[GraphSupport, _Plan | None]:
-    """The :class:`GraphSupport` of ``device`` and, when supported, its :class:`_Plan`.
+def plan_for(device: Any = None) -> tuple[GraphSupport, CapturePlan | None]:
+    """The :class:`GraphSupport` of ``device`` and, when supported, its :class:`CapturePlan`.
 
     Never initialises a device runtime.
     """
@@ -192,7 +192,7 @@ def _lookup(device: Any = None) -> tuple[GraphSupport, _Plan | None]:
     graph_name, graph_type = found
     plan = _PLANS.get(dev.type)
     if plan is None or plan.graph_type is not graph_type:
-        plan = _PLANS[dev.type] = _Plan(backend, graph_name, graph_type)
+        plan = _PLANS[dev.type] = CapturePlan(backend, graph_name, graph_type)
     return GraphSupport(True, f"{name} graph capture through {graph_name}", name, dev, graph_name), plan
 
 
@@ -214,7 +214,7 @@ def is_supported(device: Any = None, /) -> GraphSupport:
         >>> accel.graphs.is_supported("cpu").supported
         False
     """
-    return _lookup(device)[0]
+    return plan_for(device)[0]
 
 
 def graph_pool_handle(device: Any = None, /) -> Any:
@@ -233,7 +233,7 @@ def graph_pool_handle(device: Any = None, /) -> Any:
     Raises:
         GraphCaptureUnsupported: the device has no graph capture (MPS, CPU).
     """
-    support, plan = _lookup(device)
+    support, plan = plan_for(device)
     if plan is None or plan.pool_handle_fn is None:
         raise GraphCaptureUnsupported(
             f"graph_pool_handle: no graph memory pools on {support.device} ({support.reason}). "
@@ -287,12 +287,12 @@ class Graph:
     """
 
     def __init__(self, device: Any = None, /, *, pool: Any = None, capture_error_mode: str | None = None) -> None:
-        support, plan = _lookup(device)
+        support, plan = plan_for(device)
         if plan is None:
             raise _unsupported_error("accel.graphs.Graph", support)
         self._init(support, plan, pool, capture_error_mode)
 
-    def _init(self, support: GraphSupport, plan: _Plan, pool: Any, mode: str | None) -> None:
+    def _init(self, support: GraphSupport, plan: CapturePlan, pool: Any, mode: str | None) -> None:
         self.device: torch.device = support.device
         self.graph_class: str = plan.graph_name
         self._plan = plan
@@ -702,7 +702,7 @@ def graphed(
         )
     _check_count(f"graphed {name}", "warmup", warmup, 0, "the number of eager runs before capture", 3)
     args = _positional_args(sample_args, f"graphed {name}", "fn is called with")
-    support, plan = _lookup(_sample_device(args, name))
+    support, plan = plan_for(_sample_device(args, name))
     if plan is None:
         if strict:
             raise _unsupported_error(f"graphed {name} (strict=True)", support)
@@ -802,7 +802,7 @@ def compare_step_time(
     _check_count("compare_step_time", "warmup", warmup, 0, "the number of untimed steps", 3)
     args = _positional_args(sample_args, "compare_step_time", "the step is called with")
     dev = _sample_device(args, getattr(step, "__name__", "step")) or selection().device
-    dev = _lookup(dev)[0].device  # a device no backend runs (meta) raises here, before any step
+    dev = plan_for(dev)[0].device  # a device no backend runs (meta) raises here, before any step
     sync = _compat.device_module(dev.type).synchronize  # torch.cpu.synchronize returns at once
 
     def timed(call: Callable[..., Any]) -> float:

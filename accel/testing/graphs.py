@@ -104,9 +104,9 @@ class FakeGraph:
 
 
 def _fake_plan(log: FakeGraphLog, counter: Iterator[int]) -> Any:
-    from accel.graphs import _Plan
+    from accel.graphs import CapturePlan
 
-    class _CpuPlan(_Plan):
+    class _CpuPlan(CapturePlan):
         def __init__(self) -> None:
             self.device_type = "cpu"
             self.graph_name = "accel.testing.FakeGraph"
@@ -160,14 +160,14 @@ def fake_graph_capture() -> Iterator[FakeGraphLog]:
     Yields:
         :class:`FakeGraphLog`, filled as graphs are captured, replayed and reset.
 
-    .. note:: Side effects: patches ``accel.graphs._lookup`` and ``torch.Tensor.item``
+    .. note:: Side effects: patches ``accel.graphs.plan_for`` and ``torch.Tensor.item``
        until the block exits.
     """
     import accel.graphs as graphs
 
     log = FakeGraphLog()
     plan = _fake_plan(log, itertools.count(1))
-    real_lookup = graphs._lookup
+    real_lookup = graphs.plan_for
     real_item = torch.Tensor.item
 
     def lookup(device: Any = None) -> tuple[Any, Any]:
@@ -185,5 +185,5 @@ def fake_graph_capture() -> Iterator[FakeGraphLog]:
             raise RuntimeError(_CAPTURE_ERROR)
         return real_item(self)
 
-    with mock.patch.object(graphs, "_lookup", lookup), mock.patch.object(torch.Tensor, "item", item):
+    with mock.patch.object(graphs, "plan_for", lookup), mock.patch.object(torch.Tensor, "item", item):
         yield log

@@ -168,7 +168,7 @@ def test_cuda_and_rocm_use_cudagraph_without_accelerator_graph(vendor, monkeypat
     monkeypatch.setattr(_compat, "has_accelerator_graph", lambda: False)
     monkeypatch.setattr(torch.cuda, "CUDAGraph", _Recorder)
     with fake_backend(vendor):
-        support, plan = graphs._lookup()
+        support, plan = graphs.plan_for()
         assert support.supported and support.backend == vendor
         assert support.graph_class == "torch.cuda.CUDAGraph" and plan.graph_type is _Recorder
         assert accel.backend().graph_class() == ("torch.cuda.CUDAGraph", _Recorder)
@@ -186,7 +186,7 @@ def test_accelerator_graph_preferred_where_torch_has_it(vendor, monkeypatch):
     monkeypatch.setattr(_compat, "has_accelerator_graph", lambda: True)
     monkeypatch.setattr(torch.accelerator, "Graph", _Recorder, raising=False)
     with fake_backend(vendor):
-        support, plan = graphs._lookup()
+        support, plan = graphs.plan_for()
         assert support.graph_class == "torch.accelerator.Graph" and plan.graph_type is _Recorder
         g = plan.make_graph((0, 3), None)
         plan.begin(g, (0, 3), None)
@@ -200,7 +200,7 @@ def test_xpu_uses_xpugraph(monkeypatch):
     monkeypatch.setattr(_compat, "has_xpu_graph", lambda: True)
     monkeypatch.setattr(torch.xpu, "XPUGraph", _Recorder, raising=False)
     with fake_backend("xpu"):
-        support, plan = graphs._lookup()
+        support, plan = graphs.plan_for()
         assert support.supported and support.backend == "xpu"
         assert support.graph_class == "torch.xpu.XPUGraph" and plan.graph_type is _Recorder
         g = plan.make_graph((0, 5), "global")
