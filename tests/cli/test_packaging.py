@@ -36,12 +36,15 @@ def test_backends_and_kernels_install_under_accel(wheel_names):
 
 
 def test_every_source_package_is_in_the_wheel(wheel_names):
-    """A subpackage added on disk but forgotten in pyproject's package list fails here."""
+    """Every folder with an ``__init__.py`` ships (setup.py finds them; a new op folder needs no list edit),
+    and so do the shipped tuning tables."""
     mapping = {"accel": "accel", "backends": "accel/backends", "kernels": "accel/kernels"}
     for src, dest in mapping.items():
         for init in (ROOT / src).rglob("__init__.py"):
             rel = init.relative_to(ROOT / src).as_posix()
             assert f"{dest}/{rel}" in wheel_names, f"{src}/{rel} is missing from the wheel"
+    for table in (ROOT / "kernels" / "tuning").glob("*.json"):
+        assert f"accel/kernels/tuning/{table.name}" in wheel_names, f"{table.name} is missing from the wheel"
 
 
 def test_console_script_declared(wheel_names):
