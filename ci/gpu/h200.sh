@@ -3,7 +3,7 @@
 # wheels (.whl: helion 1.4.0, filecheck, Liger-Kernel, platformdirs; optionally quack + CuTeDSL),
 # then run the stages named on the command line, writing logs and results under $OUT (or ./gpu-out).
 #   stages: facts tests rng host launch graphs example plan kernels tune demo-kernels helion-probe cpp-probe compile quant
-#           allreduce split-smoke cutedsl-smoke config-probe rms-variants
+#           allreduce split-smoke cutedsl-smoke config-probe rms-variants ab
 # Usage (device tool, carry [".whl"]): bash ci/gpu/h200.sh facts tests rng host graphs
 set -u
 export PYTHONUNBUFFERED=1
@@ -70,6 +70,26 @@ for stage in "$@"; do
     graphs) timeout 240 python3 "$REPO/benchmarks/graphs.py" --out "$OUT" 2>&1 | tail -30 ;;
     example) timeout 200 python3 "$REPO/examples/kernels_rmsnorm.py" > "$OUT/example.txt" 2>&1; head -60 "$OUT/example.txt" ;;
     plan) python3 -c "import accel; p=accel.compile_plan('max-autotune'); print(list(p)); [print(s) for s in p.skipped]" ;;
+    ab)
+      # The old and the new commit side by side: .ab-old/ (carried; `git archive <old commit>` unpacked) is
+      # installed beside this tree and `accel bench` runs old, new, old, new ... (ACCEL_GPU_AB_PAIRS pairs,
+      # ACCEL_GPU_AB_ARGS for both, default --rounds 5), each in its own process; ci/gpu/ab_compare.py
+      # compares the medians per row.
+      [ -d "$REPO/.ab-old" ] || { echo "ab: carry .ab-old (the old commit's tree)"; exit 1; }
+      python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --upgrade --target /tmp/accel-old \
+        "$REPO/.ab-old" || { echo "old accel install failed"; exit 1; }
+      tag=${ACCEL_GPU_AB_TAG:-$(date +%H%M%S)}
+      for i in $(seq "${ACCEL_GPU_AB_PAIRS:-1}"); do
+        for side in old new; do
+          dir=/tmp/accel; [ "$side" = old ] && dir=/tmp/accel-old
+          mkdir -p "$OUT/ab/$side-$tag-$i"
+          PYTHONPATH=$dir:$SITE timeout 290 python3 -m accel.cli bench --out "$OUT/ab/$side-$tag-$i" \
+            ${ACCEL_GPU_AB_ARGS:---rounds 5} > "$OUT/ab/$side-$tag-$i.txt" 2>&1
+          echo "ab $side $tag-$i exit $?"
+        done
+      done
+      python3 "$REPO/ci/gpu/ab_compare.py" "$OUT/ab" 2>&1 | tee "$OUT/ab/compare-$tag.md"
+      ;;
     kernels) # ACCEL_GPU_BENCH_TABLE: a directory of user tables (<arch>.json) for this stage only
              ${ACCEL_GPU_BENCH_TABLE:+env ACCEL_TUNING_DIR="$REPO/$ACCEL_GPU_BENCH_TABLE"} \
              timeout 300 python3 "$REPO/benchmarks/kernels.py" --budget "${ACCEL_GPU_BENCH_BUDGET:-200}" --out "$OUT" \
