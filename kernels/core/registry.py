@@ -160,20 +160,14 @@ def register(
         dsl: the DSL ``impl`` is written in (``"triton"``, ``"helion"``, ``"cutedsl"``, ...);
             used by :func:`disable` and, on the native registry, by
             ``torch.backends.python_native.<dsl>``.
-        cond: ``cond(*args, **kwargs) -> bool`` with the op's signature; ``None``
-            means always. Must be cheap (it runs on every call), must return a bool
-            and must not raise (a raising cond, or a result with no truth value
-            such as a 3-element tensor, counts as ``False`` and warns once). It may carry a
-            ``why_not`` attribute (same signature, returns a reason string or
-            ``None``) that :func:`explain` shows, and ``cacheable = True``: a promise that
-            its answer depends only on the arguments' signature (per tensor dtype,
-            device, shape, strides and ``data_ptr() % 16``; other arguments by value:
-            :func:`accel.kernels.core.plans.signature`) and the tuning tables; it then runs
-            once per signature, and an ``impl`` carrying ``plan`` (same signature,
-            returns the function that answers every call of that signature) is
-            planned once per signature too. The built-in kernels do both: a routed
-            call then skips the cond, the table lookups and Triton's launch-key build
-            (H200 host: routed RMSNorm 24.7 µs per call vs 39.4 before, session 5).
+        cond: ``cond(*args, **kwargs) -> bool`` with the op's signature; ``None`` means always. It runs
+            on every call, so it must be cheap, return a bool and not raise (a raising cond, or a result
+            with no truth value, counts as ``False`` and warns once). Optional attributes: ``why_not``
+            (same signature, a reason string or ``None``, shown by :func:`explain`); ``cacheable = True``
+            (its answer depends only on the arguments' signature and the tuning tables: it then runs once
+            per signature, and an ``impl`` carrying ``plan`` is planned once per signature,
+            :mod:`accel.kernels.core.plans`); ``floor`` (the fewest elements it ever takes:
+            :mod:`accel.kernels.core.router` sends smaller calls to ATen with one compare).
         name: unique registration name (a non-empty string); default ``"<dsl>:<op>"``.
         fallback: kernel to use instead of ATen where a dispatch key has no ATen
             kernel for ``op`` (``aten::_fused_rms_norm_backward`` on CPU, whose
