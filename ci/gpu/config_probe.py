@@ -2,7 +2,7 @@
 
 The tuner (``accel bench --tune``) times each config once, one after another, so a drift of the GPU's
 clocks or of the host over the run can order two configs 1 % apart either way. This probe times ATen,
-every candidate config of each DSL (``accel.kernels._tune._build``) and the peers (Liger-Kernel and
+every candidate config of each DSL (the op's ``accel.kernels.ops.<op>.bench.tune_candidates``) and the peers (Liger-Kernel and
 quack, where the benchmark has them for the op) once per round, in the same order, for ``--rounds``
 rounds, and reports per candidate the median over rounds of its ``triton.testing.do_bench`` median (µs),
 its ratio to the best peer in each round, and in how many rounds it beat that peer.
@@ -26,23 +26,19 @@ import sys
 import torch
 from triton.testing import do_bench
 
-from accel.kernels import _bench_ops, _tune, bench
+from accel.kernels.bench.arguments import DTYPES
+from accel.kernels.catalog import families
 from accel.kernels.tuning.table import dtype_name
 
 
-def _peers(family: str, direction: str, x, w, dy) -> dict:
-    """name -> callable for the peers the benchmark times for this op (RMSNorm through ``accel.kernels.bench``,
-    softmax and LayerNorm through ``accel.kernels._bench_ops``)."""
-    n = x.shape[-1]
-    if family == "rms_norm":
-        import accel.kernels as ak
-
-        with ak.disabled():
-            _, rstd = torch.ops.aten._fused_rms_norm.default(x, [n], w, bench.EPS)
-        c = bench._candidates(direction, x, w, dy, rstd, bench._peers())
-        return {k: v for k, v in c.items() if k in ("liger", "quack")}
-    cases = _bench_ops._cases(family, *x.shape, x.dtype, x.device, _bench_ops.peers(family))
-    return {k: v for k, v in cases[direction][1].items() if k in ("liger", "quack")}
+def _peers(family: str, direction: str, x) -> dict:
+    """name -> callable for the peers the benchmark times for this op (the op's
+    ``accel.kernels.ops.<op>.bench``: its ``peers()`` and the candidates of its ``cases``, on inputs of
+    ``x``'s shape, dtype and device)."""
+    bench = families()[family].bench_module()
+    found = bench.peers()
+    case = bench.cases(*x.shape, x.dtype, x.device, found)[direction]
+    return {k: v for k, v in case.candidates.items() if k in found}
 
 
 def tune_file(result: dict, arch: str) -> dict:
@@ -54,7 +50,7 @@ def tune_file(result: dict, arch: str) -> dict:
         if impl != "peer" and impl not in best:
             best[impl] = {"us": r["us"], "config": json.loads(cfg) if cfg else None}
     winner = min(best, key=lambda k: best[k]["us"])
-    entry = {"op": f"{result['family']}_{result['direction']}", "dtype": dtype_name(_tune._DTYPES[result["dtype"]]),
+    entry = {"op": f"{result['family']}_{result['direction']}", "dtype": dtype_name(DTYPES[result["dtype"]]),
              "m": result["m"], "n": result["n"], "impl": winner, "config": best[winner]["config"],
              "configs": {k: v["config"] for k, v in best.items() if k != "aten"},
              "us": {k: round(v["us"], 2) for k, v in best.items()}}
@@ -69,20 +65,20 @@ def main() -> int:
     p.add_argument("--family", default="rms_norm", choices=("rms_norm", "softmax", "layer_norm"))
     p.add_argument("--direction", default="fwd", choices=("fwd", "bwd"))
     p.add_argument("--shape", default="32768x4096")
-    p.add_argument("--dtype", default="bf16", choices=sorted(_tune._DTYPES))
+    p.add_argument("--dtype", default="bf16", choices=sorted(DTYPES))
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--dsl", default="", help="comma-separated DSLs to probe (default: every one the tuner has)")
     p.add_argument("--json", default="")
     p.add_argument("--table", default="", help="also write the fastest config per DSL as a tune file")
     a = p.parse_args()
     m, n = map(int, a.shape.split("x"))
-    dtype, device = _tune._DTYPES[a.dtype], torch.device("cuda")
-    aten, cands = _tune._build(a.family, a.direction, dtype, m, n, device)
+    dtype, device = DTYPES[a.dtype], torch.device("cuda")
+    aten, cands = families()[a.family].bench_module().tune_candidates(a.direction, dtype, m, n, device)
     torch.manual_seed(1)
     x = torch.randn(m, n, dtype=dtype, device=device)
     w = torch.randn(n, dtype=dtype, device=device)
     dy = torch.randn(m, n, dtype=dtype, device=device)
-    runs = {"aten": aten, **{f"peer {k}": v for k, v in _peers(a.family, a.direction, x, w, dy).items()}}
+    runs = {"aten": aten, **{f"peer {k}": v for k, v in _peers(a.family, a.direction, x).items()}}
     wanted = set(filter(None, a.dsl.split(",")))
     for dsl, (launch, configs) in cands.items():
         if wanted and dsl not in wanted:

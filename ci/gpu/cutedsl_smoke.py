@@ -19,7 +19,7 @@ import torch
 from triton.testing import do_bench
 
 from accel.kernels.tuning import tolerance as _tolerance
-from accel.kernels import _bench_ops
+from accel.kernels.ops.layer_norm import bench as layer_norm_bench
 from accel.kernels.ops.layer_norm import cutedsl_configs as lcc, cutedsl_impl as lci, triton_impl as lti
 from accel.kernels.ops.softmax import cutedsl_configs as cc, cutedsl_impl as ci, triton_impl as ti
 
@@ -108,7 +108,7 @@ def layer_norm_rows(m: int, n: int, dtype: torch.dtype, rows: list) -> int:
         import importlib
 
         q = importlib.import_module("quack.rmsnorm")
-        peers["quack"] = _bench_ops._quack_layer_norm((q._rmsnorm_fwd, q._rmsnorm_bwd), x, w, b, dy)[1]
+        peers["quack"] = layer_norm_bench.quack_layer_norm((q._rmsnorm_fwd, q._rmsnorm_bwd), x, w, b, dy)[1]
     except Exception as exc:  # noqa: BLE001
         print(f"quack LayerNorm unavailable: {type(exc).__name__}: {exc}"[:200])
     for name, fn in peers.items():

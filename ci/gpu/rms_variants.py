@@ -19,7 +19,7 @@ config writing into other output buffers (placement).
 - controls: Liger's autograd function (as ``accel bench`` calls it), Liger's raw kernel on preallocated outputs,
   and accel's rows kernel with the shipped and neighbouring configs.
 
-Timing: :class:`accel.kernels.bench._Timer` (CUDA events around one call, the L2 zeroed before each of
+Timing: :class:`accel.kernels.bench.timing.Timer` (CUDA events around one call, the L2 zeroed before each of
 ``--reps`` reps, the median), every variant once per round, ``--rounds`` rounds, medians; ``--order
 shuffled`` (default) shuffles each round and times Liger's raw kernel and the shipped config twice. Each variant is
 checked against ATen first. Registers and spills come from the compiled kernels; ``--sass DIR`` writes the
@@ -42,7 +42,7 @@ import triton
 import triton.language as tl
 
 from accel.kernels.dsl import launch as _launch, triton_utils as _triton_utils
-from accel.kernels.bench import _Timer
+from accel.kernels.bench.timing import Timer
 from accel.kernels.ops.rms_norm import triton_impl as rt
 
 
@@ -201,7 +201,7 @@ def one_row_variants(n: int) -> dict[str, tuple[int, dict]]:
     return out
 
 
-def run_shape(m: int, n: int, rounds: int, timer: _Timer, sass_dir: Path | None, kind: str,
+def run_shape(m: int, n: int, rounds: int, timer: Timer, sass_dir: Path | None, kind: str,
               order: str) -> None:
     torch.manual_seed(0)
     x = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
@@ -334,7 +334,7 @@ def main() -> int:
     p.add_argument("--set", default="one-row", choices=("one-row", "persistent"),
                    help="variants beside the controls: one-row kernels (one change each) or persistent grids")
     a = p.parse_args()
-    timer = _Timer(torch.device("cuda"), a.reps)
+    timer = Timer(torch.device("cuda"), a.reps)
     for shape in a.shapes.split(","):
         m, n = map(int, shape.split("x"))
         run_shape(m, n, a.rounds, timer, a.sass, a.set, a.order)

@@ -9,7 +9,8 @@ run. With no live override the library is destroyed: no per-call cost at all.
 
 A bare router at the CUDA key that falls through to the captured kernel adds about 4 µs per call
 on the H200's host (``accel bench`` times it beside accel's router:
-``benchmarks/results/h200/session9/``); accel's own part is the floor gate and the override loop.
+``benchmarks/results/h200/session9/kernels-20261201-150218.md``); accel's own part is the floor gate and the
+override loop.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ fixed default, compiles once and is reused; Helion's autotuner is never
 entered in the user's process. :func:`call` runs a bound kernel: after the first
 call per argument signature it calls Helion's generated host function directly,
 with accel's direct Triton launcher (:func:`accel.kernels.dsl.triton_utils.triton_launch`)
-as its ``_launcher``. Measured on the H200's host (``benchmarks/results/h200/session3/launch_cost.md``):
+as its ``_launcher``. Measured on the H200's host (``benchmarks/results/h200/launch_cost.md``):
 a routed Helion call cost 68-88 µs against 39-83 µs for Triton; Helion's default
 launcher goes through ``JITFunction.run`` (~15 µs), its dispatch through
 ``Kernel.__call__``, whose per-call key costs 12-26 µs on the CPU host (:func:`_dispatch_key`).

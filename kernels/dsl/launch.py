@@ -62,7 +62,7 @@ def rows_view(t: torch.Tensor, n: int) -> torch.Tensor:
     """``t`` as ``[M, n]`` without copying (raises for non-viewable layouts; the cond rejects those).
 
     ``t`` itself when it already is ``[M, n]``: a view costs 1-3 µs on the H200's host, the
-    check 0.2 (``benchmarks/launch_cost.py --profile``, session 3).
+    check 0.2 (a cProfile by ``benchmarks/launch_cost.py --profile``).
     """
     return t if t.dim() == 2 and t.shape[1] == n else t.view(-1, n)
 

@@ -7,9 +7,9 @@ backward) takes as constexprs, so the tuner can measure them per shape:
   int32 offsets elsewhere (fewer address instructions). :func:`accel.kernels._triton_configs.wide`
   decides it per launch.
 - ``HINTS``: L2 eviction hints (``evict_first`` on data read once, ``evict_last`` on the
-  weight every program rereads). Measured on the H200 (session 5 run C): the RMSNorm rows
-  kernel was 1-5 % faster *without* them on every tuned shape, so they are off unless a
-  tuned config (``"hints": True``) says otherwise.
+  weight every program rereads). Off unless a tuned config (``"hints": True``) says otherwise,
+  because on the H200 the RMSNorm rows kernel was 1-5 % faster *without* them on every tuned
+  shape (``benchmarks/results/h200/session5/tune-runC-rms_norm.json``).
 
 Split-row kernels (one row over ``SPLIT`` programs, each holding its ``PART`` of the row in
 registers) exchange one pair of fp32 partial results per part through a zeroed int64

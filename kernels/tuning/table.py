@@ -106,8 +106,8 @@ TABLE_ONLY = 1 << 62
 #: overhead of a Python-launched kernel, several µs, dominates below 2**20
 #: elements = 2 MiB in bf16). CuTeDSL's kernels serve only the buckets a table names
 #: for them (their row-length constraints and 37 µs host cost per launch make a
-#: miss no evidence of a win: session 7 run A). Changing it takes effect at once
-#: (conds and router).
+#: miss no evidence of a win: ``benchmarks/results/h200/session7/cutedsl_smoke-runA.txt``).
+#: Changing it takes effect at once (conds and router).
 MIN_NUMEL: dict[str, int] = _Policy({"triton": 1 << 20, "helion": 1 << 20, "cutedsl": TABLE_ONLY})
 FORMAT = 1
 

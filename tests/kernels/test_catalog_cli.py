@@ -210,12 +210,13 @@ def test_benchmark_script_entry_point_is_accel_bench(capsys):
 
 
 def test_benchmark_measures_a_repeated_op_dtype_or_shape_once(monkeypatch):
-    from accel.kernels import _bench_ops, bench
+    from accel.kernels import bench
+    from accel.kernels.bench import runner, timing
 
     seen = []
-    monkeypatch.setattr(_bench_ops, "run_family", lambda family, report, timer, device, dtypes, started, budget,
-                        ceiling, shapes, rounds: seen.append((family, dtypes, shapes)))
-    monkeypatch.setattr(bench, "_router_overhead", lambda device: {})
+    monkeypatch.setattr(runner, "run_family", lambda family, report, timer, device, dtypes, started, budget,
+                        ceiling, shapes, rounds, directions: seen.append((family.name, dtypes, shapes)))
+    monkeypatch.setattr(timing, "router_overhead", lambda device: {})
     bench.run(shapes=((8, 64), (8, 64)), dtypes=("fp32", "fp32"), ops=("softmax", "softmax"), reps=1,
               device=torch.device("cpu"))
     assert seen == [("softmax", ("fp32",), ((8, 64),))]
@@ -233,12 +234,12 @@ def test_benchmark_run_checks_its_arguments_before_anything():
 
 
 def test_interleaved_rounds_time_every_candidate_once_per_round_and_report_medians(monkeypatch):
-    """``_Timer.interleaved``: round by round in the given order, ATen (only) with every override disabled, the
+    """``Timer.interleaved``: round by round in the given order, ATen (only) with every override disabled, the
     median per name; a candidate that raises is dropped from later rounds with its error."""
     from accel.kernels import core as kcore, bench
 
     order, clock = [], iter([5.0, 1.0, 9.0, 7.0, 3.0, 2.0, 8.0])
-    monkeypatch.setattr(bench._Timer, "__call__", lambda self, fn: fn() or next(clock))
+    monkeypatch.setattr(bench.Timer, "__call__", lambda self, fn: fn() or next(clock))
 
     def make(name):
         return lambda: order.append((name, kcore.state.filters_in_force()[0]))
@@ -251,7 +252,7 @@ def test_interleaved_rounds_time_every_candidate_once_per_round_and_report_media
             raise RuntimeError("boom")
 
     errors: dict = {}
-    got = bench._Timer(torch.device("cpu"), 1).interleaved(
+    got = bench.Timer(torch.device("cpu"), 1).interleaved(
         {"aten": make("aten"), "triton": make("triton"), "flaky": flaky}, 3, errors)
     assert order == [("aten", True), ("triton", False)] * 3
     # round 1: aten 5, triton 1, flaky 9; round 2: aten 7, triton 3, flaky raises; round 3: aten 2, triton 8
@@ -290,11 +291,12 @@ def test_router_overhead_needs_a_live_override_and_survives_a_failing_bare_route
     dispatcher is as before."""
     import accel.kernels as ak
     from accel.kernels import bench
+    from accel.kernels.bench import timing
     from accel.kernels.ops.rms_norm import reference
 
     ak.use_registry("accel")
     cpu = torch.device("cpu")
-    ro = bench._router_overhead(cpu, calls=10, rounds=1)
+    ro = timing.router_overhead(cpu, calls=10, rounds=1)
     assert "no accel override of aten::_fused_rms_norm is active on cpu" in ro["skipped"]
     assert "Router cost not measured: no accel override" in bench.to_markdown(
         {"device": "cpu", "arch": "cpu", "torch": "x", "versions": {}, "peers": {}, "copy_ceiling_gbs": 1.0,
@@ -305,17 +307,17 @@ def test_router_overhead_needs_a_live_override_and_survives_a_failing_bare_route
         class Raising:  # the kernel the bare router captures: every call raises
             def call_boxed(self, *args, **kwargs):
                 raise RuntimeError("boom")
-        real = bench._bare_router
+        real = timing.bare_router
 
         def failing(op_name, key):  # the real bare router around a raising kernel
             with pytest.MonkeyPatch.context() as mp:
                 mp.setattr(torch.library, "get_kernel", lambda op, k: Raising())
                 return real(op_name, key)
-        monkeypatch.setattr(bench, "_bare_router", failing)
+        monkeypatch.setattr(timing, "bare_router", failing)
         before = torch._C._dispatch_dump("aten::_fused_rms_norm")
         with ak.disabled():
             plain_dump = torch._C._dispatch_dump("aten::_fused_rms_norm")
-        ro = bench._router_overhead(cpu, calls=10, rounds=2)
+        ro = timing.router_overhead(cpu, calls=10, rounds=2)
         assert ro["bare_router_cost_us"] is None and ro["with_router_us"] > 0
         assert torch._C._dispatch_dump("aten::_fused_rms_norm") == before != plain_dump
     finally:
@@ -341,7 +343,7 @@ def test_benchmark_script_runs_end_to_end_on_cpu_in_the_interpreter():
         from accel.kernels.ops.rms_norm import triton_impl
         tuning.MIN_NUMEL["triton"] = 16384
         ak.install = lambda **k: triton_impl.register(["cpu"])
-        r = bench.run(shapes=((64, 256),), dtypes=("bf16", "fp32"), reps=2, device=torch.device("cpu"))
+        r = bench.run(shapes=((64, 256),), dtypes=("bf16", "fp32"), reps=2, device=torch.device("cpu"), ops=("rms_norm",))
         print("REPORT" + json.dumps(r))
     """)
     env = {k: v for k, v in os.environ.items() if k != "HELION_INTERPRET"}

@@ -625,13 +625,13 @@ def test_a_plan_that_fails_gives_aten_not_the_next_override(path):
 def test_bare_router_floor_calls_aten_and_is_removed_without_trace():
     """``accel bench``'s router floor: while installed it answers with ATen's result; destroyed, the op is ATen's
     own kernel again (and accel's overrides, disabled around it, come back)."""
-    from accel.kernels import bench
+    from accel.kernels.bench import timing
 
     x, w = torch.randn(3, 8), torch.randn(8)
     op = torch.ops.aten._fused_rms_norm.default
     want = op(x, [8], w, 1e-6)
     before = torch._C._dispatch_dump("aten::_fused_rms_norm")
-    lib = bench._bare_router("aten::_fused_rms_norm", "CPU")
+    lib = timing.bare_router("aten::_fused_rms_norm", "CPU")
     try:
         assert torch._C._dispatch_dump("aten::_fused_rms_norm") != before  # a kernel at the CPU key
         got = op(x, [8], w, 1e-6)

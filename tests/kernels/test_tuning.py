@@ -107,11 +107,11 @@ def test_tune_on_cpu_in_the_interpreter_writes_winners(cache_dir):
         pytest.skip(triton_impl.available()[1])
     code = textwrap.dedent("""
         import json, torch
-        from accel.kernels import _tune, _bench_ops, bench
+        from accel.kernels.bench import tune as bench_tune
         import accel.kernels.ops.softmax.helion_impl as sh
         sh.available = lambda: (False, "off in this test")
-        r = _tune.tune(ops=("softmax",), dtypes=("fp32",), budget_s=300, device=torch.device("cpu"),
-                       shapes=((4, 64),))  # what accel bench --tune --shapes 4x64 passes
+        r = bench_tune.tune(ops=("softmax",), dtypes=("fp32",), budget_s=300, device=torch.device("cpu"),
+                            shapes=((4, 64),))  # what accel bench --tune --shapes 4x64 passes
         print("REPORT" + json.dumps(r))
     """)
     env = {k: v for k, v in os.environ.items() if k != "HELION_INTERPRET"}
@@ -194,7 +194,7 @@ def test_quack_layer_norm_peer_calls_quacks_kernels_as_their_schema_says():
     """The benchmark's quack LayerNorm peer (quack 0.6.5 has no quack.layernorm: its RMSNorm kernels take
     ``is_layernorm=True``) passes each argument where quack's op schema has it, with an fp32 weight and
     bias, quack's own mean/rstd from a forward first, and sums the per-SM partials."""
-    from accel.kernels import _bench_ops
+    from accel.kernels.ops.layer_norm import bench as layer_norm_bench
 
     calls = []
     n = 32
@@ -217,10 +217,10 @@ def test_quack_layer_norm_peer_calls_quacks_kernels_as_their_schema_says():
         db_partial.zero_()[0] = g[2]
 
     x, dy, w, b = torch.randn(6, n), torch.randn(6, n), torch.randn(n), torch.randn(n)
-    fwd, bwd = _bench_ops._quack_layer_norm((_rmsnorm_fwd, _rmsnorm_bwd), x, w, b, dy)
+    fwd, bwd = layer_norm_bench.quack_layer_norm((_rmsnorm_fwd, _rmsnorm_bwd), x, w, b, dy)
     got = bwd()
     assert calls == ["fwd", "bwd"]  # the forward first: the backward reads quack's mean and rstd
-    _, mean, rstd = torch.ops.aten.native_layer_norm(x, [n], w, b, _bench_ops.EPS)
+    _, mean, rstd = torch.ops.aten.native_layer_norm(x, [n], w, b, layer_norm_bench.EPS)
     torch.testing.assert_close(got, torch.ops.aten.native_layer_norm_backward(dy, x, [n], mean, rstd, w, b,
                                                                               [True, True, True]))
-    torch.testing.assert_close(fwd(), torch.nn.functional.layer_norm(x, (n,), w, b, _bench_ops.EPS))
+    torch.testing.assert_close(fwd(), torch.nn.functional.layer_norm(x, (n,), w, b, layer_norm_bench.EPS))

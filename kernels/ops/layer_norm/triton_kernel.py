@@ -16,8 +16,8 @@ partial ``dw = sum(dy*xhat)`` and ``db = sum(dy)`` stay in fp32 registers and
 go to ``[G, N]`` buffers, summed and cast by :func:`partials_finish` (small next to ``3*M*N*esize``).
 
 At N = 16384 those partials (2 x 16384 fp32 per program) spill registers: best 608 us
-on the H200 for 8192x16384 bf16 against Helion's 408 and ATen's 511. Measured in
-session 4 and removed (``benchmarks/results/h200/session4/tune-run{A,B}-layer_norm.json``):
+on the H200 for 8192x16384 bf16 against Helion's 408 and ATen's 511. Measured and removed
+(``benchmarks/results/h200/session4/tune-runA-layer_norm.json``, ``tune-runB-layer_norm.json``):
 32-warp programs (no better); two or four column slabs per row range, each program
 rereading the rest of the row for the row sums (best 450.7 us: the rereads cost L2
 bandwidth); partials kept for half or a quarter of the columns with a column-reduction
@@ -29,7 +29,7 @@ next row's loads issued before this row's wait), the parts exchanging their two 
 sums through the slots buffer (:mod:`accel.kernels._triton_lib`) before writing ``dx``, and
 keeping ``dw``/``db`` partials for their own columns only (``PART`` fp32 each: no spill) in
 ``[groups, N]`` buffers. On the H200 (8192x16384 bf16): 266-272 us against the rows kernel's
-608, Helion's 408 and ATen's 511-525 (``benchmarks/results/h200/session6/``).
+608, Helion's 408 and ATen's 511-525 (``benchmarks/results/h200/session6/split_smoke-runD.txt``).
 """
 
 from __future__ import annotations
@@ -213,7 +213,7 @@ def split_bwd_candidates(n: int) -> list[dict]:
     """Split backward configs for rows of ``n >= 8192``: 2, 4 or 8 parts of at least 1024 columns, 4 or 8
     warps with 4-32 elements per thread, 1, 2 or 4 programs per SM (so ``M / groups`` rows per group,
     ``[groups, N]`` fp32 partials for dw and db). Measured on the H200, 8192x16384 bf16
-    (``benchmarks/results/h200/session6/split_smoke-run{C,D}.txt``): about one program per SM is
+    (``benchmarks/results/h200/session6/split_smoke-runC.txt``, ``split_smoke-runD.txt``): about one program per SM is
     best (groups of 128 rows at 2 parts: 269 us; 16 rows: 329 us; 256 rows, half the SMs idle: 460 us);
     16 warps were 1.7x slower."""
     out = []

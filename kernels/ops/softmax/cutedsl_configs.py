@@ -44,9 +44,9 @@ def default_config(n: int, itemsize: int, inputs: int = 1) -> dict | None:
     cluster holding at most 32 values per thread (all ``inputs`` together), else the first config that
     fits at all; None when no config fits rows of ``n``.
 
-    (Session 7 run A, H200, 8192x32768 bf16: that gives ``{4, 256}`` forward, 264.6 µs against the
-    best config's 262.1, and ``{8, 256}`` backward, the fastest at 369.7; 512-thread CTAs were the
-    slowest backward configs, 404-409 µs.)
+    (H200, 8192x32768 bf16: that gives ``{4, 256}`` forward, 264.6 µs against the best config's
+    262.1, and ``{8, 256}`` backward, the fastest at 369.7; 512-thread CTAs were the slowest backward
+    configs, 404-409 µs: ``benchmarks/results/h200/session7/cutedsl_smoke-runA.txt``.)
     """
     for threads in (256, 128, 512):
         for cluster in CLUSTERS:

@@ -148,33 +148,27 @@ def candidate_configs(n: int) -> list[dict]:
     Rows in registers (1-16 rows per program, 4-32 warps, 4-128 elements per thread, without
     and with ``evict_first`` hints: :mod:`accel.kernels._triton_lib`);
     for rows of 8192+ also the looped kernels, with and without L2 cache hints (``hints``),
-    and a few with software-pipelined chunk loads (``num_stages`` 2/3). (A low-register
-    formulation that evaluated ``exp2(x*log2e - (max*log2e + log2(sum)))`` was measured in
-    session 3: never the fastest on the H200, and it loses precision for large logits; removed.)
-    (Thread-block clusters, ``num_ctas`` 2/4 - one row over a cluster's CTAs, as quack's long-row
-    softmax does in CuTe - do not compile with Triton 3.6: ``TritonGPUPlanCTAPass`` fails on the
-    row reduction, H200, ``benchmarks/results/h200/session3-runB.log``.) (Persistent kernels - a grid
-    of 1-2 programs per SM walking the rows, each row whole in registers, the next row's load issued
-    before this row's reductions, with and without a second exp - were measured in session 4 on
-    8192x32768: best 299.2 us forward vs 293.4 for the looped kernel, and no backward among the ten
-    fastest; removed. ``benchmarks/results/h200/session4/runA-softmax-trials.txt``.) (A row-wide running
-    max in the looped forward - one block max per chunk, two exps per element instead of three - was
-    slower too: best 311.8 us vs 291.6, ``session4/tune-runD-softmax.json``; the special-function unit
-    is not what limits this kernel.)
-    (A split forward - one row over 2 or 4 neighbouring programs, each holding its part in
-    registers and streaming the other parts from L2 for the row's max and sum, so no second pass
-    over its own part - was measured in session 5 on 8192x32768: best 529.4 us vs the looped
-    kernel's 293.1 (split 2, 2048-element chunks, 16 warps; split 4 slower still); removed.
-    ``benchmarks/results/h200/session5/tune-runF-softmax.json``.)
-    (Split kernels whose parts wait for each other instead of streaming each other's elements -
-    a row over 2-16 programs exchanging partial results through a zeroed slots buffer
-    (:mod:`accel.kernels._triton_lib`), groups of 1-16 rows with the next row's part loaded before
-    the wait, holding the part as fp32, in 16 bits, or as ``exp(x - part max)`` rescaled after the
-    wait (one exp per element), with and without L2 hints, read again after the wait - were measured
-    in session 6 on 8192x32768: forward best 287.4 us vs the looped kernel's 291.2-293.3, backward
-    best 393.3 us vs 384.1-386.9; so no gain worth a kernel, and removed. The same exchange wins for
-    the LayerNorm backward, whose partials spill otherwise. ``benchmarks/results/h200/session6/``
-    ``split_smoke-run{B,C,D}.txt``, ``tune-runE-softmax.json``.)
+    and a few with software-pipelined chunk loads (``num_stages`` 2/3).
+
+    Not candidates, each removed after it lost on the H200 (times: 8192x32768 bf16, vs the looped kernel):
+
+    - an ``exp2(x*log2e - (max*log2e + log2(sum)))`` formulation: never the fastest, and it loses
+      precision for large logits;
+    - thread-block clusters (``num_ctas`` 2/4, one row over a cluster's CTAs as quack's CuTe softmax
+      does): they do not compile, Triton 3.6's ``TritonGPUPlanCTAPass`` fails on the row reduction
+      (``benchmarks/results/h200/session3-runB.log``);
+    - persistent grids (1-2 programs per SM, row in registers, next row's load before this row's
+      reductions): forward best 299.2 us vs 293.4, no backward among the ten fastest
+      (``benchmarks/results/h200/session4/runA-softmax-trials.txt``);
+    - a row-wide running max in the looped forward (two exps per element instead of three): 311.8 us
+      vs 291.6, so the special-function unit is not the limit
+      (``benchmarks/results/h200/session4/tune-runD-softmax.json``);
+    - a split forward streaming the other parts of the row from L2 (2 or 4 programs a row): 529.4 us vs
+      293.1 (``benchmarks/results/h200/session5/tune-runF-softmax.json``);
+    - split kernels whose 2-16 parts wait for each other through a zeroed slots buffer
+      (:mod:`accel.kernels._triton_lib`; the exchange that wins for the LayerNorm backward): forward
+      287.4 us vs 291.2-293.3, backward 393.3 vs 384.1-386.9, no gain worth a kernel
+      (``benchmarks/results/h200/session6/split_smoke-runD.txt``, ``tune-runE-softmax.json``).
     """
     block_n = next_power_of_2(n)
     out = [default_config(n)]
