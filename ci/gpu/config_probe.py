@@ -76,8 +76,6 @@ def main() -> int:
     aten, cands = families()[a.family].bench_module().tune_candidates(a.direction, dtype, m, n, device)
     torch.manual_seed(1)
     x = torch.randn(m, n, dtype=dtype, device=device)
-    w = torch.randn(n, dtype=dtype, device=device)
-    dy = torch.randn(m, n, dtype=dtype, device=device)
     runs = {"aten": aten, **{f"peer {k}": v for k, v in _peers(a.family, a.direction, x).items()}}
     wanted = set(filter(None, a.dsl.split(",")))
     for dsl, (launch, configs) in cands.items():

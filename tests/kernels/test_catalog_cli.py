@@ -233,6 +233,16 @@ def test_benchmark_run_checks_its_arguments_before_anything():
     assert issubclass(BenchArgumentError, ValueError)
 
 
+def test_benchmark_and_tuner_refuse_unknown_or_no_op_families():
+    from accel.errors import BenchArgumentError
+    from accel.kernels import bench
+
+    with pytest.raises(BenchArgumentError, match=r"ops \('nope',\): unknown \['nope'\]\. Valid: .*rms_norm"):
+        bench.run(device=torch.device("cpu"), ops=("nope",))
+    with pytest.raises(BenchArgumentError, match=r"ops \(\): none given"):
+        bench.tune.tune(device=torch.device("cpu"), ops=())
+
+
 def test_interleaved_rounds_time_every_candidate_once_per_round_and_report_medians(monkeypatch):
     """``Timer.interleaved``: round by round in the given order, ATen (only) with every override disabled, the
     median per name; a candidate that raises is dropped from later rounds with its error."""
