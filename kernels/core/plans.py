@@ -3,11 +3,11 @@
 A cond that carries ``cacheable = True`` promises that its answer depends only on
 :func:`signature` of the call's arguments and on the tuning tables (a change of
 those, :data:`accel.kernels.tuning.table.GENERATION`, empties the memo). For such an
-override, the registry (:meth:`accel.kernels._registry._Override.take`) runs the
+override, the registry (:meth:`accel.kernels.core.override.Override.take`) runs the
 cond once per signature and keeps its answer: ``DECLINE``, or the function that
 answers the call. That function is ``impl.plan(*args)`` where the impl has a
 ``plan`` attribute (the built-in Triton impls: the launch config, output shapes
-and compiled kernel fixed once, :class:`accel.kernels.dsl.launch.LaunchPlan`), else
+and compiled kernel fixed once, :class:`accel.kernels.dsl.triton_utils.LaunchPlan`), else
 the impl itself.
 
 Why: on the H200's host a routed RMSNorm call cost 39 µs where ATen's costs 17

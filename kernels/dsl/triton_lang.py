@@ -4,7 +4,7 @@ Two launch choices every rows kernel (RMSNorm, softmax, LayerNorm forward; softm
 backward) takes as constexprs, so the tuner can measure them per shape:
 
 - ``WIDE``: int64 element offsets. Needed only where ``rows * N`` can reach 2**31;
-  int32 offsets elsewhere (fewer address instructions). :func:`accel.kernels._triton_configs.wide`
+  int32 offsets elsewhere (fewer address instructions). :func:`accel.kernels.dsl.triton_configs.wide`
   decides it per launch.
 - ``HINTS``: L2 eviction hints (``evict_first`` on data read once, ``evict_last`` on the
   weight every program rereads). Off unless a tuned config (``"hints": True``) says otherwise,
@@ -25,7 +25,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-__all__ = ["row_ids", "row_offsets", "hinted_load", "pack_pair", "unpack_pair", "split_place", "publish", "gather"]
+__all__ = ["row_ids", "row_offsets", "hinted_load", "load_rows", "pack_pair", "unpack_pair", "split_place", "publish", "gather"]
 
 
 @triton.jit
@@ -55,6 +55,20 @@ def hinted_load(ptr, mask, other, HINTS: tl.constexpr, POLICY: tl.constexpr):
         return tl.load(ptr, mask=mask, other=other, eviction_policy=POLICY)
     else:
         return tl.load(ptr, mask=mask, other=other)
+
+
+@triton.jit
+def load_rows(X, M, N, BLOCK_N: tl.constexpr, ROWS: tl.constexpr, HINTS: tl.constexpr, WIDE: tl.constexpr):
+    """This program's ``ROWS`` rows of ``[M, N]`` ``X``, each whole (``BLOCK_N`` >= N), loaded once as fp32
+    (masked elements 0): returns ``(rows, cols, row_ok, col_ok, mask, offs, x)`` for the kernel's epilogue."""
+    rows = row_ids(ROWS, WIDE)
+    cols = tl.arange(0, BLOCK_N)
+    row_ok = rows < M
+    col_ok = cols < N
+    mask = row_ok[:, None] & col_ok[None, :]
+    offs = row_offsets(rows, cols, N, WIDE)
+    x = hinted_load(X + offs, mask, 0.0, HINTS, "evict_first").to(tl.float32)
+    return rows, cols, row_ok, col_ok, mask, offs, x
 
 
 @triton.jit

@@ -272,7 +272,7 @@ def row_launch(looped: Any, rows_kernel: Any, cfg: Any, m: int, n: int, scalars:
     """The launch of a row-wise op for ``m`` rows of ``n`` with tuning config ``cfg``: the ``looped`` kernel
     (one row per program in ``cfg["block_n"]`` chunks; arguments ``(tensors..., n, *scalars)``; ``None`` for
     an op without one, whose limits keep looped configs away) where ``cfg["looped"]``, else ``rows_kernel``
-    (``cfg["rows"]`` rows per program, each whole in registers; arguments ``(tensors..., m, n, *scalars)``, with ``HINTS`` and ``WIDE``: :mod:`accel.kernels._triton_lib`).
+    (``cfg["rows"]`` rows per program, each whole in registers; arguments ``(tensors..., m, n, *scalars)``, with ``HINTS`` and ``WIDE``: :mod:`accel.kernels.dsl.triton_lang`).
     ``flags``: constexprs both kernels take (``HAS_W``, ...); ``looped_hints``: the looped kernel takes
     ``HINTS`` and honours ``num_stages`` too (softmax's). ``hints`` defaults to off.
     """
@@ -287,7 +287,7 @@ def row_launch(looped: Any, rows_kernel: Any, cfg: Any, m: int, n: int, scalars:
 
 
 class SplitLaunch:
-    """A split-row kernel's launch (:mod:`accel.kernels._triton_lib`): ``launch(*tensors)`` allocates the
+    """A split-row kernel's launch (:mod:`accel.kernels.dsl.triton_lang`): ``launch(*tensors)`` allocates the
     zeroed slots buffer (``m * split`` int64, from torch's allocator on the tensors' stream, so
     concurrent calls never share one) and launches ``fn`` over ``groups * split`` programs with it after
     the tensors. On a GPU the parts of a row wait for each other in one launch (``STAGE=0``); where

@@ -35,7 +35,7 @@ _k = lazy_module(__package__ + ".triton_kernel")  # imports the DSL at the first
 
 def fwd_launch(cfg: Mapping[str, Any], m: int, n: int, eps: float, has_w: bool, has_b: bool) -> LaunchPlan:
     """The forward's launch for ``m`` rows of ``n <= LIMITS.max_n_fwd`` (the cond checks it) with config ``cfg``
-    (``hints``: L2 eviction hints, default off: :mod:`accel.kernels._triton_lib`); call it with
+    (``hints``: L2 eviction hints, default off: :mod:`accel.kernels.dsl.triton_lang`); call it with
     ``(x, w, b, y, mean, rstd)`` (``x`` in place of a missing ``w`` or ``b``).
 
     Raises:
@@ -62,7 +62,7 @@ class _BwdPlan:
     """One backward launch with all but its tensors fixed (once per argument signature: the registry's plan,
     :mod:`accel.kernels.core.plans`): ``plan(dy, x, w, mean, rstd, dx) -> (dw, db)`` in ``cast`` (fp32 when
     ``None``). A call is one partials buffer (:class:`._backward.Partials`), the kernel (its compiled
-    launcher from the third call, :class:`accel.kernels.dsl.launch.LaunchPlan`) and one launch summing and casting
+    launcher from the third call, :class:`accel.kernels.dsl.triton_utils.LaunchPlan`) and one launch summing and casting
     the programs' dw/db partials into two fresh tensors.
 
     ``cfg``: ``{"block_n", "num_warps", "programs_per_sm"}``: the rows kernel, or with ``"split"`` the split

@@ -26,7 +26,7 @@ kernel for the rest (best 489.8 us).
 Split backward (long rows, configs with ``"split"``): each row over ``SPLIT`` programs, each
 holding a ``PART`` of the columns; a group of ``SPLIT`` programs walks a range of rows (the
 next row's loads issued before this row's wait), the parts exchanging their two partial row
-sums through the slots buffer (:mod:`accel.kernels._triton_lib`) before writing ``dx``, and
+sums through the slots buffer (:mod:`accel.kernels.dsl.triton_lang`) before writing ``dx``, and
 keeping ``dw``/``db`` partials for their own columns only (``PART`` fp32 each: no spill) in
 ``[groups, N]`` buffers. On the H200 (8192x16384 bf16): 266-272 us against the rows kernel's
 608, Helion's 408 and ATen's 511-525 (``benchmarks/results/h200/session6/split_smoke-runD.txt``).
@@ -39,7 +39,7 @@ import functools
 import triton
 import triton.language as tl
 
-from accel.kernels.dsl.triton_lang import gather, hinted_load, publish, row_ids, row_offsets, split_place
+from accel.kernels.dsl.triton_lang import gather, hinted_load, load_rows, publish, row_ids, row_offsets, split_place
 from accel.kernels.dsl.triton_configs import (next_power_of_2, row_candidates, row_config, split_part,
                                            unique_configs, warps)
 
@@ -54,14 +54,8 @@ MAX_BLOCK_N = 16384
 @triton.jit
 def layer_norm_fwd_rows(X, W, B, Y, MEAN, RSTD, M, N, eps, BLOCK_N: tl.constexpr, ROWS: tl.constexpr,
                         HAS_W: tl.constexpr, HAS_B: tl.constexpr, HINTS: tl.constexpr, WIDE: tl.constexpr):
-    """``ROWS`` rows per program, each whole in registers (``HINTS``, ``WIDE``: :mod:`accel.kernels._triton_lib`)."""
-    rows = row_ids(ROWS, WIDE)
-    cols = tl.arange(0, BLOCK_N)
-    row_ok = rows < M
-    col_ok = cols < N
-    mask = row_ok[:, None] & col_ok[None, :]
-    offs = row_offsets(rows, cols, N, WIDE)
-    x = hinted_load(X + offs, mask, 0.0, HINTS, "evict_first").to(tl.float32)
+    """``ROWS`` rows per program, each whole in registers (``HINTS``, ``WIDE``: :mod:`accel.kernels.dsl.triton_lang`)."""
+    rows, cols, row_ok, col_ok, mask, offs, x = load_rows(X, M, N, BLOCK_N, ROWS, HINTS, WIDE)
     mean = tl.sum(x, axis=1) / N
     xc = tl.where(mask, x - mean[:, None], 0.0)
     rstd = tl.rsqrt(tl.sum(xc * xc, axis=1) / N + eps)
@@ -122,7 +116,7 @@ def layer_norm_bwd_split(DY, X, W, MEAN, RSTD, DX, DW_PARTIAL, DB_PARTIAL, SLOTS
     """Columns ``[part*PART, (part+1)*PART)`` of rows ``[group*rows_per_group, ...)``; the row sums
     ``sum(g*xhat)`` and ``sum(g)`` are the parts' published pairs summed; partial ``dw``/``db`` of this
     part's columns go to row ``group`` of the ``[groups, N]`` buffers. ``STAGE`` 1 publishes and writes
-    the partials, 2 writes ``dx`` (:mod:`accel.kernels._triton_lib`)."""
+    the partials, 2 writes ``dx`` (:mod:`accel.kernels.dsl.triton_lang`)."""
     group, part = split_place(SPLIT)
     cols = part * PART + tl.arange(0, PART)
     col_ok = cols < N
@@ -252,5 +246,5 @@ def candidate_configs(n: int, direction: str = "fwd") -> list[dict]:
         out = [default_config(n)]
         if block_n <= MAX_BLOCK_N:
             rows = row_candidates(block_n, max_elements=32768, warp_choices=(4, 8, 16), per_thread=(4, 64))
-            out += rows + [{**c, "hints": True} for c in rows]  # L2 hints: accel.kernels._triton_lib
+            out += rows + [{**c, "hints": True} for c in rows]  # L2 hints: accel.kernels.dsl.triton_lang
     return unique_configs(out)

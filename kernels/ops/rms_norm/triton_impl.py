@@ -48,7 +48,7 @@ def plan_fwd(input: torch.Tensor, normalized_shape: Sequence[int], weight: torch
              eps: float | None = None) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
     """:func:`fused_rms_norm` for every call with these arguments' signature (shapes, dtypes, device,
     alignment, ``eps``): rows, launch config (tuning table) and launch fixed here, so a call is two
-    allocations and a :class:`~accel.kernels.dsl.launch.LaunchPlan` call."""
+    allocations and a :class:`~accel.kernels.dsl.triton_utils.LaunchPlan` call."""
     n = row_count(normalized_shape)
     m = input.numel() // n
     has_w = weight is not None

@@ -26,7 +26,7 @@ import functools
 import triton
 import triton.language as tl
 
-from accel.kernels.dsl.triton_lang import hinted_load, row_ids, row_offsets
+from accel.kernels.dsl.triton_lang import hinted_load, load_rows, row_ids, row_offsets
 from accel.kernels.dsl.triton_configs import next_power_of_2, row_candidates, row_config, unique_configs, warps
 
 __all__ = ["rms_norm_fwd_rows", "rms_norm_fwd_looped", "rms_norm_bwd_rows", "fwd_config", "default_config",
@@ -41,14 +41,8 @@ def rms_norm_fwd_rows(X, W, Y, RSTD, M, N, eps,
                       BLOCK_N: tl.constexpr, ROWS: tl.constexpr, HAS_W: tl.constexpr, HINTS: tl.constexpr,
                       WIDE: tl.constexpr):
     """``ROWS`` rows of ``[M, N]`` per program, each row whole in registers (``HINTS``, ``WIDE``:
-    :mod:`accel.kernels._triton_lib`)."""
-    rows = row_ids(ROWS, WIDE)
-    cols = tl.arange(0, BLOCK_N)
-    row_ok = rows < M
-    col_ok = cols < N
-    mask = row_ok[:, None] & col_ok[None, :]
-    offs = row_offsets(rows, cols, N, WIDE)
-    x = hinted_load(X + offs, mask, 0.0, HINTS, "evict_first").to(tl.float32)
+    :mod:`accel.kernels.dsl.triton_lang`)."""
+    rows, cols, row_ok, col_ok, mask, offs, x = load_rows(X, M, N, BLOCK_N, ROWS, HINTS, WIDE)
     # Rows up to 4096: the weight is loaded before the row sums (its latency overlaps the reduction, as in
     # Liger's kernel; the PTX otherwise issues it after the reduction's bar.sync). Longer rows load it after:
     # held through the reduction beside x it cost registers (H200: the same order in the LayerNorm forward

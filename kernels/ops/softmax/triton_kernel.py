@@ -40,7 +40,7 @@ _LOG2E = 1.4426950408889634
 def softmax_fwd_rows(X, Y, M, N, BLOCK_N: tl.constexpr, ROWS: tl.constexpr, HINTS: tl.constexpr,
                      WIDE: tl.constexpr):
     """``ROWS`` rows of ``[M, N]`` per program, each whole in registers (``HINTS``, ``WIDE``:
-    :mod:`accel.kernels._triton_lib`)."""
+    :mod:`accel.kernels.dsl.triton_lang`)."""
     rows = row_ids(ROWS, WIDE)
     cols = tl.arange(0, BLOCK_N)
     mask = (rows < M)[:, None] & (cols < N)[None, :]
@@ -146,7 +146,7 @@ def candidate_configs(n: int) -> list[dict]:
     """The configs ``accel bench --tune`` times for rows of ``n`` elements (default first).
 
     Rows in registers (1-16 rows per program, 4-32 warps, 4-128 elements per thread, without
-    and with ``evict_first`` hints: :mod:`accel.kernels._triton_lib`);
+    and with ``evict_first`` hints: :mod:`accel.kernels.dsl.triton_lang`);
     for rows of 8192+ also the looped kernels, with and without L2 cache hints (``hints``),
     and a few with software-pipelined chunk loads (``num_stages`` 2/3).
 
@@ -166,7 +166,7 @@ def candidate_configs(n: int) -> list[dict]:
     - a split forward streaming the other parts of the row from L2 (2 or 4 programs a row): 529.4 us vs
       293.1 (``benchmarks/results/h200/session5/tune-runF-softmax.json``);
     - split kernels whose 2-16 parts wait for each other through a zeroed slots buffer
-      (:mod:`accel.kernels._triton_lib`; the exchange that wins for the LayerNorm backward): forward
+      (:mod:`accel.kernels.dsl.triton_lang`; the exchange that wins for the LayerNorm backward): forward
       287.4 us vs 291.2-293.3, backward 393.3 vs 384.1-386.9, no gain worth a kernel
       (``benchmarks/results/h200/session6/split_smoke-runD.txt``, ``tune-runE-softmax.json``).
     """
