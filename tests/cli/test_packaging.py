@@ -43,6 +43,8 @@ def test_every_source_package_is_in_the_wheel(wheel_names):
         for init in (ROOT / src).rglob("__init__.py"):
             rel = init.relative_to(ROOT / src).as_posix()
             assert f"{dest}/{rel}" in wheel_names, f"{src}/{rel} is missing from the wheel"
+        for module in (ROOT / src).rglob("*.py"):  # a folder of modules without __init__.py would not ship
+            assert (module.parent / "__init__.py").is_file(), f"{module.parent} has modules but no __init__.py"
     for table in (ROOT / "kernels" / "tuning").glob("*.json"):
         assert f"accel/kernels/tuning/{table.name}" in wheel_names, f"{table.name} is missing from the wheel"
 
