@@ -13,7 +13,7 @@ import cutlass
 import cutlass.cute as cute
 from cutlass import Float32, Int32
 
-from accel.kernels import _cutedsl
+from accel.kernels.dsl import cutedsl_utils
 from accel.kernels.dsl.cutedsl_utils import COMPILE_LOCK, Kernel
 
 __all__ = ["DTYPES", "SmemAllocator", "compile_kernel", "pointer", "row_copy", "vector_elements"]
@@ -24,7 +24,7 @@ SmemAllocator = getattr(getattr(cutlass, "memory", None), "SmemAllocator", None)
 
 def vector_elements(dtype) -> int:
     """Elements of ``dtype`` (a CuTeDSL type) in one 16-byte vector (:func:`accel.kernels.dsl.cutedsl_utils.vector_elements`)."""
-    return _cutedsl.vector_elements(dtype.width // 8)
+    return cutedsl_utils.vector_elements(dtype.width // 8)
 
 
 def pointer(dtype_name: str, address: int):
