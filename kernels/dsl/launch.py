@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
-from typing import Any
 
 import torch
 

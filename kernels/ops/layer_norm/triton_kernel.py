@@ -39,7 +39,7 @@ import functools
 import triton
 import triton.language as tl
 
-from accel.kernels.dsl.triton_lang import gather, hinted_load, load_rows, publish, row_ids, row_offsets, split_place
+from accel.kernels.dsl.triton_lang import gather, hinted_load, load_rows, publish, split_place
 from accel.kernels.dsl.triton_configs import (next_power_of_2, row_candidates, row_config, split_part,
                                            unique_configs, warps)
 

@@ -26,7 +26,7 @@ import functools
 import triton
 import triton.language as tl
 
-from accel.kernels.dsl.triton_lang import hinted_load, load_rows, row_ids, row_offsets
+from accel.kernels.dsl.triton_lang import hinted_load, load_rows
 from accel.kernels.dsl.triton_configs import next_power_of_2, row_candidates, row_config, unique_configs, warps
 
 __all__ = ["rms_norm_fwd_rows", "rms_norm_fwd_looped", "rms_norm_bwd_rows", "fwd_config", "default_config",
