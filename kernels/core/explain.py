@@ -8,7 +8,10 @@ from typing import Any
 
 import torch
 
-from .op import device_dispatch_key, resolve_op, shape_key
+from accel.backends import dispatch_key_for_device_type
+from accel.errors import UnknownBackendError
+
+from .op import resolve_op, shape_key
 from .override import OVERRIDES, truth
 from .slot import SLOTS
 from .state import LOCK
@@ -72,7 +75,10 @@ def explain(op: object, /, *args: Any, **kwargs: Any) -> Explanation:
     """
     opr = resolve_op(op)
     dev = _first_device(args, kwargs)
-    key = device_dispatch_key(dev) if dev is not None else None
+    try:
+        key = dispatch_key_for_device_type(dev.type) if dev is not None else None
+    except UnknownBackendError:  # a device type no backend runs (meta): no backend key
+        key = None
     steps: list[tuple[str, str]] = []
     chosen = "aten"
     with LOCK:

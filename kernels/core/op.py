@@ -152,13 +152,3 @@ def aten_kernel(op: Op, key: str) -> Any:
         return get_kernel(op.qualname, key)
     except RuntimeError:
         return None
-
-
-
-def device_dispatch_key(device: torch.device) -> str | None:
-    """The backend dispatch key of tensors on ``device`` (``"CUDA"`` for ``cuda:0`` on NVIDIA and ROCm builds
-    alike), from the registered backends' facts; ``None`` for a device type no backend serves (``meta``)."""
-    for cls in registered().values():
-        if cls.torch_device_type == device.type:
-            return cls.dispatch_key
-    return None
