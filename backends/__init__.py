@@ -79,8 +79,16 @@ def forget() -> None:
     _REGISTERED = None
 
 
-def _serving(device_type: str) -> list[type[Backend]]:
-    return [cls for cls in registered().values() if cls.torch_device_type == device_type]
+def _serving(device_type: str, caller: str, shown: str, fix: str) -> list[type[Backend]]:
+    """The registered backends of ``device_type``, in registration order; raises for a type none runs."""
+    found = [cls for cls in registered().values() if cls.torch_device_type == device_type]
+    if not found:
+        known = sorted({cls.torch_device_type for cls in registered().values()})
+        raise UnknownBackendError(
+            f"{caller}: no accel backend runs device type {shown}. Backends run device types {', '.join(known)}. "
+            f"{fix}"
+        )
+    return found
 
 
 def backend_for_device(device: torch.device, /) -> type[Backend]:
@@ -109,14 +117,8 @@ def backend_for_device(device: torch.device, /) -> type[Backend]:
     device_type = device.type
     if device_type == "cuda":  # both NVIDIA and AMD builds of torch call their GPUs "cuda"
         return BUILTIN["rocm"] if getattr(torch.version, "hip", None) else BUILTIN["cuda"]
-    found = _serving(device_type)
-    if not found:
-        known = sorted({cls.torch_device_type for cls in registered().values()})
-        raise UnknownBackendError(
-            f"backend_for_device: no accel backend runs device type {device_type!r} ({device}). Backends run "
-            f"device types {', '.join(known)}. Pass a device of one of those types."
-        )
-    return found[0]
+    return _serving(device_type, "backend_for_device", f"{device_type!r} ({device})",
+                    "Pass a device of one of those types.")[0]
 
 
 def dispatch_key_for_device_type(device_type: str, /) -> str:
@@ -131,12 +133,5 @@ def dispatch_key_for_device_type(device_type: str, /) -> str:
         >>> dispatch_key_for_device_type("cuda"), dispatch_key_for_device_type("cpu")
         ('CUDA', 'CPU')
     """
-    found = _serving(device_type)
-    if not found:
-        known = sorted({cls.torch_device_type for cls in registered().values()})
-        raise UnknownBackendError(
-            f"dispatch_key_for_device_type: no accel backend runs device type {device_type!r}. Backends run "
-            f"device types {', '.join(known)}. Pass one of those."
-        )
-    return found[0].dispatch_key
+    return _serving(device_type, "dispatch_key_for_device_type", repr(device_type), "Pass one of those.")[0].dispatch_key
 
