@@ -143,6 +143,7 @@ def install(*, dsl: str | Sequence[str] | None = None, kernels: str | Sequence[s
             raise UnknownKernelError(f"accel.kernels.install: unknown {what} {', '.join(unknown)}; the built-in "
                                      f"kernels have {', '.join(sorted(known))} (names are lower case).")
     added: list[str] = []
+    found = probes()
     try:
         for a in availability():
             if not a.available or a.installed:
@@ -151,7 +152,6 @@ def install(*, dsl: str | Sequence[str] | None = None, kernels: str | Sequence[s
                 continue
             if want_kernel is not None and a.kernel not in want_kernel:
                 continue
-            found = probes()
             backends = [b for b in a.backends if found[b].available]
             added += known_families[a.kernel].impl(a.dsl).register(backends)
     except BaseException:  # all or nothing: what this call registered goes again
