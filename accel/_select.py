@@ -121,9 +121,20 @@ def _parse(spec: object, source: str, env: str | None = None) -> tuple[str, int 
         name = _parse(env, f"{ENV_VAR}=")[0] if env else _best().name
         return name, spec, str(spec)
     name, text = split_spec(spec)
+    name = _name_for_device_type(name, repr(spec), source)
     index = None if text is None else parse_index(
-        text, f"{source}{spec!r}", "Write '<backend>' or '<backend>:<index>', e.g. 'cuda:0'.")
-    return _name_for_device_type(name, repr(spec), source), index, spec
+        text, f"{source}{spec!r}", f"{_count_text(name)} Write '<backend>' or '<backend>:<index>', e.g. "
+                                   f"'{name if name != 'rocm' else 'cuda'}:0'.")
+    return name, index, spec
+
+
+def _count_text(name: str) -> str:
+    """How many devices backend ``name`` has, as a sentence for index errors."""
+    p = _probe.probes()[name]
+    if not p.available:
+        return f"Backend {name!r} has no visible device ({p.reason})."
+    return (f"Backend {name!r} has {p.device_count} visible device(s), so valid indices are "
+            f"0..{p.device_count - 1}.")
 
 
 #: Words people write for a vendor or a device kind -> the backend name(s) accel uses for it.
