@@ -118,9 +118,6 @@ class _CpuStream:
     def get_state(self, index: int | None) -> torch.Tensor:
         return torch.get_rng_state()
 
-    def get_state_all(self) -> list[torch.Tensor]:
-        return [torch.get_rng_state()]
-
     def set_state(self, state: torch.Tensor, index: int | None) -> None:
         torch.set_rng_state(_fresh(state))
 
@@ -450,27 +447,41 @@ def set_rng_state(state: torch.Tensor, device: object = None, /) -> None:
 
 
 def get_rng_state_all() -> list[torch.Tensor]:
-    """The state of every device of the active backend, by device index.
+    """The state of every accelerator device of the active backend, by device index.
+
+    As ``torch.accelerator.random.get_rng_state_all`` and ``torch.cuda.get_rng_state_all``:
+    "all" means every accelerator device, never the CPU generator (read that with
+    ``get_rng_state("cpu")``).
 
     Returns:
-        One 1-D ``torch.uint8`` CPU tensor per device (one, the CPU generator's, when
-        the CPU backend is active).
+        One 1-D ``torch.uint8`` CPU tensor per device of the active accelerator backend;
+        ``[]`` when no accelerator is active (the CPU backend), as :func:`snapshot` records
+        no device streams there.
+
+    .. versionchanged:: unreleased (after 0.1.0; CHANGELOG.md)
+       Returns ``[]`` on the CPU backend; it returned ``[CPU generator state]`` before.
 
     .. note:: Initialises the device runtime.
     """
-    return _active().get_state_all()
+    stream = _active()
+    return [] if stream is _CPU else stream.get_state_all()
 
 
 def set_rng_state_all(states: Iterable[torch.Tensor], /) -> None:
-    """Set the state of every device of the active backend; checks all before setting any.
+    """Set the state of every accelerator device of the active backend; checks all before setting any.
 
     Args:
         states: one state per device, by index, as :func:`get_rng_state_all` returns
             (a list, tuple or other iterable of tensors; not a ``str``, ``bytes`` or mapping).
+            ``[]`` when no accelerator is active (the CPU backend): then this does nothing.
 
     Raises:
         RngStateError: (a ``ValueError``) not a list/tuple of states, not one state per
-            device, or a bad state; no generator changed.
+            device (any state at all on the CPU backend), or a bad state; no generator changed.
+
+    .. versionchanged:: unreleased (after 0.1.0; CHANGELOG.md)
+       On the CPU backend takes ``[]`` (a no-op) and refuses a CPU state; it took
+       ``[CPU generator state]`` before. Use :func:`set_rng_state` with ``"cpu"`` for that.
 
     .. note:: Initialises the device runtime.
     """
@@ -482,6 +493,14 @@ def set_rng_state_all(states: Iterable[torch.Tensor], /) -> None:
             f"Pass that list; use set_rng_state for one device."
         )
     states = list(states)
+    if stream is _CPU:
+        if states:
+            raise RngStateError(
+                f"accel.random.set_rng_state_all: got {len(states)} state(s), but no accelerator is active (the "
+                f"CPU backend), so there are 0 device states: get_rng_state_all() returns [] here. Pass [] (a "
+                f"no-op), or set the CPU generator with accel.random.set_rng_state(state, 'cpu')."
+            )
+        return
     count = stream.count()
     if len(states) != count:
         raise RngStateError(

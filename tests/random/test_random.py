@@ -117,15 +117,17 @@ def test_bad_state_to_cpu_changes_nothing(cpu, make, match):
 
 
 def test_rng_state_all_cpu_backend(cpu):
-    states = ar.get_rng_state_all()
-    assert len(states) == 1 and torch.equal(states[0], torch.get_rng_state())
-    a = torch.rand(4)
-    ar.set_rng_state_all(states)
-    assert torch.equal(a, torch.rand(4))
-    with pytest.raises(RngStateError, match="got 2 state"):
-        ar.set_rng_state_all(states * 2)
+    # issue 24 item 3: "all" means every accelerator device, as torch.accelerator.random's and
+    # torch.cuda's _all functions mean it: none on the CPU backend (snapshot() records none there either)
+    assert ar.get_rng_state_all() == [] == ar.snapshot()["devices"]
+    before = torch.get_rng_state()
+    ar.set_rng_state_all([])  # a no-op
+    assert torch.equal(before, torch.get_rng_state())
+    with pytest.raises(RngStateError, match=r"got 1 state\(s\), but no accelerator is active"):
+        ar.set_rng_state_all([before])
     with pytest.raises(RngStateError, match="takes a list of states"):
-        ar.set_rng_state_all(states[0])
+        ar.set_rng_state_all(before)
+    assert torch.equal(before, torch.get_rng_state())
 
 
 def test_default_generator_and_philox_on_cpu(cpu):
