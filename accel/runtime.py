@@ -384,21 +384,24 @@ class device_index:  # noqa: N801 - a context manager named like torch.accelerat
     def __init__(self, device: object, /) -> None:
         self._rt = rt = _runtime()
         self._index = None if device is None else rt.index(device, "accel.device_index")
-        self._prev: int | None = None
+        #: the device current before each entry not yet exited (one object may be entered again, nested)
+        self._prev: list[int] = []
 
     def __enter__(self) -> int | None:
         i = self._index
         if i is not None:
-            self._prev = prev = self._rt.current()
+            prev = self._rt.current()
+            self._prev.append(prev)
             if prev != i:
                 self._rt.set_device(i)
         return i
 
     def __exit__(self, *exc: object) -> None:
-        prev = self._prev
-        if prev is not None and prev != self._index:
+        if not self._prev:
+            return
+        prev = self._prev.pop()
+        if prev != self._index:
             self._rt.set_device(prev)
-        self._prev = None
 
 
 class stream:  # noqa: N801 - a context manager named like torch.cuda.stream
@@ -413,7 +416,9 @@ class stream:  # noqa: N801 - a context manager named like torch.cuda.stream
 
     .. note:: Like ``torch.cuda.stream``: on entry the stream's device becomes current too;
        on exit the previous current stream of that device and the previous device (with its
-       current stream) are restored. A no-op on CPU.
+       current stream) are restored. One object may be entered again inside its own block
+       (nested, or from a function the block calls): each exit restores what its own entry
+       replaced. A no-op on CPU.
 
     Example:
         >>> import accel
@@ -430,7 +435,10 @@ class stream:  # noqa: N801 - a context manager named like torch.cuda.stream
         self._rt = rt = _runtime()
         self._there = None if stream is None else rt.check_stream(stream, "accel.stream")
         self._stream = stream
-        self._saved: tuple[object, object | None] | None = None
+        #: per entry not yet exited, what it replaced: (stream of the stream's device, stream of the device
+        #: current before, or None when that was the same device). A stack: one object entered again inside
+        #: its own block restores each level (torch's StreamContext keeps one saved stream and loses the outer).
+        self._saved: list[tuple[object, object | None]] = []
 
     def __enter__(self) -> object:
         s = self._stream
@@ -441,18 +449,17 @@ class stream:  # noqa: N801 - a context manager named like torch.cuda.stream
         prev_there = rt.get_stream(there)
         prev_here = rt.get_stream(here) if here != there else None
         rt.set_stream(s)
-        self._saved = (prev_there, prev_here)
+        self._saved.append((prev_there, prev_here))
         return s
 
     def __exit__(self, *exc: object) -> None:
-        if self._saved is None:
+        if not self._saved:
             return
-        prev_there, prev_here = self._saved
+        prev_there, prev_here = self._saved.pop()
         rt = self._rt
         rt.set_stream(prev_there)
         if prev_here is not None:
             rt.set_stream(prev_here)  # also makes the previous device current again
-        self._saved = None
 
 
 def elapsed_time(start: object, end: object, /) -> float:
