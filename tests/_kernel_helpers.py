@@ -23,6 +23,7 @@ def _clean_registry():
     ak.enable()
     ak.set_verify(False)
     kcore.state.STATE.path_mode = None
+    kcore.state.STATE.said.clear()
 
 
 @pytest.fixture(params=PATHS)

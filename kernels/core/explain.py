@@ -11,6 +11,9 @@ import torch
 from accel.backends import dispatch_key_for_device_type
 from accel.errors import UnknownBackendError
 
+from accel import _compat
+
+from . import native, router
 from .op import resolve_op, shape_key
 from .override import OVERRIDES, truth
 from .slot import SLOTS
@@ -54,12 +57,41 @@ def _first_device(args: Sequence[Any], kwargs: dict) -> torch.device | None:
     return None
 
 
+def _upstream_steps(opr: Any, key: str, args: tuple, kwargs: dict, chosen: str, steps: list) -> str:
+    """Append a step per upstream override of ``opr`` at ``key`` in torch's native registry (tried after
+    accel's nodes, in the graph's order); returns the kernel that runs."""
+    reg = _compat.native_dsl_registry()
+    nodes = native.upstream_nodes(opr, key)
+    installed = reg is not None and nodes and reg.installed(opr.namespace, opr.symbol, key)
+    for node in nodes:
+        name = f"torch._native {node.dsl_name}"
+        if not reg.enabled(node):
+            steps.append((name, "off: disabled through torch.backends.python_native"))
+        elif not installed:
+            steps.append((name, "off: the registry's router for this op is not installed at this key"))
+        elif chosen != "aten":
+            steps.append((name, f"not tried: {chosen} comes first"))
+        else:
+            try:
+                ok, detail = bool(node.cond_fn(*args, **kwargs)), ""
+            except Exception as exc:  # noqa: BLE001 - explain reports, never raises for a cond bug
+                ok, detail = False, f" (cond raised {type(exc).__name__}: {exc})"
+            steps.append((name, f"runs: upstream override (cond -> True)" if ok
+                          else f"declines: upstream override (cond -> False{detail})"))
+            if ok:
+                chosen = name
+    return chosen
+
+
 def explain(op: object, /, *args: Any, **kwargs: Any) -> Explanation:
     """Say which kernel would run for ``op(*args, **kwargs)`` and why, without running it.
 
     Every registration of ``op`` is listed with its verdict: the disabled filter
     that keeps it off, the native registry's state, a failed shape, or its
-    ``cond``'s answer (and ``cond.why_not`` where given). Counters are not touched.
+    ``cond``'s answer (and ``cond.why_not`` where given); then each upstream override of
+    ``op`` at the key in torch's native registry (``"torch._native <dsl>"``), tried after
+    accel's; or, where another kernel was registered above accel's router since, that it
+    shadows them. Counters are not touched.
     Meta tensors have no backend key: pass real (or fake-device) tensors.
 
     Returns:
@@ -118,8 +150,16 @@ def explain(op: object, /, *args: Any, **kwargs: Any) -> Explanation:
             steps.append((o.name, ("runs: " if ok else "declines: ") + detail))
             if ok:
                 chosen = o.name
-    if not steps:
-        steps.append(("aten", f"no accel override registered for {opr.qualname} (the built-in kernels are "
+        shadow = router.shadowed_by(slot) if slot is not None and slot.path is router else None
+        if shadow is not None:  # another kernel sits above accel's router: it answers first
+            steps = [(n, f"shadowed: {shadow} was registered above accel's router at {key} since; it answers "
+                         f"first and reaches accel's router only where it falls back (then: {v})")
+                     for n, v in steps]
+            chosen = f"{shadow} (above accel's router)"
+        elif key is not None:
+            chosen = _upstream_steps(opr, key, args, kwargs, chosen, steps)
+    if not regs:
+        steps.insert(0, ("aten", f"no accel override registered for {opr.qualname} (the built-in kernels are "
                                f"installed on a GPU by accel.kernels.install(); `accel kernels` says which can be "
                                f"used here and why not)"))
     return Explanation(opr.qualname, key, chosen, tuple(steps))

@@ -8,8 +8,9 @@ registry then builds its own router, so ``torch.backends.python_native``
 upstream ones. accel's nodes go first in the graph, upstream nodes after.
 
 The registry is private: it is reached only through
-:func:`accel._compat.native_dsl_registry`, which returns ``None`` when it is
-missing or changed; accel then uses :mod:`accel.kernels.core.router` instead.
+:func:`accel._compat.native_dsl_registry`, an adapter over the registry generations accel
+recognises (``None`` for any other shape); accel then uses :mod:`accel.kernels.core.router`
+instead and says so (:func:`accel.kernels.core.registry.choose_path`).
 Under ``torch.compile``, the registry's routers are reachable only through its
 opt-in decomposition table (``torch._native.registry.native_decomp_table()``);
 the compiled graph otherwise uses Inductor's own code for the op, as with
@@ -35,22 +36,25 @@ def _registry() -> Any:
     return reg
 
 
-#: Namespaces the native registry of torch 2.13 and 2.14 serves: it installs its routers with
-#: ``torch.library.Library("aten", "IMPL")`` and keys its graphs by op symbol alone.
-NAMESPACES = ("aten",)
-
-
 def serves(op: Op, key: str, has_aten_kernel: bool) -> bool:
-    """Whether the native registry can hold ``op`` at ``key``: present and usable, an op of a namespace it
-    serves, and an ATen kernel at the key for it to fall back to (``aten::_fused_rms_norm_backward`` has
-    none on CPU: accel's router serves that one)."""
-    return has_aten_kernel and op.namespace in NAMESPACES and _compat.native_dsl_registry() is not None
+    """Whether the native registry can hold ``op`` at ``key``: recognised, an op of a namespace it serves
+    (``aten``; on torch 2.15 also ``torch_nn``), and a kernel at the key for it to fall back to
+    (``aten::_fused_rms_norm_backward`` has none on CPU: accel's router serves that one)."""
+    reg = _compat.native_dsl_registry()
+    return has_aten_kernel and reg is not None and op.namespace in reg.namespaces
+
+
+def upstream_nodes(op: Op, key: str) -> list:
+    """The nodes of ``op`` at ``key`` in torch's registry that are not accel's (upstream's overrides), in order."""
+    reg = _compat.native_dsl_registry()
+    if reg is None or op.namespace not in reg.namespaces:
+        return []
+    return [n for n in reg.graph(op.namespace, op.symbol, key) or () if not getattr(n, "_accel", None)]
 
 
 def add(slot: Any, ov: Any) -> None:
     """Create ``ov``'s node in the registry (not yet installed: :func:`install` places it)."""
     reg = _registry()
-    symbol, key = slot.op.symbol, slot.key
 
     def cond(*args: Any, **kwargs: Any) -> bool:
         # an impl calling its own op: not itself again
@@ -64,11 +68,9 @@ def add(slot: Any, ov: Any) -> None:
 
     cond.__qualname__ = f"accel cond of {ov.name}"
     impl.__qualname__ = f"accel impl of {ov.name}"
-    reg.register_op_override(ov.dsl, slot.op.namespace, symbol, key, cond, impl)
-    graph = reg._graphs[(symbol, key)]
-    node = graph.pop()  # register_op_override appended it; install() decides its place
+    node = reg.new_node(ov.dsl, slot.op.namespace, slot.op.symbol, slot.key, cond, impl)
     node._accel = ov.name
-    ov.native_nodes[key] = node
+    ov.native_nodes[slot.key] = node
 
 
 def remove(slot: Any, ov: Any) -> None:
@@ -77,18 +79,19 @@ def remove(slot: Any, ov: Any) -> None:
 
 
 def install(slot: Any, live: tuple) -> None:
-    """Put ``live`` overrides' nodes first in the registry's graph and let the registry rebuild its router."""
+    """Put ``live`` overrides' nodes first in the registry's graph, upstream's after them in their
+    order, and let the registry rebuild its router (``torch.backends.python_native`` then switches
+    both, and a ``python_native`` block exiting rebuilds the router with accel's nodes in it)."""
     reg = _registry()
-    symbol, key = slot.op.symbol, slot.key
-    graph = reg._graphs.setdefault((symbol, key), [])
-    upstream = [n for n in graph if not getattr(n, "_accel", None)]
-    graph[:] = [ov.native_nodes[key] for ov in live] + upstream
-    # Capture the plain ATen kernel (not a router) for fail-safe and verification.
-    reg._destroy_aten_override(symbol, key)
+    ns, symbol, key = slot.op.namespace, slot.op.symbol, slot.key
+    upstream = upstream_nodes(slot.op, key)
+    graph = reg.set_graph(ns, symbol, key, [ov.native_nodes[key] for ov in live] + upstream)
+    # Capture the kernel under the registry's router (not the router) for fail-safe and verification.
+    reg.teardown(ns, symbol, key)
     slot.original = aten_kernel(slot.op, key)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=OVERRIDE_WARNING, category=UserWarning)
-        reg._register_overrides_from_graph(symbol, key, graph, filter_state=reg._filter_state)
+        reg.rebuild(ns, symbol, key)
     slot.state = graph
 
 
@@ -104,7 +107,7 @@ def inactive_reason(slot: Any, ov: Any) -> str | None:
     reg = _compat.native_dsl_registry()
     if node is None or reg is None:
         return "not installed"
-    if not reg._filter_state.check_enabled(node):
+    if not reg.enabled(node):
         return (f"disabled through torch.backends.python_native (DSL {ov.dsl!r}, op {slot.op.symbol!r} "
                 f"or dispatch key {slot.key!r} is switched off there)")
     return None

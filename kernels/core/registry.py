@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 
 import torch
 
 from accel import _compat
-from accel.errors import KernelRegistrationError, UnknownKernelError
+from accel.errors import KernelRegistrationError, KernelRegistrationWarning, UnknownKernelError
 from accel.kernels.tuning import table
 
 from . import native, router
@@ -28,16 +29,19 @@ from .override import ORDER, OVERRIDES, Override, OverrideInfo
 from .slot import SLOTS, InstallPath, Slot
 from .state import LOCK, PATHS, REGISTRY_ENV, STATE
 
-__all__ = ["choose_path", "disable", "disabled", "enable", "overrides", "register", "registry_path",
+__all__ = ["choose_path", "disable", "disabled", "enable", "overrides", "register", "registry_mode", "registry_path",
            "reset_counters", "unregister", "use_registry"]
 
 
-def registry_path() -> str:
-    """The configured registration path: ``"auto"``, ``"native"`` or ``"accel"``.
+def registry_mode() -> str:
+    """The configured registration mode: ``"auto"``, ``"native"`` or ``"accel"``.
 
     Set by :func:`use_registry` or, before the first registration, by the
     ``ACCEL_KERNELS_REGISTRY`` environment variable (default ``"auto"``: the
     native registry where usable, accel's router elsewhere).
+
+    Raises:
+        KernelRegistrationError: ``ACCEL_KERNELS_REGISTRY`` holds another value.
     """
     if STATE.path_mode is None:
         mode = os.environ.get(REGISTRY_ENV, "auto").strip().lower() or "auto"
@@ -47,6 +51,41 @@ def registry_path() -> str:
                 f"Unset it for 'auto'.")
         STATE.path_mode = mode
     return STATE.path_mode
+
+
+def registry_path() -> str:
+    """The path new registrations take here: ``"native"`` (torch's native DSL registry) or ``"accel"``
+    (accel's router), from :func:`registry_mode` and what this torch has.
+
+    Per op the native path also needs an op of a namespace the registry serves (``aten``; on torch
+    2.15 also ``torch_nn``) with a kernel at the key; :attr:`OverrideInfo.paths` gives each
+    registration's actual path.
+
+    Raises:
+        KernelRegistrationError: the mode is ``"native"`` but this torch has no native registry accel
+            recognises (the message says why and what to do).
+    """
+    mode = registry_mode()
+    if mode == "accel":
+        return "accel"
+    if _compat.native_dsl_registry() is not None:
+        return "native"
+    if mode == "native":
+        raise _native_refused(f"{REGISTRY_ENV}=native" if os.environ.get(REGISTRY_ENV) else "use_registry('native')")
+    return "accel"
+
+
+def _native_refused(who: str) -> KernelRegistrationError:
+    return KernelRegistrationError(
+        f"accel.kernels: {who}: {_compat.native_dsl_registry_reason()}, so accel's kernels cannot join torch's "
+        f"native DSL registry (torch.backends.python_native would not control them). Use mode 'auto' "
+        f"(accel's router here, said once) or 'accel', or a torch whose registry accel recognises (2.13 to 2.15).")
+
+
+def _say_once(what: object, warning: Warning) -> None:
+    if what not in STATE.said:
+        STATE.said.add(what)
+        warnings.warn(warning, stacklevel=4)
 
 
 def use_registry(mode: str, /) -> str:
@@ -67,9 +106,7 @@ def use_registry(mode: str, /) -> str:
     if mode not in PATHS:
         raise KernelRegistrationError(f"accel.kernels.use_registry: unknown mode {mode!r}. Valid: {', '.join(PATHS)}.")
     if mode == "native" and _compat.native_dsl_registry() is None:
-        raise KernelRegistrationError(
-            f"accel.kernels.use_registry('native'): {_compat.native_dsl_registry_reason()}. "
-            f"Use 'auto' or 'accel' on this torch.")
+        raise _native_refused("use_registry('native')")
     with LOCK:
         if OVERRIDES:
             raise KernelRegistrationError(
@@ -82,10 +119,35 @@ def use_registry(mode: str, /) -> str:
 
 
 def choose_path(op: Op, key: str, has_aten_kernel: bool) -> InstallPath:
-    """The install path for a new slot of ``op`` at ``key``: the native registry where the mode allows it
-    and it serves the op (:func:`accel.kernels.core.native.serves`), else accel's router."""
-    mode = registry_path()
-    if mode != "accel" and native.serves(op, key, has_aten_kernel):
+    """The install path for a new slot of ``op`` at ``key``.
+
+    The native registry where the mode allows it and it serves the op
+    (:func:`accel.kernels.core.native.serves`); also in mode ``"accel"`` where torch's registry
+    already holds upstream overrides of the op at the key (a second router would hide them, or be
+    hidden when a ``python_native`` block rebuilds theirs: accel joins their graph, said once);
+    else accel's router. A torch with a native registry accel does not recognise gets the router
+    and one :class:`~accel.errors.KernelRegistrationWarning` (mode ``"auto"``) or an error (``"native"``).
+
+    Raises:
+        KernelRegistrationError: mode ``"native"`` without a recognised native registry.
+    """
+    mode = registry_mode()
+    path = registry_path()  # raises for "native" without a recognised registry
+    if path == "accel" and mode == "auto" and _compat.has_native_dsl_registry():
+        _say_once("unrecognised registry", KernelRegistrationWarning(
+            f"accel.kernels: {_compat.native_dsl_registry_reason()}; accel's kernels use accel's own router, "
+            f"so torch.backends.python_native does not switch them and upstream overrides of the same ops may "
+            f"shadow them. `accel doctor` reports this; ACCEL_KERNELS_REGISTRY=accel chooses the router knowingly."))
+    if not native.serves(op, key, has_aten_kernel):
+        return router
+    if path == "native":
+        return native
+    upstream = native.upstream_nodes(op, key)
+    if upstream:
+        _say_once(("joins upstream", op.qualname, key), KernelRegistrationWarning(
+            f"accel.kernels: {op.qualname} at {key}: torch's native registry holds upstream overrides "
+            f"({', '.join(n.dsl_name for n in upstream)}); accel's overrides join that graph (before them) "
+            f"instead of stacking accel's router on theirs, although the mode is 'accel'."))
         return native
     return router
 
@@ -241,7 +303,7 @@ def register(
             raise KernelRegistrationError(
                 f"accel.kernels.register({opr.qualname}): torch {torch.__version__} has no torch.library.get_kernel "
                 f"(torch 2.9+), so the ATen kernel cannot be captured for fallback. Upgrade torch to 2.9 or later.")
-        originals = {}
+        originals, paths = {}, {}
         for key in dict.fromkeys(keys.values()):
             slot = SLOTS.get((opr.qualname, key))
             has_kernel = slot.original is not None if slot else aten_kernel(opr, key) is not None
@@ -251,6 +313,8 @@ def register(
                     f"so there is nothing to fall back to when cond is false. Pass fallback= (an eager "
                     f"implementation), or register at another backend.")
             originals[key] = has_kernel
+            if slot is None:
+                paths[key] = choose_path(opr, key, has_kernel)  # may refuse: before any state changes
         ORDER[0] += 1
         ov = Override(name, opr, dsl.strip(), backends, keys, impl, cond, fallback, ORDER[0])
         OVERRIDES[name] = ov
@@ -260,7 +324,7 @@ def register(
             for key, has_kernel in originals.items():
                 slot = SLOTS.get((opr.qualname, key))
                 if slot is None:
-                    slot = Slot(opr, key, choose_path(opr, key, has_kernel))
+                    slot = Slot(opr, key, paths[key])
                     # before accel's kernel is there: whether ATen's own is only a composite (alias keys)
                     slot.composite_only = not torch._C._dispatch_has_kernel_for_dispatch_key(
                         f"{opr.namespace}::{opr.symbol}", key)

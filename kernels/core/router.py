@@ -7,6 +7,11 @@ just before the router was installed, with the dispatcher's key set. Because it
 sits at the backend key, ATen's Autograd and Autocast kernels above it still
 run. With no live override the library is destroyed: no per-call cost at all.
 
+The captured kernel may itself be another Python kernel (torch's native registry's router for the
+op, where accel cannot join that registry's graph): when its library is destroyed
+(``torch.backends.python_native`` switching it off) the capture is invalidated and the router
+captures again (:meth:`~accel.kernels.core.slot.Slot.after_invalidated`), never failing the call.
+
 A bare router at the CUDA key that falls through to the captured kernel adds about 4 µs per call
 on the H200's host (``accel bench`` times it beside accel's router:
 ``benchmarks/results/h200/session9/kernels-20261201-150218.md``); accel's own part is the floor gate and the
@@ -116,7 +121,10 @@ def _make_router(slot: Any, live: tuple) -> Any:
                 if small:
                     for ov in live:  # booked as declined by each (accel kernels shows them as fallbacks)
                         ov.declined += 1
-                    return aten.call_boxed(keyset, *args, **kwargs)
+                    try:
+                        return aten.call_boxed(keyset, *args, **kwargs)
+                    except RuntimeError as exc:
+                        return slot.after_invalidated(exc).call_boxed(keyset, *args, **kwargs)
             sig = signature(args)
             for ov in live:
                 fn = ov.take(args, kwargs, sig)
@@ -124,7 +132,10 @@ def _make_router(slot: Any, live: tuple) -> Any:
                     if fn is fallback:  # planning failed: ATen answers, as for a raising impl
                         break
                     return run(ov, args, kwargs, fn)
-        return aten.call_boxed(keyset, *args, **kwargs)
+        try:
+            return aten.call_boxed(keyset, *args, **kwargs)
+        except RuntimeError as exc:
+            return slot.after_invalidated(exc).call_boxed(keyset, *args, **kwargs)
 
     return router
 
@@ -156,6 +167,7 @@ def install(slot: Any, live: tuple) -> None:
         warnings.filterwarnings("ignore", message=OVERRIDE_WARNING, category=UserWarning)
         lib.impl(slot.op.symbol, _make_router(slot, live), slot.key, with_keyset=True)
     slot.state = lib
+    slot.top = repr(aten_kernel(slot.op, slot.key))  # accel's router: what explain compares the key's kernel with
 
 
 def release(slot: Any) -> None:
@@ -163,6 +175,16 @@ def release(slot: Any) -> None:
     if slot.state is not None:
         slot.state._destroy()
         slot.state = None
+
+
+def shadowed_by(slot: Any) -> str | None:
+    """The kernel registered above accel's router at ``slot``'s key since it was installed (another
+    ``torch.library`` kernel, such as torch's native registry rebuilding its router when a
+    ``python_native`` block exits), or ``None`` while accel's router is the key's kernel."""
+    if slot.state is None or slot.top is None:
+        return None
+    now = repr(aten_kernel(slot.op, slot.key))
+    return None if now == slot.top else now
 
 
 def inactive_reason(slot: Any, ov: Any) -> str | None:

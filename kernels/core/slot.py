@@ -15,6 +15,7 @@ import torch
 
 from .op import Op
 from .override import Override
+from .state import LOCK
 
 __all__ = ["SLOTS", "Inside", "InstallPath", "Slot"]
 
@@ -63,6 +64,7 @@ class Slot:
         self.installed = False  # the path installed this slot once (ATen's kernel captured)
         self.composite_only = False  # ATen has only a composite of the op at this key (set at creation)
         self.state: Any = None  # the path's own bookkeeping
+        self.top: str | None = None  # the router path: repr of the key's kernel right after installing (its own)
         #: Re-entrancy guard per thread: while an impl of this slot runs, a call of the same op from
         #: inside it (an impl handing a case back to ATen) skips accel's overrides: no infinite recursion.
         self.inside = Inside()
@@ -83,8 +85,23 @@ class Slot:
     def call_aten(self, *args: Any, **kwargs: Any) -> Any:
         """The ATen result, bypassing every override at this key."""
         if self.original is not None:
-            return self.original.call_boxed(self.keyset, *args, **kwargs)
+            try:
+                return self.original.call_boxed(self.keyset, *args, **kwargs)
+            except RuntimeError as exc:
+                return self.after_invalidated(exc).call_boxed(self.keyset, *args, **kwargs)
         return self.fallback(*args, **kwargs)
+
+    def after_invalidated(self, exc: RuntimeError) -> Any:
+        """The kernel to call instead of a captured one whose library was destroyed since (``exc`` says
+        it was invalidated): the slot is reinstalled, capturing the kernel now under it. Re-raises
+        ``exc`` for every other error of the kernel."""
+        if "invalidated" not in str(exc) or self.original is None:
+            raise exc
+        with LOCK:
+            self.path.install(self, self.live)
+        if self.original is None:
+            raise exc
+        return self.original
 
 
 #: ``(op qualname, dispatch key)`` -> its slot, while any override of the op is registered at the key.

@@ -33,6 +33,8 @@ class State:
     held: dict[tuple[str, Any], int] = {}
     #: ``(forward op, key)`` pairs already warned about as unable to train (:mod:`.autograd`).
     orphans: set[tuple[str, str]] = set()
+    #: What the registry has already warned about once (an unrecognised native registry, a slot joining upstream's graph).
+    said: set = set()
 
 
 STATE = State()

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 import accel.kernels as ak
 from accel import _compat
-from accel.errors import KernelFallbackWarning, KernelRegistrationError, UnknownKernelError
+from accel.errors import KernelFallbackWarning, KernelRegistrationError, KernelRegistrationWarning, UnknownKernelError
 from accel.kernels import core as kcore
 from accel.kernels.ops.rms_norm import reference
 
@@ -278,16 +278,50 @@ def test_backward_without_aten_kernel_uses_accel_router_even_on_native():
     assert _info("b").paths == {"CPU": "accel"}  # no CPU kernel for the native registry to fall back to
 
 
-def test_missing_native_registry_degrades_to_accel(monkeypatch):
+def test_unrecognised_native_registry_takes_the_router_and_says_so(monkeypatch):
+    monkeypatch.setattr(_compat, "has_native_dsl_registry", lambda: True)
     monkeypatch.setattr(_compat, "native_dsl_registry", lambda: None)
-    monkeypatch.setattr(_compat, "native_dsl_registry_reason", lambda: "torch._native missing (test)")
+    monkeypatch.setattr(_compat, "native_dsl_registry_reason", lambda: "torch._native of another shape (test)")
     ak.use_registry("auto")
-    _register_pair()
+    assert ak.registry_path() == "accel" and ak.registry_mode() == "auto"
+    with pytest.warns(KernelRegistrationWarning, match=r"another shape \(test\); accel's kernels use accel's own "
+                                                        r"router, so torch.backends.python_native does not switch them"):
+        _register_pair()
     assert _info("f").paths == {"CPU": "accel"}
+    with warnings.catch_warnings():
+        # said once per process, not per registration
+        warnings.filterwarnings("error", message=r"accel\.kernels: ", category=KernelRegistrationWarning)
+        _register_pair(suffix="2")
     for o in ak.overrides():
         ak.unregister(o.name)
-    with pytest.raises(KernelRegistrationError, match=r"use_registry\('native'\): torch._native missing \(test\)"):
+    with pytest.raises(KernelRegistrationError, match=r"use_registry\('native'\): torch._native of another shape"):
         ak.use_registry("native")
+    # the environment variable asks for the same: refused at registration, nothing registered
+    kcore.state.STATE.path_mode = None
+    monkeypatch.setenv(kcore.state.REGISTRY_ENV, "native")
+    with pytest.raises(KernelRegistrationError, match=r"ACCEL_KERNELS_REGISTRY=native: torch._native of another shape"):
+        _register_pair()
+    assert ak.overrides() == [] and kcore.slot.SLOTS == {}
+    with pytest.raises(KernelRegistrationError, match="ACCEL_KERNELS_REGISTRY=native"):
+        ak.registry_path()
+
+
+def test_no_native_registry_routes_silently_where_torch_has_none(monkeypatch):
+    monkeypatch.setattr(_compat, "has_native_dsl_registry", lambda: False)
+    monkeypatch.setattr(_compat, "native_dsl_registry", lambda: None)
+    with warnings.catch_warnings():
+        # nothing to say (the registry's own warnings start "accel.kernels: "): torch has no registry to join
+        warnings.filterwarnings("error", message=r"accel\.kernels: ", category=KernelRegistrationWarning)
+        ak.register(FWD, impl=reference.fused_rms_norm, backends=["cpu"], dsl="eager", name="f",
+                    cond=lambda *a, **k: False)
+    assert _info("f").paths == {"CPU": "accel"} and ak.registry_path() == "accel"
+
+
+def test_registry_path_is_the_path_taken():
+    expected = "native" if _compat.native_dsl_registry() is not None else "accel"
+    assert ak.registry_mode() == "auto" and ak.registry_path() == expected
+    ak.use_registry("accel")
+    assert ak.registry_path() == "accel"
 
 
 def test_compat_rejects_a_changed_native_registry(monkeypatch):
@@ -295,15 +329,40 @@ def test_compat_rejects_a_changed_native_registry(monkeypatch):
         pytest.skip(_compat.native_dsl_registry_reason())
     import torch._native.registry as reg
 
+    before = _compat.native_dsl_registry()
     _compat.native_dsl_registry.cache_clear()
     monkeypatch.delattr(reg, "_register_overrides_from_graph")
     try:
         assert _compat.native_dsl_registry() is None
-        assert "lacks one of" in _compat.native_dsl_registry_reason()
+        assert "not a shape accel recognises (not namespaced: no _register_overrides_from_graph" in \
+            _compat.native_dsl_registry_reason()
     finally:
         monkeypatch.undo()
         _compat.native_dsl_registry.cache_clear()
-    assert _compat.native_dsl_registry() is reg
+    after = _compat.native_dsl_registry()
+    assert after.module is reg and after.generation == before.generation
+
+
+def test_compat_rejects_a_renamed_parameter(monkeypatch):
+    """A registry function whose parameters moved is refused by signature, not by version string."""
+    if not _compat.has_native_dsl_registry():
+        pytest.skip(_compat.native_dsl_registry_reason())
+    import torch._native.registry as reg
+
+    real = reg.register_op_override
+
+    def register_op_override(dsl_name, op_symbol, lib_symbol, dispatch_key, cond, impl):  # swapped
+        return real(dsl_name, lib_symbol, op_symbol, dispatch_key, cond, impl)
+
+    _compat.native_dsl_registry.cache_clear()
+    monkeypatch.setattr(reg, "register_op_override", register_op_override)
+    try:
+        assert _compat.native_dsl_registry() is None
+        assert "register_op_override('dsl_name', 'op_symbol'" in _compat.native_dsl_registry_reason()
+    finally:
+        monkeypatch.undo()
+        _compat.native_dsl_registry.cache_clear()
+    assert _compat.native_dsl_registry() is not None
 
 
 # ------------------------------------------------------------------ torch.compile
