@@ -220,7 +220,47 @@ def collect(spec: object = None) -> dict[str, Any]:
     info["accel_device_env"] = os.environ.get("ACCEL_DEVICE")
     info["accel_env"] = {k: os.environ.get(k) for k in ACCEL_ENV}
     info["ipex"] = ipex_status(build["torch"])
+    info["kernel_registry"] = kernel_registry()
     return info
+
+
+def kernel_registry() -> dict[str, Any]:
+    """Which path accel's kernel overrides take in this process's torch, from ``ACCEL_KERNELS_REGISTRY``
+    and torch's native DSL registry, without importing :mod:`accel.kernels`.
+
+    Returns:
+        ``{"mode", "path", "torch_native", "recognised", "generation", "namespaces", "detail"}``: ``path``
+        is ``"native"``, ``"accel"`` or ``None`` (mode ``native`` with no registry to use: registration
+        raises); ``torch_native`` whether torch has ``torch._native``; ``recognised`` whether its
+        registry has a shape accel uses.
+    """
+    mode = (os.environ.get("ACCEL_KERNELS_REGISTRY") or "auto").strip().lower() or "auto"
+    reg = _compat.native_dsl_registry()
+    if mode == "accel":
+        path = "accel"
+    elif reg is not None:
+        path = "native"
+    else:
+        path = None if mode == "native" else "accel"
+    return {"mode": mode, "path": path, "torch_native": _compat.has_native_dsl_registry(),
+            "recognised": reg is not None, "generation": getattr(reg, "generation", None),
+            "namespaces": sorted(getattr(reg, "namespaces", ())), "detail": _compat.native_dsl_registry_reason()}
+
+
+def _registry_check(reg: dict[str, Any]) -> Check:
+    name = "kernel registry path"
+    if reg["recognised"] or reg["mode"] == "accel":
+        told = f"{reg['path']} (mode {reg['mode']}): {reg['detail']}"
+        return Check(name, True, told)
+    if not reg["torch_native"]:
+        if reg["mode"] == "native":
+            return Check(name, False, f"ACCEL_KERNELS_REGISTRY=native: {reg['detail']}",
+                         "unset ACCEL_KERNELS_REGISTRY (or set it to accel): this torch has no native registry")
+        return Check(name, True, f"accel's router: {reg['detail']}")
+    return Check(name, False, f"{reg['detail']}; accel's kernels use accel's router, so torch.backends.python_native "
+                              f"does not switch them",
+                 "use a torch release whose registry accel recognises (2.13 to 2.15) or a newer accel; "
+                 "ACCEL_KERNELS_REGISTRY=accel takes accel's router knowingly")
 
 
 #: accel's variables with a fixed set of values (as the code reading them parses them: stripped;
@@ -293,6 +333,8 @@ def checks(info: dict[str, Any]) -> list[Check]:
             fix = f"pip install the {dsl} version that matches torch {build['torch']}"
         out.append(Check(f"{dsl} version", d["compatible"], d["detail"], fix))
     out.append(_env_check(info.get("accel_env") or {}))
+    if "kernel_registry" in info:
+        out.append(_registry_check(info["kernel_registry"]))
     ipex = info["ipex"]
     if ipex["installed"] is not None:
         out.append(Check("intel-extension-for-pytorch", bool(ipex["matches_torch"]),

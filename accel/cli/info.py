@@ -57,6 +57,9 @@ def run(args: argparse.Namespace) -> int:
     out.print(table("DSL runtimes", ["dsl", "version", "compatible", "detail"],
                     [[d, v["version"] or "not installed", v["compatible"] if v["version"] else "n/a", v["detail"]]
                      for d, v in info["dsl"].items()]))
+    reg = info["kernel_registry"]
+    out.print(f"kernel registry: {reg['path'] or 'none (ACCEL_KERNELS_REGISTRY=native cannot be served)'} "
+              f"(mode {reg['mode']}) - {reg['detail']}")
     env_rows = [[k, v if v is not None else "(unset)"] for k, v in info["visible_devices"].items()]
     env_rows.append(["ACCEL_DEVICE", info["accel_device_env"] if info["accel_device_env"] is not None else "(unset)"])
     env_rows += [[k, v if v is not None else "(unset)"] for k, v in info["accel_env"].items()]

@@ -414,3 +414,46 @@ def test_demo_says_why_it_ran_without_kernels(monkeypatch):
     assert demo._why_no_kernels(True, "cuda") == "none usable here: triton: triton is not installed"
     line = _kernels_line({"installed": [], "why_none": "off (--kernels off)"})
     assert line == "none installed: off (--kernels off)"
+
+
+def _registry_check(info):
+    from accel import diagnostics
+
+    return next(c for c in diagnostics.checks(info) if c.name == "kernel registry path")
+
+
+def test_info_and_doctor_report_the_kernel_registry_path(capsys, monkeypatch):
+    from accel import _compat
+
+    monkeypatch.delenv("ACCEL_KERNELS_REGISTRY", raising=False)
+    assert main(["info", "--json"]) == 0
+    reg = json.loads(capsys.readouterr().out)["kernel_registry"]
+    recognised = _compat.native_dsl_registry() is not None
+    assert reg["mode"] == "auto" and reg["recognised"] == recognised
+    assert reg["path"] == ("native" if recognised else "accel")
+    assert reg["detail"] == _compat.native_dsl_registry_reason()
+    assert main(["info"]) == 0
+    assert f"kernel registry: {reg['path']} (mode auto)" in capsys.readouterr().out
+    from accel import diagnostics
+
+    assert _registry_check(diagnostics.collect()).ok
+
+
+def test_doctor_fails_an_unrecognised_native_registry(monkeypatch):
+    from accel import _compat, diagnostics
+
+    monkeypatch.setattr(_compat, "has_native_dsl_registry", lambda: True)
+    monkeypatch.setattr(_compat, "native_dsl_registry", lambda: None)
+    monkeypatch.setattr(_compat, "native_dsl_registry_reason", lambda: "torch._native of another shape (test)")
+    monkeypatch.delenv("ACCEL_KERNELS_REGISTRY", raising=False)
+    check = _registry_check(diagnostics.collect())
+    assert not check.ok and "another shape (test); accel's kernels use accel's router" in check.detail
+    assert "ACCEL_KERNELS_REGISTRY=accel" in check.fix
+    monkeypatch.setenv("ACCEL_KERNELS_REGISTRY", "accel")  # chosen knowingly: passes
+    assert _registry_check(diagnostics.collect()).ok
+    monkeypatch.setattr(_compat, "has_native_dsl_registry", lambda: False)
+    monkeypatch.setenv("ACCEL_KERNELS_REGISTRY", "native")
+    info = diagnostics.collect()
+    assert info["kernel_registry"]["path"] is None
+    check = _registry_check(info)
+    assert not check.ok and check.detail.startswith("ACCEL_KERNELS_REGISTRY=native: ")
