@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["NativeRegistry", "has_native_dsl_registry", "library_get_kernel", "native_dsl_registry",
+__all__ = ["has_native_dsl_registry", "library_get_kernel", "native_dsl_registry",
            "native_dsl_registry_reason"]
 
 
