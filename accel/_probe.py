@@ -12,13 +12,13 @@ import os
 
 import torch
 
+from accel import _caches
 from accel.backends import Backend, ProbeResult, registered
 
 __all__ = ["probes", "clear_cache", "torch_build"]
 
 _PROBES: dict[str, ProbeResult] | None = None
 _PROBE_PID: int | None = None
-_CLEAR_HOOKS: list = []
 
 
 def probes() -> dict[str, ProbeResult]:
@@ -51,12 +51,14 @@ def torch_build() -> dict[str, str | None]:
 
 
 def on_clear(hook) -> None:
-    """Register a callable run by :func:`clear_cache` (other modules' caches)."""
-    _CLEAR_HOOKS.append(hook)
+    """Register a callable run by :func:`clear_cache` (other modules' caches; see :mod:`accel._caches`)."""
+    _caches.on_clear(hook)
 
 
 def clear_cache() -> None:
-    """Forget every cached detection result: probes, selection and entry-point backends.
+    """Forget every cached detection result: probes, selection, entry-point backends, the resolved
+    runtime functions, and every detection cache of :mod:`accel._caches` (the kernels' per-device
+    arch and SM count, the tuning tables, what the running torch has).
 
     Side effects: the next :func:`accel.device` re-probes. Never touches a device.
     """
@@ -66,5 +68,4 @@ def clear_cache() -> None:
     _PROBES = None
     _PROBE_PID = None
     backends.forget()
-    for hook in _CLEAR_HOOKS:
-        hook()
+    _caches.clear_detection_caches()

@@ -51,7 +51,7 @@ from typing import Any
 
 import torch
 
-from accel import _compat
+from accel import _caches, _compat
 from accel._select import selection
 from accel.backends import Backend
 from accel.errors import (
@@ -167,6 +167,7 @@ class CapturePlan:
 
 
 _PLANS: dict[str, CapturePlan] = {}
+_caches.on_clear(_PLANS.clear)  # a plan holds its backend's facts (ROCm and CUDA share the device type "cuda")
 
 
 def plan_for(device: Any = None) -> tuple[GraphSupport, CapturePlan | None]:

@@ -79,6 +79,28 @@ from .runtime import (
 from .tunable import has_cuda_tunable, tunable_writer
 from .versions import checked_version, module_version
 
+
+def _register_caches() -> None:
+    """Declare the topic modules' undeclared ``functools`` caches in :mod:`accel._caches` as detection caches:
+    everything this package caches is a fact of the running torch build, which :mod:`accel.testing` may
+    fake (:mod:`.native` keeps bare ``functools.cache`` s). Found by scanning, so a cache added to a topic
+    module is declared too."""
+    import sys
+
+    from accel import _caches
+
+    known = _caches.entries()
+    for name, module in list(sys.modules.items()):
+        if not name.startswith(__name__ + ".") or module is None:
+            continue
+        for value in list(vars(module).values()):
+            if callable(getattr(value, "cache_clear", None)) and getattr(value, "__module__", None) == name:
+                if f"{name}.{value.__qualname__}" not in known:
+                    _caches.register(value)
+
+
+_register_caches()
+
 # The names these had when this package was one module (callers and tests still use them).
 _lookup = lookup
 _find_spec = find_spec

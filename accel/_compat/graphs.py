@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import functools
 import sys
 from typing import Any
 
 import torch
+
+from accel._caches import detection_cache
 
 __all__ = [
     "accelerator_graph",
@@ -24,7 +25,7 @@ def _package():
     return sys.modules[__package__]
 
 
-@functools.cache
+@detection_cache
 def has_accelerator_graph() -> bool:
     """``torch.accelerator.Graph`` (torch 2.12+)."""
     return _package().accelerator_has("Graph")
@@ -35,7 +36,7 @@ def accelerator_graph() -> type | None:
     return torch.accelerator.Graph if _package().has_accelerator_graph() else None
 
 
-@functools.cache
+@detection_cache
 def has_xpu_graph() -> bool:
     """An XPU graph class (``torch.xpu.XPUGraph``) in the running torch."""
     return hasattr(getattr(torch, "xpu", None), "XPUGraph")

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import functools
 import sys
 
 import torch
+
+from accel._caches import detection_cache
 
 __all__ = [
     "accelerator_random",
@@ -22,7 +23,7 @@ def _package():
     return sys.modules[__package__]
 
 
-@functools.cache
+@detection_cache
 def has_accelerator_random() -> bool:
     """``torch.accelerator.random`` (torch 2.14+)."""
     return _package().accelerator_has("random")

@@ -7,7 +7,6 @@ which imports CuTeDSL (``cutlass``, from ``nvidia-cutlass-dsl``).
 
 from __future__ import annotations
 
-import functools
 import importlib.util
 import os
 import threading
@@ -17,6 +16,7 @@ from typing import Any
 import torch
 from packaging.version import Version
 
+from accel._caches import detection_cache
 from accel._compat import checked_version, module_version
 from .launch import arch
 
@@ -75,7 +75,7 @@ def arch_reason(device: torch.device) -> str | None:
     return None
 
 
-@functools.cache
+@detection_cache
 def _ffi_installed() -> bool:
     return importlib.util.find_spec("tvm_ffi") is not None
 

@@ -16,7 +16,6 @@ Imports Helion at the first :func:`bind`, never at import.
 
 from __future__ import annotations
 
-import functools
 import importlib.util
 import inspect
 import json
@@ -27,6 +26,7 @@ from typing import Any
 import torch
 from packaging.version import Version
 
+from accel._caches import detection_cache, kept_cache
 from accel._compat import checked_version, module_version
 
 from .launch import lazy_module
@@ -54,7 +54,7 @@ def ignore_wrapper_tensor_ops() -> tuple:
     return (_helion().exc.TensorOperationInWrapper,)
 
 
-@functools.cache
+@kept_cache("compiled Helion kernels, one per (function, config JSON): no device or environment fact")
 def _bind(fn: Callable, cfg_json: str, ignore: tuple) -> Any:
     helion = _helion()
     cfg = helion.Config(**json.loads(cfg_json))
@@ -99,7 +99,7 @@ HOST_CACHE_SIZE = 4096
 _Tensor, _Parameter = torch.Tensor, torch.nn.Parameter
 
 
-@functools.cache
+@detection_cache
 def _direct_ok() -> bool:
     """Whether :func:`call` may call generated host functions directly (checked once): accel's
     Triton fast launch is on and Helion is not interpreting."""

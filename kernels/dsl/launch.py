@@ -6,11 +6,11 @@ Imports no DSL. Launching is per DSL: :mod:`.triton_utils`, :mod:`.helion_utils`
 from __future__ import annotations
 
 import contextlib
-import functools
 import math
 
 import torch
 
+from accel._caches import detection_cache
 from accel.backends.cuda import cuda_arch
 from accel.backends.rocm import gfx_arch
 
@@ -92,7 +92,7 @@ def device_guard(device: torch.device):
     return _NO_GUARD
 
 
-@functools.cache
+@detection_cache
 def sm_count(device: torch.device) -> int:
     """Streaming multiprocessors (compute units) of a CUDA/ROCm device; 4 elsewhere (interpreter runs)."""
     if device.type == "cuda":
@@ -100,9 +100,12 @@ def sm_count(device: torch.device) -> int:
     return 4
 
 
-@functools.cache
+@detection_cache
 def arch(device: torch.device) -> str:
     """``sm_90`` (NVIDIA), ``gfx942`` (AMD), else the device type: the tuning table's arch key.
+
+    Cached per device; :func:`accel.clear_cache` forgets it (a detection cache of :mod:`accel._caches`),
+    so a changed ``CUDA_VISIBLE_DEVICES`` or another faked vendor is seen by the kernels' conds.
 
     The same naming as :meth:`accel.backends.cuda.CudaBackend.arch` / ``RocmBackend.arch``
     (one implementation: :func:`~accel.backends.cuda.cuda_arch`, :func:`~accel.backends.rocm.gfx_arch`).

@@ -10,7 +10,6 @@ launchers call ``CompiledKernel.run`` the same way. Device-side helpers shared b
 
 from __future__ import annotations
 
-import functools
 import importlib.util
 import inspect
 import os
@@ -18,6 +17,7 @@ from typing import Any
 
 import torch
 
+from accel._caches import detection_cache
 from accel._compat import module_version
 
 from .launch import device_guard
@@ -39,7 +39,7 @@ def available() -> tuple[bool, str]:
 _RUN_CALL = "kernel.run(grid_0, grid_1, grid_2, stream, kernel.function, kernel.packed_metadata"
 
 
-@functools.cache
+@detection_cache
 def fast_launch_supported() -> tuple[bool, str]:
     """Whether :func:`triton_launch` may call compiled kernels directly here, and why (checked once).
 

@@ -46,6 +46,7 @@ from typing import Any
 
 import torch
 
+from accel import _caches
 from accel.errors import KernelRegistrationError
 
 __all__ = ["Choice", "IMPLS", "MIN_NUMEL", "TUNING_DIR_ENV", "bucket", "dtype_name", "floor", "lookup", "reload",
@@ -213,9 +214,17 @@ def table(arch: str) -> dict[tuple[str, str, int, int], Choice]:
 
 
 def reload() -> None:
-    """Forget the folded tables and floors (the next :func:`lookup` re-reads the files)."""
-    table.cache_clear()
+    """Forget the folded tables and floors (the next :func:`lookup` re-reads the files).
+
+    :func:`accel.clear_cache` calls it (the folded tables are a detection cache of :mod:`accel._caches`:
+    ``ACCEL_TUNING_DIR`` and the files may have changed); forgetting the floors bumps :data:`GENERATION`,
+    which drops every kernel override's memoised cond answers too.
+    """
+    _TABLE.cache_clear()  # the cache itself: tests may replace the module's name ``table`` with a stand-in
     forget_floors()
+
+
+_TABLE = _caches.register(table, clear=reload)
 
 
 def lookup(op: str, arch: str, dtype: str, m: int, n: int) -> Choice | None:

@@ -27,7 +27,6 @@ Measured (H200, bf16, ``benchmarks/results/h200/session7/cutedsl_smoke-runD-laye
 
 from __future__ import annotations
 
-import functools
 import operator
 
 import cutlass
@@ -35,6 +34,7 @@ import cutlass.cute as cute
 from cutlass import Float32, Int32, const_expr
 from cutlass.cute.nvgpu import cpasync
 
+from accel._caches import kept_cache
 from accel.kernels.dsl.cute_lang import DTYPES, SmemAllocator, compile_kernel, pointer, row_copy
 from accel.kernels.dsl.cutedsl_utils import Kernel, ffi_reason
 
@@ -181,7 +181,8 @@ def build(dtype_name: str, w_dtype_name: str | None, n: int, threads: int, want:
     return _build(dtype_name, w_dtype_name, n, threads, tuple(bool(w) for w in want), arch, ffi_reason() is None)
 
 
-@functools.cache
+@kept_cache("compiled CuTeDSL kernels keyed by dtype, shape, config, arch and calling convention: "
+            "a device of another arch compiles its own")
 def _build(dtype_name: str, w_dtype_name: str | None, n: int, threads: int, want: tuple[bool, bool, bool],
            arch: str, ffi: bool) -> Kernel:
     if dtype_name not in DTYPES or (w_dtype_name is not None and w_dtype_name not in DTYPES):

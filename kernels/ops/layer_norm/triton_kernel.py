@@ -34,11 +34,10 @@ keeping ``dw``/``db`` partials for their own columns only (``PART`` fp32 each: n
 
 from __future__ import annotations
 
-import functools
-
 import triton
 import triton.language as tl
 
+from accel._caches import kept_cache
 from accel.kernels.dsl.triton_lang import gather, hinted_load, load_rows, publish, split_place
 from accel.kernels.dsl.triton_configs import (next_power_of_2, row_candidates, row_config, split_part,
                                            unique_configs, warps)
@@ -191,7 +190,7 @@ def partials_finish(P, OUT0, OUT1, G, N, STRIDE, BLOCK_N: tl.constexpr, BLOCK_G:
         tl.store(OUT1 + cols, total.to(OUT1.dtype.element_ty), mask=col_ok)
 
 
-@functools.cache
+@kept_cache("a pure function of the row length n")
 def default_config(n: int) -> dict:
     """Forward launch config ``{"looped", "block_n", "rows", "num_warps"}`` for rows of ``n``."""
     return row_config(n, MAX_BLOCK_N)

@@ -21,11 +21,10 @@ summed by ``torch.sum`` (``G*N*4`` bytes, small next to ``3*M*N*esize``).
 
 from __future__ import annotations
 
-import functools
-
 import triton
 import triton.language as tl
 
+from accel._caches import kept_cache
 from accel.kernels.dsl.triton_lang import hinted_load, load_rows
 from accel.kernels.dsl.triton_configs import next_power_of_2, row_candidates, row_config, unique_configs, warps
 
@@ -114,7 +113,7 @@ def rms_norm_bwd_rows(DY, X, W, RSTD, DX, DW_PARTIAL, M, N, rows_per_program,
         tl.store(DW_PARTIAL + pid.to(tl.int64) * N + cols, dw, mask=col_ok)
 
 
-@functools.cache
+@kept_cache("a pure function of the row length n")
 def default_config(n: int) -> dict:
     """Forward launch config ``{"looped", "block_n", "rows", "num_warps"}`` for rows of ``n`` when the
     tuning table has none."""

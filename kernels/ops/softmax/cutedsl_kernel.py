@@ -31,7 +31,6 @@ inputs below 2**31 elements.
 
 from __future__ import annotations
 
-import functools
 import math
 import operator
 
@@ -39,6 +38,7 @@ import cutlass
 import cutlass.cute as cute
 from cutlass import Float32, Int32, Int64, const_expr
 
+from accel._caches import kept_cache
 from accel.kernels.dsl.cute_lang import DTYPES, SmemAllocator, compile_kernel, pointer, row_copy
 from accel.kernels.dsl.cutedsl_utils import Kernel, ffi_reason
 
@@ -235,7 +235,8 @@ def build(kind: str, dtype_name: str, n: int, cluster: int, threads: int, arch: 
     return _build(kind, dtype_name, n, cluster, threads, arch, ffi_reason() is None)
 
 
-@functools.cache
+@kept_cache("compiled CuTeDSL kernels keyed by dtype, shape, config, arch and calling convention: "
+            "a device of another arch compiles its own")
 def _build(kind: str, dtype_name: str, n: int, cluster: int, threads: int, arch: str, ffi: bool) -> Kernel:
     if dtype_name not in DTYPES or kind not in _KINDS:
         raise ValueError(f"softmax CuTeDSL kernel: kind {kind!r} not in {sorted(_KINDS)} or dtype {dtype_name!r} "

@@ -18,11 +18,10 @@ defaults come from :func:`default_config`, tuned ones from the tuning table.
 
 from __future__ import annotations
 
-import functools
-
 import triton
 import triton.language as tl
 
+from accel._caches import kept_cache
 from accel.kernels.dsl.triton_lang import hinted_load, row_ids, row_offsets
 from accel.kernels.dsl.triton_configs import next_power_of_2, row_candidates, row_config, unique_configs
 
@@ -136,7 +135,7 @@ def softmax_bwd_looped(DY, Y, DX, N, BLOCK_N: tl.constexpr, HINTS: tl.constexpr)
             tl.store(DX + base + cols, dx, mask=ok)
 
 
-@functools.cache
+@kept_cache("a pure function of the row length n")
 def default_config(n: int) -> dict:
     """The launch config for rows of ``n`` elements when the table has none: rows in registers up to 32768."""
     return row_config(n, MAX_BLOCK_N, SOFTMAX_WARP_STEPS)
