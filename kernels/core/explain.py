@@ -158,6 +158,10 @@ def explain(op: object, /, *args: Any, **kwargs: Any) -> Explanation:
             chosen = f"{shadow} (above accel's router)"
         elif key is not None:
             chosen = _upstream_steps(opr, key, args, kwargs, chosen, steps)
+            if slot is not None and slot.path is native and native.aot_covers(opr, key, args, kwargs):
+                steps.insert(0, ("torch AOT kernel", "runs: an AOT kernel embedded in torch covers this call, so "
+                                                     "torch's registry declines every override for it"))
+                chosen = "aten (torch's AOT kernel)"
     if not regs:
         steps.insert(0, ("aten", f"no accel override registered for {opr.qualname} (the built-in kernels are "
                                f"installed on a GPU by accel.kernels.install(); `accel kernels` says which can be "

@@ -19,6 +19,7 @@ accel's router.
 
 from __future__ import annotations
 
+import sys
 import warnings
 from typing import Any
 
@@ -50,6 +51,19 @@ def upstream_nodes(op: Op, key: str) -> list:
     if reg is None or op.namespace not in reg.namespaces:
         return []
     return [n for n in reg.graph(op.namespace, op.symbol, key) or () if not getattr(n, "_accel", None)]
+
+
+def aot_covers(op: Op, key: str, args: tuple, kwargs: dict) -> bool:
+    """Whether an AOT kernel embedded in torch serves this call (torch 2.15's ``torch._native.aot_manifest``):
+    the registry's router then declines every override of the op for it, accel's included."""
+    manifest = sys.modules.get("torch._native.aot_manifest")
+    covers = getattr(manifest, "covers", None)
+    if covers is None or op.namespace != "aten":
+        return False
+    try:
+        return bool(covers(op.symbol, key, args, kwargs))
+    except Exception:  # noqa: BLE001 - the registry treats a failing coverage check as uncovered too
+        return False
 
 
 def add(slot: Any, ov: Any) -> None:

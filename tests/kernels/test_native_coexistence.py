@@ -154,3 +154,18 @@ def test_accel_mode_without_upstream_keeps_the_router():
         _register()
     assert next(o for o in ak.overrides() if o.name == "accel-f").paths == {"CPU": "accel"}
     assert kcore.native.upstream_nodes(kcore.op.resolve_op(FWD), "CPU") == []
+
+
+def test_explain_names_torch_aot_kernel_coverage(monkeypatch):
+    """torch 2.15's registry declines every override for a call an embedded AOT kernel covers."""
+    import sys
+
+    manifest = sys.modules.get("torch._native.aot_manifest")
+    if getattr(manifest, "covers", None) is None:
+        pytest.skip(f"torch {torch.__version__} has no torch._native.aot_manifest.covers (AOT kernels: torch 2.15+)")
+    _register()
+    x = torch.randn(3, 16)
+    assert ak.explain(FWD, x, [16], None, 1e-6).kernel == "accel-f"
+    monkeypatch.setattr(manifest, "covers", lambda op, key, args, kwargs: op == "_fused_rms_norm" and key == "CPU")
+    e = ak.explain(FWD, x, [16], None, 1e-6)
+    assert e.kernel == "aten (torch's AOT kernel)" and e.steps[0][0] == "torch AOT kernel"
