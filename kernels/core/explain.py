@@ -76,7 +76,7 @@ def _upstream_steps(opr: Any, key: str, args: tuple, kwargs: dict, chosen: str, 
                 ok, detail = bool(node.cond_fn(*args, **kwargs)), ""
             except Exception as exc:  # noqa: BLE001 - explain reports, never raises for a cond bug
                 ok, detail = False, f" (cond raised {type(exc).__name__}: {exc})"
-            steps.append((name, f"runs: upstream override (cond -> True)" if ok
+            steps.append((name, "runs: upstream override (cond -> True)" if ok
                           else f"declines: upstream override (cond -> False{detail})"))
             if ok:
                 chosen = name
