@@ -35,6 +35,7 @@ __all__ = [
     "CompileOptionError",
     "UnsupportedFormatError",
     "QuantizationError",
+    "NonFiniteInputError",
     "DistributedError",
     "LocalRankError",
     "FeatureUnavailableError",
@@ -157,6 +158,13 @@ class UnsupportedFormatError(AccelError, NotImplementedError):
 
 class QuantizationError(AccelError, ValueError):
     """Bad input to :mod:`accel.quant`: a shape, dtype, scale layout or format name that does not fit."""
+
+
+class NonFiniteInputError(QuantizationError):
+    """:func:`accel.quant.quantize` of a tensor holding ``inf`` or ``NaN``: its scale would be ``inf`` (every
+    value dequantizes to NaN) or would ignore the NaN and clip the rest. Nothing was quantized.
+    ``nonfinite="saturate"`` stores ``±inf`` as the format's largest magnitude instead; ``NaN`` is refused
+    either way."""
 
 
 class DistributedError(AccelError, RuntimeError):

@@ -39,6 +39,11 @@ finite value); e2m1 to nearest, ties to even. MX block scales are
 torch's ``to_mxfp`` "rceil" do) so no element saturates. NVFP4 follows NVIDIA's
 two-level recipe: global ``amax / (448 * 6)``, block scale ``amax_block / 6 / global``
 in e4m3.
+
+Non-finite input: :func:`quantize` refuses ``inf`` and ``NaN`` with
+:class:`~accel.errors.NonFiniteInputError` (a scale read from them is ``inf`` or ``NaN``);
+``quantize(..., nonfinite="saturate")`` stores ``±inf`` as the format's largest magnitude
+instead, with scales read from the finite values (``NaN`` is refused either way).
 """
 
 from __future__ import annotations
@@ -50,7 +55,8 @@ from typing import Any, NamedTuple
 import torch
 
 from accel import _compat
-from accel.errors import QuantizationError, UnsupportedFormatError
+from accel._options import check_choice, did_you_mean
+from accel.errors import NonFiniteInputError, QuantizationError, UnsupportedFormatError
 
 __all__ = [
     "FORMATS",
@@ -155,8 +161,9 @@ def fp8_dtype(kind: str = "e4m3", device: Any = None, /) -> torch.dtype:
         >>> accel.quant.fp8_dtype("e4m3", "cpu")
         torch.float8_e4m3fn
     """
-    if kind not in ("e4m3", "e5m2"):
-        raise QuantizationError(f"fp8_dtype: kind {kind!r} is not an fp8 kind. Valid: 'e4m3', 'e5m2'.")
+    if not isinstance(kind, str) or kind not in ("e4m3", "e5m2"):
+        raise QuantizationError(f"fp8_dtype: kind {kind!r} is not an fp8 kind.{did_you_mean(kind, ('e4m3', 'e5m2'))} "
+                                "Valid: 'e4m3', 'e5m2'.")
     flavour = _backend_for(device).capabilities(_index(device)).fp8 or "ocp"
     return getattr(torch, _FP8_NAMES[flavour][kind])
 
@@ -232,15 +239,19 @@ def _resolve_format(format: str | torch.dtype) -> tuple[_Format, torch.dtype | N
                 f"{sorted(_FP8_FLAVOUR)} or a format name: {', '.join(FORMATS)}."
             )
         return FORMATS["fp8_e5m2" if "e5m2" in name else "fp8_e4m3"], format
-    if format not in FORMATS:
-        raise QuantizationError(f"quantize: unknown format {format!r}. Valid: {', '.join(FORMATS)} "
-                                f"or a torch fp8 dtype.")
+    if not isinstance(format, str) or format not in FORMATS:
+        raise QuantizationError(f"quantize: unknown format {format!r}.{did_you_mean(format, FORMATS)} Valid: "
+                                f"{', '.join(FORMATS)} or a torch fp8 dtype.")
     return FORMATS[format], None
 
 
 # -- quantize / dequantize --------------------------------------------------------------
+#: What :func:`quantize` does with ``inf`` / ``NaN`` in its input (``nonfinite=``).
+NONFINITE = ("error", "saturate")
+
+
 def quantize(x: torch.Tensor, format: str | torch.dtype, *, granularity: str | None = None,  # noqa: A002
-             dim: int = -1) -> Quantized:
+             dim: int = -1, nonfinite: str = "error") -> Quantized:
     """Quantize ``x`` to ``format`` with scales shared along ``dim`` (the contraction dim).
 
     Args:
@@ -249,16 +260,26 @@ def quantize(x: torch.Tensor, format: str | torch.dtype, *, granularity: str | N
             a torch fp8 dtype, ``"mxfp8"``, ``"mxfp4"`` or ``"nvfp4"``.
         granularity: fp8 only: ``"tensor"`` (default, one scale) or ``"row"`` (one
             scale per slice along ``dim``). Block formats are always ``"block"``.
-        dim: the dimension scales are shared along; ``x.shape[dim]`` must be a
-            multiple of the block (32 MX, 16 NVFP4).
+        dim: the dimension scales are shared along (an int in ``-x.dim() .. x.dim() - 1``);
+            ``x.shape[dim]`` must be a multiple of the block (32 MX, 16 NVFP4).
+        nonfinite: what to do with ``inf`` / ``NaN`` in ``x``. ``"error"`` (default): raise
+            :class:`~accel.errors.NonFiniteInputError` (a scale computed from them would be ``inf``,
+            making every value dequantize to NaN, or would skip the NaN and clip the rest).
+            ``"saturate"``: scales come from the finite values only and ``±inf`` is stored as the
+            format's largest magnitude of its sign (a saturating cast: it dequantizes to the largest
+            value its scale represents); ``NaN`` is refused in both modes (it has no value to saturate to).
 
     Returns:
         :class:`Quantized`. ``data`` has ``x``'s shape (``dim`` halved for fp4).
 
     Raises:
-        QuantizationError: unknown format or granularity, non-floating ``x``, or
-            ``x.shape[dim]`` not a multiple of the block.
+        NonFiniteInputError: (a ``QuantizationError``) ``x`` holds ``NaN``, or ``inf`` with
+            ``nonfinite="error"``; nothing was quantized.
+        QuantizationError: unknown format, granularity or ``nonfinite``, non-floating ``x``,
+            ``dim`` not a dimension of ``x``, or ``x.shape[dim]`` not a multiple of the block.
         UnsupportedFormatError: the running torch lacks the dtype the format needs.
+
+    .. note:: Checking for non-finite values reads one flag back from the device (a host sync).
 
     Example:
         >>> import torch, accel.quant
@@ -272,15 +293,24 @@ def quantize(x: torch.Tensor, format: str | torch.dtype, *, granularity: str | N
             f"quantize: got {type(x).__name__} {getattr(x, 'dtype', '')} with shape {tuple(getattr(x, 'shape', ()))}. "
             "Quantize a floating tensor with at least one dimension."
         )
+    check_choice(nonfinite, NONFINITE, what="quantize: nonfinite", error=QuantizationError,
+                 fix="'error' refuses inf/NaN input; 'saturate' stores ±inf as the format's largest magnitude.")
+    if isinstance(dim, bool) or not isinstance(dim, int) or not -x.dim() <= dim < x.dim():
+        raise QuantizationError(
+            f"quantize: dim={dim!r} ({type(dim).__name__}) is not a dimension of x (shape {tuple(x.shape)}). "
+            f"Pass an int in {-x.dim()}..{x.dim() - 1}: the contraction dimension (-1 for a, 0 for b of a matmul)."
+        )
     d = dim % x.dim()
     size = x.shape[d]
     if fmt.block is None:
-        granularity = granularity or "tensor"
+        granularity = "tensor" if granularity is None else granularity
         if granularity not in ("tensor", "row"):
-            raise QuantizationError(f"quantize: granularity {granularity!r} for {fmt.name}. Valid: 'tensor', 'row'.")
+            raise QuantizationError(f"quantize: granularity {granularity!r} for {fmt.name}."
+                                    f"{did_you_mean(granularity, ('tensor', 'row'))} Valid: 'tensor', 'row' "
+                                    "(unset: 'tensor').")
     elif granularity not in (None, "block"):
         raise QuantizationError(f"quantize: granularity {granularity!r} for {fmt.name}, which is block-scaled "
-                                f"(block {fmt.block}). Leave granularity unset.")
+                                f"(block {fmt.block}). Leave granularity unset (or pass 'block').")
     elif size % fmt.block:
         raise QuantizationError(
             f"quantize: {fmt.name} needs x.shape[{dim}] to be a multiple of {fmt.block}: got {size} "
@@ -288,13 +318,14 @@ def quantize(x: torch.Tensor, format: str | torch.dtype, *, granularity: str | N
         )
     _require_dtypes(fmt)
     xt = x.detach().movedim(d, -1).to(torch.float32).contiguous()
+    xs = _finite_part(x, xt, fmt.name if dtype is None else str(dtype), nonfinite)  # what the scales are read from
     if fmt.block is None:
         dtype = dtype or fp8_dtype(fmt.name.removeprefix("fp8_"), x.device)
-        data, scale = _quantize_fp8(xt, dtype, granularity)
+        data, scale = _quantize_fp8(xt, xs, dtype, granularity)
     elif fmt.name == "nvfp4":
-        data, scale = _quantize_nvfp4(xt)
+        data, scale = _quantize_nvfp4(xt, xs)
     else:
-        data, scale = _quantize_mx(xt, fmt)
+        data, scale = _quantize_mx(xt, xs, fmt)
     data = data.contiguous().movedim(-1, d)
     if isinstance(scale, tuple):
         scale = (scale[0].movedim(-1, d), scale[1])
@@ -315,9 +346,32 @@ def _require_dtypes(fmt: _Format) -> None:
         )
 
 
-def _quantize_fp8(xt: torch.Tensor, dtype: torch.dtype, granularity: str) -> tuple[torch.Tensor, torch.Tensor]:
+def _finite_part(x: torch.Tensor, xt: torch.Tensor, name: str, nonfinite: str) -> torch.Tensor:
+    """``xt`` itself when it is all finite, else ``xt`` with ``±inf`` as 0 (``nonfinite="saturate"``: the scales
+    are read from the finite values). Raises :class:`NonFiniteInputError` for NaN, and for inf unless saturating."""
+    if xt.numel() == 0 or bool(torch.isfinite(xt.abs().amax())):  # amax is NaN with any NaN, inf with any inf
+        return xt
+    nan, inf = torch.isnan(xt), torch.isinf(xt)
+    n_nan, n_inf = int(nan.sum()), int(inf.sum())
+    if n_nan == 0 and nonfinite == "saturate":
+        return torch.where(inf, torch.zeros_like(xt), xt)
+    bad = torch.nonzero(torch.isnan(x) | torch.isinf(x))[0].tolist()
+    first = x.detach()[tuple(bad)].item()
+    counted = ", ".join(f"{n} {what}" for n, what in ((n_nan, "NaN"), (n_inf, "inf")) if n)
+    fix = ("NaN has no value to saturate to; find where it came from (torch.isnan) or replace it "
+           "(torch.nan_to_num) before quantizing." if n_nan else
+           "Pass finite values, or nonfinite='saturate' to store ±inf as the format's largest magnitude.")
+    raise NonFiniteInputError(
+        f"quantize({name}): x (shape {tuple(x.shape)}, {x.dtype}) holds {counted} of {x.numel()} values "
+        f"(first at index {tuple(bad)}: {first}). A scale read from them is inf or NaN: every value would "
+        f"dequantize to NaN, or the NaN would be skipped and the rest clipped. Nothing was quantized. {fix}"
+    )
+
+
+def _quantize_fp8(xt: torch.Tensor, xs: torch.Tensor, dtype: torch.dtype,
+                  granularity: str) -> tuple[torch.Tensor, torch.Tensor]:
     fmax = torch.finfo(dtype).max
-    amax = xt.abs().amax() if granularity == "tensor" else xt.abs().amax(dim=-1, keepdim=True)
+    amax = xs.abs().amax() if granularity == "tensor" else xs.abs().amax(dim=-1, keepdim=True)
     scale = torch.where(amax > 0, amax / fmax, torch.ones_like(amax)).to(torch.float32)
     data = (xt / scale).clamp(-fmax, fmax).to(dtype)
     return data, scale.reshape(()) if granularity == "tensor" else scale
@@ -327,10 +381,10 @@ def _blocks(xt: torch.Tensor, block: int) -> torch.Tensor:
     return xt.reshape(*xt.shape[:-1], xt.shape[-1] // block, block)
 
 
-def _quantize_mx(xt: torch.Tensor, fmt: _Format) -> tuple[torch.Tensor, torch.Tensor]:
+def _quantize_mx(xt: torch.Tensor, xs: torch.Tensor, fmt: _Format) -> tuple[torch.Tensor, torch.Tensor]:
     emax = _E4M3_MAX if fmt.element == "fp8" else _E2M1_MAX
     xb = _blocks(xt, fmt.block)
-    amax = xb.abs().amax(dim=-1, keepdim=True)
+    amax = _blocks(xs, fmt.block).abs().amax(dim=-1, keepdim=True)
     mant, exp = torch.frexp(amax / emax)  # ratio = mant * 2**exp, mant in [0.5, 1)
     exp = torch.where(mant == 0.5, exp - 1, exp)  # exact powers of two need no rounding up
     exp = torch.where(amax > 0, exp, torch.full_like(exp, -127)).clamp(-127, 127)
@@ -341,14 +395,16 @@ def _quantize_mx(xt: torch.Tensor, fmt: _Format) -> tuple[torch.Tensor, torch.Te
     return data, scale
 
 
-def _quantize_nvfp4(xt: torch.Tensor) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
-    amax_t = xt.abs().amax()
+def _quantize_nvfp4(xt: torch.Tensor, xs: torch.Tensor) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+    amax_t = xs.abs().amax()
     glob = torch.where(amax_t > 0, amax_t / (_E4M3_MAX * _E2M1_MAX), torch.ones_like(amax_t)).to(torch.float32)
     xb = _blocks(xt, 16)
-    amax_b = xb.abs().amax(dim=-1, keepdim=True)
+    amax_b = _blocks(xs, 16).abs().amax(dim=-1, keepdim=True)
     block = (amax_b / _E2M1_MAX / glob).clamp(max=_E4M3_MAX).to(torch.float8_e4m3fn)
     eff = block.to(torch.float32) * glob
-    q = torch.where(eff > 0, xb / torch.where(eff > 0, eff, torch.ones_like(eff)), torch.zeros_like(xb))
+    # a block whose scale is 0 holds zeros, or (saturating) ±inf among zeros: those take the largest code
+    empty = torch.where(torch.isinf(xb), torch.copysign(torch.full_like(xb, _E2M1_MAX), xb), torch.zeros_like(xb))
+    q = torch.where(eff > 0, xb / torch.where(eff > 0, eff, torch.ones_like(eff)), empty)
     data = _pack_e2m1(q.clamp(-_E2M1_MAX, _E2M1_MAX).reshape(xt.shape))
     return data, (block.squeeze(-1), glob)
 
@@ -525,8 +581,8 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: Any, scale_b: Any, *,
         >>> C.shape, bool(((C - A @ B).abs() <= 0.2 * (A.abs() @ B.abs())).all())
         (torch.Size([32, 16]), True)
     """
-    if fallback not in ("error", "reference"):
-        raise QuantizationError(f"scaled_mm: fallback={fallback!r}. Valid: 'error', 'reference'.")
+    check_choice(fallback, ("error", "reference"), what="scaled_mm: fallback", error=QuantizationError)
+    _check_out_dtype(out_dtype, "scaled_mm")
     name, granularity = _detect(a, b, scale_a, scale_b)
     support = native_support(a.dtype if name.startswith("fp8") else name, a.device)
     if support.native:
@@ -546,8 +602,19 @@ def reference_mm(a: torch.Tensor, b: torch.Tensor, scale_a: Any, scale_b: Any, *
 
     Same arguments as :func:`scaled_mm`. Runs on any device.
     """
+    _check_out_dtype(out_dtype, "reference_mm")
     _detect(a, b, scale_a, scale_b)
     return (dequantize(a, scale_a, dim=-1) @ dequantize(b, scale_b, dim=0)).to(out_dtype)
+
+
+#: The result dtypes :func:`scaled_mm` and :func:`reference_mm` produce.
+OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+
+
+def _check_out_dtype(out_dtype: Any, fn: str) -> None:
+    if not isinstance(out_dtype, torch.dtype) or out_dtype not in OUT_DTYPES:
+        raise QuantizationError(f"{fn}: out_dtype={out_dtype!r} is not a result dtype of a scaled GEMM. Pass one of "
+                                f"{', '.join(map(str, OUT_DTYPES))}.")
 
 
 def _col_major(b: torch.Tensor) -> torch.Tensor:
