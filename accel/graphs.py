@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import contextlib
 import numbers
+import re
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -256,6 +257,21 @@ def _mentions_capture(exc: BaseException | None) -> bool:
     return isinstance(exc, Exception) and "captur" in str(exc).lower()
 
 
+#: torch's warning from ``capture_end`` when a capture recorded nothing (``CUDAGraph``: "The CUDA Graph is
+#: empty. This usually means that the graph was attempted to be captured on wrong device or stream.").
+_EMPTY_GRAPH = re.compile(r"\bgraph is empty\b", re.IGNORECASE)
+
+
+def _say_again(said: list[warnings.WarningMessage], *, drop_empty: bool) -> None:
+    """Re-issue warnings held back around ``capture_end`` (where torch issued them, through the user's
+    filters), leaving out torch's empty-graph warning when ``drop_empty``: an aborted capture is empty
+    because it aborted, and accel reports the abort itself."""
+    for w in said:
+        if drop_empty and _EMPTY_GRAPH.search(str(w.message)):
+            continue
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
+
+
 class Graph:
     """A device graph: capture the work of a ``with`` block once, :meth:`replay` it many times.
 
@@ -349,8 +365,11 @@ class Graph:
         plan, graph = self._plan, self._graph
         end_exc: RuntimeError | None = None
         try:
-            # End on the capture stream even if the block changed the current stream.
-            with plan.stream_ctx(side):
+            # End on the capture stream even if the block changed the current stream. torch's warnings
+            # from capture_end are held back: an aborted capture's "The CUDA Graph is empty" is accel's to
+            # report (one GraphCaptureError, or graphed's one fallback warning), not a second warning.
+            with warnings.catch_warnings(record=True) as said, plan.stream_ctx(side):
+                warnings.simplefilter("always")
                 graph.capture_end()
         except RuntimeError as e:
             end_exc = e
@@ -358,9 +377,14 @@ class Graph:
             stack.close()  # previous current stream and device restored
             prev.wait_stream(side)
         if end_exc is None and exc is None:
+            _say_again(said, drop_empty=False)  # a capture that completed: torch's own warnings stand
             self._replayable = graph
             return None
-        self._abandon(graph, index, pool, ended=end_exc is None)
+        _say_again(said, drop_empty=True)
+        with warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always")
+            self._abandon(graph, index, pool, ended=end_exc is None)
+        _say_again(said, drop_empty=True)
         if end_exc is None and not _mentions_capture(exc):
             return None  # an ordinary error in the user's code: propagate it unchanged
         cause = exc if exc is not None else end_exc
