@@ -8,15 +8,23 @@ from __future__ import annotations
 
 import os
 import re
+import warnings
 from dataclasses import dataclass
 
 import torch
 
 from accel import _probe
 from accel.backends import Backend
-from accel.errors import BackendUnavailableError, DeviceIndexError, InvalidDeviceError, UnknownBackendError
+from accel.errors import (
+    BackendUnavailableError,
+    DeviceIndexError,
+    HiddenDevicesWarning,
+    InvalidDeviceError,
+    UnknownBackendError,
+)
 
-__all__ = ["device", "backend", "selection", "Selection", "ENV_VAR", "index_value", "parse_index", "split_spec"]
+__all__ = ["device", "backend", "selection", "Selection", "ENV_VAR", "hidden_devices", "index_value", "parse_index",
+           "split_spec"]
 
 #: The environment variable that picks the backend when no argument is given.
 ENV_VAR = "ACCEL_DEVICE"
@@ -167,6 +175,26 @@ def _best() -> Backend:
     )
 
 
+def hidden_devices(chosen: Backend | None = None) -> dict[str, tuple[tuple[str, str], ...]]:
+    """Backends that the running torch build serves but whose every device the visible-devices variables
+    hide, by name -> ``((variable, value), ...)`` (:attr:`~accel.backends.ProbeResult.hidden_by`).
+
+    Args:
+        chosen: only those that would have been preferred to this backend (``None``: all).
+    """
+    probes = _probe.probes()
+    names = list(probes)
+    stop = names.index(chosen.name) if chosen is not None and chosen.name in names else len(names)
+    return {n: probes[n].hidden_by for n in names[:stop] if probes[n].hidden_by}
+
+
+def _hidden_text(hidden: dict[str, tuple[tuple[str, str], ...]]) -> str:
+    """``"the cuda devices of this torch build are all hidden by CUDA_VISIBLE_DEVICES=''"``."""
+    parts = [f"{name} devices of this torch build are all hidden by "
+             + ", ".join(f"{k}={v!r}" for k, v in variables) for name, variables in hidden.items()]
+    return "the " + "; the ".join(parts)
+
+
 def _resolve(spec: object, env: str | None) -> Selection:
     if spec is not None:
         source, raw = "argument", spec
@@ -175,7 +203,18 @@ def _resolve(spec: object, env: str | None) -> Selection:
     else:
         b = _best()
         p = _probe.probes()[b.name]
-        return Selection(b, b.device(), "best available", f"best available: {b.name} ({p.reason})")
+        reason = f"best available: {b.name} ({p.reason})"
+        hidden = hidden_devices(b)
+        if hidden:
+            said = _hidden_text(hidden)
+            reason += f"; {said}"
+            warnings.warn(
+                f"accel: {said}, so accel falls back to {b.name}. Unset the variable(s), or set them to the "
+                f"device indices to use (e.g. {next(iter(hidden.values()))[0][0]}=0), then call "
+                f"accel.clear_cache(); or set {ENV_VAR}={b.name} to choose {b.name} on purpose (no warning). "
+                f"`accel doctor` checks this.",
+                HiddenDevicesWarning, stacklevel=4)
+        return Selection(b, b.device(), "best available", reason)
     label = "argument " if source == "argument" else f"{ENV_VAR}="
     name, index, shown = _parse(raw, label, env)
     p = _probe.probes()[name]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import platform
 import sys
+import warnings
 from dataclasses import asdict, dataclass
 from importlib.metadata import PackageNotFoundError, requires
 from pathlib import Path
@@ -23,7 +24,8 @@ from packaging.version import InvalidVersion, Version
 
 import accel
 from accel import _compat, _probe
-from accel.errors import AccelError
+from accel._select import hidden_devices
+from accel.errors import AccelError, HiddenDevicesWarning
 
 __all__ = ["Check", "collect", "checks", "DSL_DISTRIBUTIONS"]
 
@@ -183,9 +185,11 @@ def collect(spec: object = None) -> dict[str, Any]:
 
     Returns:
         ``{"accel", "python", "platform", "torch", "selection", "probes", "device",
-        "dsl", "visible_devices", "ipex"}``. ``selection`` holds ``error`` (with
+        "dsl", "visible_devices", "hidden_devices", "ipex"}``. ``selection`` holds ``error`` (with
         ``error_type`` and ``bad_input``: a misspelt ``ACCEL_DEVICE``, say) instead of a choice when
-        selection fails (the message says what to do).
+        selection fails (the message says what to do). ``hidden_devices``: per backend the torch build
+        serves but whose every device the visible-devices variables hide, ``{variable: value}``
+        (``{}`` when none is hidden).
 
     .. note:: Initialises the selected device's runtime (to read its arch).
     """
@@ -198,7 +202,9 @@ def collect(spec: object = None) -> dict[str, Any]:
         "probes": {n: asdict(p) for n, p in _probe.probes().items()},
     }
     try:
-        sel = accel.selection(spec)
+        with warnings.catch_warnings():  # the fallback to CPU is a fact below (hidden_devices), not a warning here
+            warnings.simplefilter("ignore", HiddenDevicesWarning)
+            sel = accel.selection(spec)
     except AccelError as exc:
         if spec is not None and isinstance(exc, (ValueError, TypeError, LookupError)):
             raise  # a misspelt --device is bad input (the CLI exits 2), not a fact about this machine
@@ -217,6 +223,7 @@ def collect(spec: object = None) -> dict[str, Any]:
         info["dsl"][dsl] = {"version": v, "compatible": ok, "detail": why}
     names = sorted({k for b in accel.backends.registered().values() for k in b.visible_devices_env})
     info["visible_devices"] = {k: os.environ.get(k) for k in names}
+    info["hidden_devices"] = {b: dict(variables) for b, variables in hidden_devices().items()}
     info["accel_device_env"] = os.environ.get("ACCEL_DEVICE")
     info["accel_env"] = {k: os.environ.get(k) for k in ACCEL_ENV}
     info["ipex"] = ipex_status(build["torch"])
@@ -287,6 +294,23 @@ def _env_check(env: dict[str, str | None]) -> Check:
                  "set each to one of its valid values, or unset it: " + ", ".join(bad))
 
 
+def _hidden_check(hidden: dict[str, dict[str, str]], sel: dict[str, Any]) -> Check:
+    """Fails when the visible-devices variables hide every device of an accelerator build and the selection
+    fell back silently (not when ``ACCEL_DEVICE`` / ``--device`` chose a backend on purpose)."""
+    name = "visible devices"
+    if not hidden:
+        return Check(name, True, "no accelerator of this torch build is hidden by a visible-devices variable")
+    said = "; ".join(f"{b}: " + ", ".join(f"{k}={v!r}" for k, v in variables.items()) + " hides every device"
+                     for b, variables in hidden.items())
+    names = sorted({k for variables in hidden.values() for k in variables})
+    if sel.get("source") in ("argument", "ACCEL_DEVICE"):
+        return Check(name, True, f"{said} (the selection is explicit: {sel.get('reason')})")
+    fallback = sel.get("backend", "none")
+    return Check(name, False, f"{said}: the default selection fell back to {fallback}",
+                 f"unset {', '.join(names)} (or set it to the device indices to use, e.g. {names[0]}=0); "
+                 f"or set ACCEL_DEVICE={fallback if fallback != 'none' else 'cpu'} to choose it on purpose")
+
+
 def checks(info: dict[str, Any]) -> list[Check]:
     """Doctor checks over :func:`collect`'s facts; each failing check carries a one-line fix."""
     out: list[Check] = []
@@ -302,6 +326,7 @@ def checks(info: dict[str, Any]) -> list[Check]:
         out.append(Check("selection", False, sel["error"].splitlines()[0], fix))
     else:
         out.append(Check("selection", True, sel["reason"]))
+    out.append(_hidden_check(info.get("hidden_devices") or {}, sel))
     hw = _hardware_seen()
     probes = info["probes"]
     wanted = {"nvidia": "cuda", "amd": "rocm", "apple": "mps"}

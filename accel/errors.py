@@ -47,6 +47,7 @@ __all__ = [
     "AccelWarning",
     "KernelFallbackWarning",
     "KernelRegistrationWarning",
+    "HiddenDevicesWarning",
 ]
 
 
@@ -208,3 +209,9 @@ class KernelFallbackWarning(AccelWarning):
 class KernelRegistrationWarning(AccelWarning):
     """A kernel registered as asked that leaves something unusable: a forward override whose backward has no
     kernel at that dispatch key (inference works, training through the op fails)."""
+
+
+class HiddenDevicesWarning(AccelWarning):
+    """The default selection fell back to the CPU (or another backend) because the visible-devices variables
+    (``CUDA_VISIBLE_DEVICES``, ``HIP_VISIBLE_DEVICES``, ``ROCR_VISIBLE_DEVICES``, ``ZE_AFFINITY_MASK``) hide every
+    device of an accelerator build of torch. The message names the variables and their values."""

@@ -43,12 +43,16 @@ class ProbeResult:
         available: whether the backend can be used in this process.
         reason: one line saying why (always set, also when available).
         device_count: number of visible devices (0 when unavailable).
+        hidden_by: ``(variable, value)`` of each visible-devices variable that was set when the
+            torch build serves this backend but it sees no device: the variables hide them all
+            (``CUDA_VISIBLE_DEVICES=""`` or ``"-1"``). Empty otherwise.
     """
 
     backend: str
     available: bool
     reason: str
     device_count: int = 0
+    hidden_by: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -287,8 +291,10 @@ class Backend:
         except (RuntimeError, OSError, AttributeError, ImportError) as exc:
             return ProbeResult(cls.name, False, f"probe failed: {type(exc).__name__}: {exc}", 0)
         if count <= 0:
-            env = ", ".join(f"{k}={os.environ[k]!r}" for k in cls.visible_devices_env if k in os.environ)
-            return ProbeResult(cls.name, False, f"no device visible (device_count()={count}{'; ' + env if env else ''})", 0)
+            hidden = tuple((k, os.environ[k]) for k in cls.visible_devices_env if k in os.environ)
+            env = ", ".join(f"{k}={v!r}" for k, v in hidden)
+            return ProbeResult(cls.name, False, f"no device visible (device_count()={count}{'; ' + env if env else ''})",
+                               0, hidden)
         return ProbeResult(cls.name, True, cls._available_reason(count), count)
 
     @classmethod

@@ -42,6 +42,9 @@ def run(args: argparse.Namespace) -> int:
         device = sel["device"]
         shown = device if sel["backend"] == device.split(":")[0] else f"{sel['backend']} (torch device {device})"
         out.print(f"selected: {shown} - {sel['reason']}")
+    for backend, variables in (info.get("hidden_devices") or {}).items():
+        out.print(f"hidden: every {backend} device of this torch build, by "
+                  + ", ".join(f"{k}={v!r}" for k, v in variables.items()) + " (accel doctor says how to fix it)")
     out.print(table("probes", ["backend", "available", "devices", "reason"],
                     [[n, p["available"], p["device_count"], p["reason"]] for n, p in info["probes"].items()]))
     dev = info["device"] or {}
