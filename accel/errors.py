@@ -44,6 +44,8 @@ __all__ = [
     "KernelUnavailableError",
     "UnknownKernelError",
     "BenchArgumentError",
+    "LossInputError",
+    "TargetRangeError",
     "AccelWarning",
     "KernelFallbackWarning",
     "KernelRegistrationWarning",
@@ -196,6 +198,17 @@ class UnknownKernelError(AccelError, LookupError):
 
 class BenchArgumentError(AccelError, ValueError):
     """An ``accel bench`` / ``accel bench --tune`` option that is malformed or out of range."""
+
+
+class LossInputError(AccelError, ValueError, RuntimeError):
+    """Input that :mod:`accel.nn`'s losses cannot take (``linear_cross_entropy``): a shape, dtype, device or
+    option that does not fit, raised before any kernel runs. Also a ``RuntimeError``: torch raises that type
+    for the same input, so ``except RuntimeError`` written for torch's own function catches it too."""
+
+
+class TargetRangeError(LossInputError, IndexError):
+    """A class-index target outside ``[0, C)`` that is not ``ignore_index`` (an ``IndexError``, as torch's
+    ``cross_entropy`` raises for it)."""
 
 
 class AccelWarning(UserWarning):
