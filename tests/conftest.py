@@ -1,4 +1,7 @@
-"""Shared test setup: accel's own pytest plugin (hardware markers, fake_backend fixture)."""
+"""Shared test setup: accel's own pytest plugin (hardware markers, fake_backend fixture), and the
+``once`` marker's selection."""
+
+import os
 
 import pytest
 import torch
@@ -59,3 +62,27 @@ def cutedsl_sm90(monkeypatch):
 
     monkeypatch.setattr(_cutedsl, "arch", lambda device: "sm_90")
     monkeypatch.setattr(_tuning, "table", lambda arch: {})
+
+
+#: Set in the one tox env that runs the ``once`` tests (tox.ini: env cpu).
+ONCE_ENV = "ACCEL_TEST_ONCE"
+
+
+def pytest_collection_modifyitems(config, items):
+    """``once`` tests (slow sets that prove nothing new per torch version: the interpreter sweeps over every
+    candidate config, the demo, the benchmark scripts) run only where ``ACCEL_TEST_ONCE=1``; elsewhere they
+    are deselected, and the summary says so and where they run."""
+    if os.environ.get(ONCE_ENV) == "1":
+        return
+    once = [item for item in items if item.get_closest_marker("once")]
+    if once:
+        config.hook.pytest_deselected(items=once)
+        items[:] = [item for item in items if not item.get_closest_marker("once")]
+        config._accel_once_deselected = len(once)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    n = getattr(config, "_accel_once_deselected", 0)
+    if n:
+        terminalreporter.write_line(f"accel: {n} 'once' tests deselected here; they run where {ONCE_ENV}=1 "
+                                    f"(tox env cpu: ./ci/test.sh)")

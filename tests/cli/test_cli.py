@@ -214,6 +214,7 @@ def test_no_subcommand_prints_help_and_an_error_line(capsys):
 
 
 @pytest.mark.slow
+@pytest.mark.once
 def test_demo_json_trains_and_resumes_exactly():
     r = subprocess.run([sys.executable, "-m", "accel.cli", "demo", "--json", "--device", "cpu"],
                        capture_output=True, text=True, timeout=600, check=False)
@@ -224,6 +225,7 @@ def test_demo_json_trains_and_resumes_exactly():
     assert res["device"] == "cpu" and res["backend"] == "cpu" and res["step_ms"] > 0
 
 
+@pytest.mark.once
 def test_demo_graph_step_comparison_with_faked_capture():
     """Where graph capture exists (faked here on CPU), the demo times its whole step eager vs replayed."""
     import torch

@@ -14,6 +14,7 @@ pytest.importorskip("triton")
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "routed_host_cpu.py"
 
 
+@pytest.mark.once
 def test_routed_host_benchmark_reports_each_op():
     code = (f"import runpy, sys, json; sys.argv = ['x', '--json', '--calls', '20']; "
             f"runpy.run_path({str(SCRIPT)!r}, run_name='__main__')")

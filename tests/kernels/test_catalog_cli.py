@@ -334,6 +334,7 @@ def test_router_overhead_needs_a_live_override_and_survives_a_failing_bare_route
         ak.unregister("ro")
 
 
+@pytest.mark.once
 def test_benchmark_script_runs_end_to_end_on_cpu_in_the_interpreter():
     """Smoke test of the benchmark's own code (numbers meaningless here): CPU device, Triton interpreter."""
     import os

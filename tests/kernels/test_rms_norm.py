@@ -272,6 +272,7 @@ RMS_CONFIG_SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.once
 def test_every_rms_norm_triton_forward_candidate_config_is_correct_interpreted():
     """``accel bench --tune`` may ship any forward candidate: each gives the reference result (rows in
     registers at several rows/warps, looped above 16384), fp32 and bf16, outputs NaN-poisoned."""

@@ -288,6 +288,7 @@ CONFIG_SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.once
 def test_every_softmax_triton_candidate_config_is_correct_interpreted():
     """``accel bench --tune`` may ship any candidate config: each one (rows, looped, hints, stages)
     gives the reference result for long rows (power of two and not), fp32 and bf16, outputs NaN-poisoned."""
@@ -402,6 +403,7 @@ def test_split_launch_never_waits_in_the_interpreter(monkeypatch):
         assert calls == expected, interpret
 
 
+@pytest.mark.once
 def test_every_layer_norm_bwd_candidate_config_is_correct_interpreted():
     """Every backward config the tuner may ship (1-8 programs per SM, each walking a row range: 13 rows
     over the interpreter's 4 "SMs"; for long rows the split kernel, 13 rows in 1-4 groups of parts
