@@ -39,11 +39,14 @@ def compile_plan(mode: str | None = None, *, options: dict[str, Any] | None = No
 
     Returns:
         A :class:`~accel.backends.CompilePlan`: a list of ``(key, value, reason)``
-        items that would be set, and ``.skipped``: the decisions not taken, each with
-        its reason (package missing, arch not served, key absent in this torch, ...).
+        items that would be set, ``.skipped``: the decisions not taken, each with
+        its reason (package missing, arch not served, key absent in this torch, ...), and
+        ``.given``: what happens to each of your ``options`` (none is dropped).
 
     Raises:
-        CompileOptionError: ``mode`` is not a mode of the running torch.
+        CompileOptionError: (a ``ValueError``) ``mode`` is not a mode of the running torch, or a key
+            of ``options`` is not an Inductor option (the message names the closest ones) or its value
+            is not of the option's type; checked before anything is compiled.
 
     .. note:: Imports ``torch._inductor`` and reads the device arch (initialises the
        device runtime on a GPU).
@@ -82,7 +85,11 @@ def compile(model: Callable[..., Any] | None = None, /, *, mode: str | None = No
         What ``torch.compile`` returns.
 
     Raises:
-        CompileOptionError: ``mode`` is not a mode of the running torch.
+        CompileOptionError: (a ``ValueError``) ``mode`` is not a mode of the running torch, a key of
+            ``options`` is not an Inductor option or has a value of the wrong type, a keyword of
+            ``**kwargs`` is not a ``torch.compile`` parameter, ``backend`` names no ``torch.compile``
+            backend, or (other backends) both ``mode`` and ``options`` are given. Checked before
+            ``torch.compile`` is called; the message names the closest valid names.
 
     Example:
         >>> import torch, accel
@@ -90,7 +97,15 @@ def compile(model: Callable[..., Any] | None = None, /, *, mode: str | None = No
         >>> f(torch.ones(2)).tolist()
         [2.0, 2.0]
     """
+    _check_compile_arguments(backend, kwargs)
     if backend != "inductor":
+        if mode is not None and options is not None:
+            from accel.errors import CompileOptionError
+
+            raise CompileOptionError(
+                f"accel.compile: mode={mode!r} and options together for backend {backend!r}. torch.compile takes "
+                "one of them (accel merges both only for 'inductor', whose mode options it knows). Pass one."
+            )
         return torch.compile(model, mode=mode, options=options, backend=backend, **kwargs)
     plan = compile_plan(mode, options=options)
     if not plan and not (mode is not None and options is not None):
@@ -101,6 +116,44 @@ def compile(model: Callable[..., Any] | None = None, /, *, mode: str | None = No
     merged.update(plan.options)
     merged.update(options or {})
     return torch.compile(model, options=merged, backend=backend, **kwargs)
+
+
+_TORCH_COMPILE = torch.compile
+
+
+def _check_compile_arguments(backend: object, kwargs: dict[str, Any]) -> None:
+    """``**kwargs`` are ``torch.compile`` parameters and a str ``backend`` is a registered one; else CompileOptionError."""
+    import inspect
+
+    from accel._options import check_keys, did_you_mean
+    from accel.errors import CompileOptionError
+
+    own = {"model", "mode", "options", "backend"}
+    try:  # the running torch's own torch.compile (as imported), also while a test stands in for it
+        signature = inspect.signature(_TORCH_COMPILE).parameters.values()
+    except (TypeError, ValueError):  # no signature to check against: torch checks the call itself
+        signature = ()
+    params = [p.name for p in signature if p.name not in own]
+    if signature and not any(p.kind is p.VAR_KEYWORD for p in signature):
+        check_keys(kwargs, params,
+                   what=f"accel.compile: keyword argument(s) for torch {torch.__version__}'s torch.compile",
+                   error=CompileOptionError, fix="mode=, options= and backend= are accel.compile's own.")
+    if isinstance(backend, str) and backend != "inductor":
+        import torch._dynamo as dynamo
+
+        try:
+            dynamo.lookup_backend(backend)
+        except Exception as exc:  # noqa: BLE001 - torch's InvalidBackend (its own class varies across versions)
+            names = sorted(dynamo.list_backends(exclude_tags=()))
+            raise CompileOptionError(
+                f"accel.compile: backend={backend!r} is not a torch.compile backend ({type(exc).__name__})."
+                f"{did_you_mean(backend, names)} Registered: {', '.join(names)} (or pass a callable)."
+            ) from None
+    elif not isinstance(backend, str) and not callable(backend):
+        raise CompileOptionError(
+            f"accel.compile: backend={backend!r} ({type(backend).__name__}) is neither a backend name nor a "
+            "callable. Pass 'inductor' (the default), another name torch._dynamo.list_backends() shows, or a callable."
+        )
 
 
 def flex_attention_kernel_options(seq_len: int, *, head_dim: int, dtype: torch.dtype) -> dict[str, int]:

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from accel import _compat
+from accel._options import check_keys, did_you_mean
 from accel._select import index_value
 from accel.errors import DistributedError, LocalRankError
 
@@ -113,6 +114,24 @@ def _check_local_rank(value: object) -> int:
     )
 
 
+def _check_kwargs(kwargs: dict[str, Any]) -> None:
+    """``kwargs`` are parameters of the running torch's ``torch.distributed.init_process_group``."""
+    import inspect
+
+    import torch.distributed as dist
+
+    try:
+        params = inspect.signature(dist.init_process_group).parameters.values()
+    except (TypeError, ValueError):  # no signature to check against: torch checks the call itself
+        return
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return
+    valid = [p.name for p in params if p.name != "backend"]
+    check_keys(kwargs, valid, what=f"init_process_group: keyword argument(s) of torch {torch.__version__}'s "
+               "torch.distributed.init_process_group", error=DistributedError,
+               fix="backend is accel's first argument; local_rank= is accel's own. Nothing was changed.")
+
+
 def init_process_group(backend: str | None = None, /, *, local_rank: int | None = None,
                        **kwargs: Any) -> torch.device:
     """``torch.distributed.init_process_group`` with the vendor's backend and this rank's device.
@@ -132,8 +151,10 @@ def init_process_group(backend: str | None = None, /, *, local_rank: int | None 
         The ``torch.device`` this rank computes on.
 
     Raises:
-        DistributedError: a process group is already initialised, the backend is not
-            usable, or ``local_rank`` is outside the visible devices. Nothing is changed then.
+        DistributedError: a keyword of ``**kwargs`` is not a parameter of
+            ``torch.distributed.init_process_group`` (the message names the closest), a process
+            group is already initialised, the backend is not usable (or not a str), or
+            ``local_rank`` is outside the visible devices. Nothing is changed then.
         LocalRankError: (a ``DistributedError`` and ``ValueError``) ``local_rank`` (or
             ``LOCAL_RANK``) is not a non-negative integer; nothing is changed.
 
@@ -142,10 +163,15 @@ def init_process_group(backend: str | None = None, /, *, local_rank: int | None 
     import torch.distributed as dist
 
     explicit = None if local_rank is None else _check_local_rank(local_rank)
+    _check_kwargs(kwargs)
+    if backend is not None and not isinstance(backend, str):
+        raise DistributedError(f"init_process_group: backend={backend!r} ({type(backend).__name__}) is not a c10d "
+                               f"backend name. Pass a name such as 'gloo', or None for the vendor's.")
     name = backend or backend_name()
     ok, why = _usable(name)
     if not ok:
-        raise DistributedError(f"init_process_group: backend {name!r} is not usable: {why}. "
+        raise DistributedError(f"init_process_group: backend {name!r} is not usable: {why}."
+                               f"{did_you_mean(name, _compat.c10d_backends())} "
                                f"Pass backend=None to use the vendor's ({backend_name()!r}).")
     if dist.is_initialized():
         raise DistributedError("init_process_group: the default process group is already initialised "

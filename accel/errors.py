@@ -41,6 +41,7 @@ __all__ = [
     "FeatureUnavailableError",
     "TunableFileError",
     "KernelRegistrationError",
+    "TuningTableError",
     "KernelUnavailableError",
     "UnknownKernelError",
     "BenchArgumentError",
@@ -186,6 +187,11 @@ class TunableFileError(AccelError, FileNotFoundError):
     """A TunableOp results file that is missing or that torch rejected."""
 class KernelRegistrationError(AccelError, ValueError):
     """A kernel override that cannot be registered (unknown op, backend or name; no ATen kernel to fall back to)."""
+
+
+class TuningTableError(KernelRegistrationError):
+    """A tuning-table file or entry accel cannot use: not a format-1 table, an unknown key (``"imp"``), a missing
+    one, or an op, dtype or impl it does not know; the message names it and the closest valid names."""
 
 
 class KernelUnavailableError(AccelError, RuntimeError):

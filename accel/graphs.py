@@ -53,6 +53,7 @@ from typing import Any
 import torch
 
 from accel import _caches, _compat
+from accel._options import check_choice
 from accel._select import selection
 from accel.backends import Backend
 from accel.errors import (
@@ -64,6 +65,7 @@ from accel.errors import (
 )
 
 __all__ = [
+    "CAPTURE_ERROR_MODES",
     "Graph",
     "GraphSupport",
     "GraphedCallable",
@@ -291,6 +293,8 @@ class Graph:
 
     Raises:
         GraphCaptureUnsupported: the device has no graph capture (MPS, CPU).
+        GraphInputError: ``capture_error_mode`` is not one of :data:`CAPTURE_ERROR_MODES`, or ``pool`` is
+            not a pool id (checked before the device is looked at).
 
     Example (on a CUDA, ROCm or XPU device)::
 
@@ -304,6 +308,10 @@ class Graph:
     """
 
     def __init__(self, device: Any = None, /, *, pool: Any = None, capture_error_mode: str | None = None) -> None:
+        _check_pool(pool, "accel.graphs.Graph")
+        if capture_error_mode is not None:
+            check_choice(capture_error_mode, CAPTURE_ERROR_MODES, what="accel.graphs.Graph: capture_error_mode",
+                         error=GraphInputError, fix="None keeps the backend's default (global on CUDA/ROCm).")
         support, plan = plan_for(device)
         if plan is None:
             raise _unsupported_error("accel.graphs.Graph", support)
@@ -633,6 +641,29 @@ def _warn_once(message: str) -> None:
     warnings.warn(message, GraphFallbackWarning, stacklevel=3)
 
 
+#: The ``capture_error_mode`` values of a graph capture (``cudaStreamCaptureMode``).
+CAPTURE_ERROR_MODES = ("global", "thread_local", "relaxed")
+
+
+def _check_pool(pool: Any, label: str) -> None:
+    """``pool`` is ``None`` or a pool id (a ``(int, int)`` tuple, as ``graph_pool_handle()`` and ``Graph.pool()`` return)."""
+    if pool is None or (isinstance(pool, tuple) and len(pool) == 2
+                        and all(isinstance(v, int) and not isinstance(v, bool) for v in pool)):
+        return
+    raise GraphInputError(
+        f"{label}: pool={pool!r:.80} ({type(pool).__name__}) is not a graph memory-pool id. A pool id is the "
+        "(int, int) tuple accel.graphs.graph_pool_handle() or another Graph's pool() returns. Pass one of "
+        "those, or None for a private pool."
+    )
+
+
+def _check_flag(label: str, what: str, value: Any) -> None:
+    """``value`` is a bool (``strict="no"`` would be truthy)."""
+    if not isinstance(value, bool):
+        raise GraphInputError(f"{label}: {what}={value!r:.60} ({type(value).__name__}) is not a bool. Pass "
+                              f"{what}=True or {what}=False.")
+
+
 def _check_count(label: str, what: str, value: Any, minimum: int, meaning: str, example: int) -> None:
     """Raise :class:`GraphInputError` unless ``value`` is an int (not a bool) >= ``minimum``."""
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
@@ -702,7 +733,8 @@ def graphed(
     Raises:
         GraphCaptureUnsupported: ``strict=True`` and the device has no graph capture.
         GraphCaptureError: the capture aborted and ``fallback=False``.
-        GraphInputError: bad ``sample_args`` or ``warmup``; later, calls whose arguments do not match.
+        GraphInputError: bad ``sample_args``, ``warmup``, ``strict``, ``fallback`` (not bools) or ``pool``
+            (not a pool id), before anything runs; later, calls whose arguments do not match.
 
     Example:
         >>> import warnings, torch, accel.graphs
@@ -726,6 +758,9 @@ def graphed(
             "Pass the step function (or an nn.Module)."
         )
     _check_count(f"graphed {name}", "warmup", warmup, 0, "the number of eager runs before capture", 3)
+    _check_flag(f"graphed {name}", "strict", strict)
+    _check_flag(f"graphed {name}", "fallback", fallback)
+    _check_pool(pool, f"graphed {name}")
     args = _positional_args(sample_args, f"graphed {name}", "fn is called with")
     support, plan = plan_for(_sample_device(args, name))
     if plan is None:

@@ -156,6 +156,49 @@ def one_device_runtime(count: int) -> dict[str, Callable[..., Any]]:
     }
 
 
+def _check_mode(mode: object) -> None:
+    """``mode`` is ``None`` or a ``torch.compile`` mode of the running torch; else CompileOptionError."""
+    from accel import _compat
+    from accel._options import did_you_mean
+    from accel.errors import CompileOptionError
+
+    if mode is None:
+        return
+    modes = _compat.inductor_modes()
+    if not isinstance(mode, str) or mode not in modes:
+        raise CompileOptionError(
+            f"compile plan: unknown torch.compile mode {mode!r} (torch {torch.__version__})."
+            f"{did_you_mean(mode, modes)} Valid: {', '.join(repr(m) for m in modes)}, or None."
+        )
+
+
+def _check_options(options: Mapping[str, Any]) -> None:
+    """Every key of ``options`` is an Inductor option of the running torch and its value of the declared type;
+    else one CompileOptionError naming each bad key and its closest valid ones."""
+    from accel import _compat
+    from accel._options import closest
+    from accel.errors import CompileOptionError
+
+    if not options:
+        return
+    known = _compat.inductor_options()
+    problems = []
+    for key, value in options.items():
+        why = _compat.inductor_option_problem(key, value, known)
+        if why == "unknown":
+            near = closest(key.replace("-", "_"), known)
+            problems.append(f"{key!r} is not an Inductor option" + (
+                f" (closest: {', '.join(repr(n) for n in near)})" if near else ""))
+        elif why is not None:
+            problems.append(why)
+    if problems:
+        raise CompileOptionError(
+            f"compile plan: options: {'; '.join(problems)}. torch.compile(options=...) takes the names and types "
+            f"of torch._inductor.config (torch {torch.__version__} has {len(known)}; "
+            f"accel._compat.inductor_options() lists them). Fix or drop those keys."
+        )
+
+
 class PlanItem(NamedTuple):
     """One Inductor setting: ``key`` (dotted, as in ``torch._inductor.config``), ``value``, ``reason``."""
 
@@ -169,11 +212,28 @@ class CompilePlan(list):
 
     Attributes:
         skipped: items considered but not set (``value`` is what would have been set).
+        given: one item per option the caller passed (``options=``), saying what happens to it: passed to
+            ``torch.compile`` as given, and whether it overrides what the mode or accel would set. No key
+            given is dropped silently.
     """
 
     def __init__(self) -> None:
         super().__init__()
         self.skipped: list[PlanItem] = []
+        self.given: list[PlanItem] = []
+
+    def account(self, options: Mapping[str, Any], mode: str | None, mode_opts: Mapping[str, Any]) -> None:
+        """Fill :attr:`given`: what happens to each of the caller's ``options``."""
+        for key, value in options.items():
+            name = key.replace("-", "_")
+            notes = [f"{s.value!r} ({s.reason.split('; ')[-1]})" for s in self.skipped
+                     if s.key == key and s.reason.startswith("you set")]
+            said = ["yours: passed to torch.compile as given"]
+            if name in mode_opts and mode_opts[name] != value:
+                said.append(f"overrides mode={mode!r}'s {mode_opts[name]!r}")
+            if notes:
+                said.append("overrides accel's " + "; ".join(notes))
+            self.given.append(PlanItem(key, value, ", ".join(said)))
 
     @property
     def options(self) -> dict[str, Any]:
@@ -373,13 +433,9 @@ class Backend:
                 f"str (torch._inductor.config attributes). Pass e.g. {{'max_autotune': True}}."
             )
         options = dict(options or {})
-        try:
-            mode_opts = _compat.inductor_mode_options(mode)
-        except RuntimeError as exc:
-            raise CompileOptionError(
-                f"compile plan: unknown torch.compile mode {mode!r} ({exc}). Use one of the modes the running "
-                f"torch lists in torch._inductor.list_mode_options(), or None."
-            ) from exc
+        _check_mode(mode)
+        _check_options(options)
+        mode_opts = _compat.inductor_mode_options(mode)
         plan = CompilePlan()
         autotune = bool(options.get("max_autotune", mode_opts.get("max_autotune", False))
                         or options.get("max_autotune_gemm", False))
@@ -397,6 +453,7 @@ class Backend:
                 if added:
                     plan.propose(key, value, why, options)
         self._vendor_plan(plan, mode_opts=mode_opts, options=options, autotune=autotune, index=index)
+        plan.account(options, mode, mode_opts)
         return plan
 
     @staticmethod

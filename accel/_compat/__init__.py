@@ -49,6 +49,9 @@ from .inductor import (
     inductor_config_get,
     inductor_config_has,
     inductor_mode_options,
+    inductor_modes,
+    inductor_option_problem,
+    inductor_options,
     nvgemm_available,
     origami_available,
 )

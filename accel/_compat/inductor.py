@@ -16,6 +16,9 @@ __all__ = [
     "inductor_config_get",
     "inductor_config_has",
     "inductor_mode_options",
+    "inductor_modes",
+    "inductor_option_problem",
+    "inductor_options",
     "nvgemm_available",
     "origami_available",
 ]
@@ -62,6 +65,49 @@ def inductor_mode_options(mode: str | None) -> dict[str, object]:
     import torch._inductor
 
     return dict(torch._inductor.list_mode_options(mode or "default"))
+
+
+def inductor_modes() -> tuple[str, ...]:
+    """The ``torch.compile`` modes of the running torch (``torch._inductor.list_mode_options()``'s keys)."""
+    import torch._inductor
+
+    return tuple(torch._inductor.list_mode_options())
+
+
+def inductor_options() -> dict[str, object]:
+    """Every option ``torch.compile(options=...)`` takes in the running torch, with its current value:
+    ``torch._inductor.config.get_config_copy()`` (dotted names for nested configs: ``"triton.cudagraphs"``)."""
+    import torch._inductor.config as cfg
+
+    return dict(cfg.get_config_copy())
+
+
+def inductor_option_problem(key: str, value: object, known: dict[str, object] | None = None) -> str | None:
+    """Why ``torch.compile(options={key: value})`` would refuse this option, or ``None`` when it takes it.
+
+    The same check torch makes when the compiled function is first called
+    (``_TorchCompileInductorWrapper.apply_options``): ``key`` with ``-`` read as ``_`` must be a config
+    name, and ``value`` an instance of its declared type (generic types are not checked, as in torch).
+
+    Args:
+        key: the option name the user wrote.
+        value: its value.
+        known: :func:`inductor_options` (passed in when checking many keys).
+    """
+    import typing
+
+    import torch._inductor.config as cfg
+
+    known = inductor_options() if known is None else known
+    name = key.replace("-", "_")
+    if name not in known:
+        return "unknown"
+    get_type = getattr(cfg, "get_type", None)
+    declared = get_type(name) if get_type is not None else None
+    if isinstance(declared, type) and typing.get_origin(declared) is None and not isinstance(value, declared):
+        return (f"{key}={value!r:.60} is {type(value).__name__}; torch takes {type(known[name]).__name__} "
+                f"(default {known[name]!r:.60})")
+    return None
 
 
 def _inductor_utils_flag(name: str) -> bool:

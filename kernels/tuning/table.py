@@ -37,6 +37,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -47,10 +48,12 @@ from typing import Any
 import torch
 
 from accel import _caches
-from accel.errors import KernelRegistrationError
+from accel._options import check_keys, closest, did_you_mean
+from accel.errors import TuningTableError
 
-__all__ = ["Choice", "IMPLS", "MIN_NUMEL", "TUNING_DIR_ENV", "bucket", "dtype_name", "floor", "lookup", "reload",
-           "config", "route", "takes", "shipped_path", "table", "user_table_path", "write_user_table"]
+__all__ = ["Choice", "ENTRY_KEYS", "FILE_KEYS", "IMPLS", "MIN_NUMEL", "TUNING_DIR_ENV", "bucket", "check_entries",
+           "check_file", "dtype_name", "floor", "lookup", "reload", "config", "route", "takes", "shipped_path", "table",
+           "user_table_path", "write_user_table"]
 
 #: Implementations an entry may name.
 IMPLS = ("aten", "triton", "helion", "cutedsl")
@@ -165,20 +168,88 @@ def user_table_path(arch: str) -> Path:
     return Path(platformdirs.user_cache_dir("accel")) / "tuning" / f"{arch}.json"
 
 
+#: The keys of a table file, and of one entry (``configs`` and ``us`` are the tuner's evidence; ``gbs`` and
+#: ``evidence`` the shipped tables', from ``ci/gpu/table_from_bench.py``; ``source`` says where a table came from).
+FILE_KEYS = ("format", "arch", "source", "entries")
+ENTRY_KEYS = ("op", "dtype", "m", "n", "impl", "config", "configs", "us", "gbs", "evidence")
+_REQUIRED = ("op", "dtype", "m", "n", "impl")
+#: An arch name as a table file is named after it (``sm_90``, ``gfx942``, ``cpu``): no path separators.
+_ARCH = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*", re.ASCII)
+
+
 def _entries(text: str, where: str) -> list[dict[str, Any]]:
-    data = json.loads(text)
+    """The checked entries of a table file's text (:func:`check_entries`).
+
+    Raises:
+        TuningTableError: not JSON, not a format-1 table, a key it does not know, or a bad entry.
+    """
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise TuningTableError(f"accel.kernels tuning table {where}: not JSON ({exc}). Delete it or re-run "
+                               f"accel bench --tune.") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("entries"), list):
-        raise KernelRegistrationError(f"accel.kernels tuning table {where}: not a format-{FORMAT} table "
-                                      f"(keys {sorted(data) if isinstance(data, dict) else type(data).__name__}). "
-                                      f"Delete it or re-run accel bench --tune.")
+        raise TuningTableError(f"accel.kernels tuning table {where}: not a format-{FORMAT} table "
+                               f"(keys {sorted(data) if isinstance(data, dict) else type(data).__name__}). "
+                               f"Delete it or re-run accel bench --tune.")
+    check_keys(data, FILE_KEYS, what=f"accel.kernels tuning table {where}", error=TuningTableError,
+               fix="Fix the key, or delete the file and re-run accel bench --tune.")
+    check_entries(data["entries"], where)
     return data["entries"]
 
 
+def _entry_problem(e: object) -> str | None:
+    """What is wrong with one table entry, or ``None``."""
+    if not isinstance(e, Mapping):
+        return f"is {type(e).__name__}, not a dict"
+    unknown = [k for k in e if k not in ENTRY_KEYS]
+    if unknown:
+        return "has unknown key(s) " + ", ".join(
+            f"{k!r}" + (f" (closest: {', '.join(repr(c) for c in closest(k, ENTRY_KEYS))})" if closest(k, ENTRY_KEYS)
+                        else "") for k in unknown) + f"; valid keys: {', '.join(ENTRY_KEYS)}"
+    missing = [k for k in _REQUIRED if k not in e]
+    if missing:
+        return f"lacks {', '.join(missing)}"
+    for key, valid in (("impl", IMPLS), ("op", OPS), ("dtype", DTYPE_NAMES)):
+        if valid and e[key] not in valid:  # OPS is empty until the op families are declared
+            return f"has {key} {e[key]!r}, not one of {tuple(valid)}.{did_you_mean(e[key], valid)}"
+    if not all(type(e[k]) is int and e[k] >= 1 for k in ("m", "n")):
+        return f"has m or n that is not an integer >= 1 (m={e['m']!r}, n={e['n']!r})"
+    for key in ("config", "configs", "us", "gbs"):
+        value = e.get(key)
+        if value is not None and (not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value)):
+            return f"has {key}={value!r:.60}, not a dict with str keys (or null)"
+    for key, unit in (("us", "times (µs)"), ("gbs", "bandwidths (GB/s)")):
+        values = e.get(key) or {}
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values.values()):
+            return f"has {key}={values!r:.60}: {unit} must be numbers"
+    return None
+
+
+def check_entries(entries: Iterable[object], where: str = "entries", tail: str = "") -> None:
+    """Refuse table entries accel cannot use, naming the first bad one and what is wrong with it.
+
+    Each entry is a dict of :data:`ENTRY_KEYS` with ``op`` (a declared kernel op), ``dtype``
+    (:data:`DTYPE_NAMES`), ``m`` and ``n`` (ints >= 1) and ``impl`` (:data:`IMPLS`); ``config``,
+    ``configs``, ``us``, ``gbs`` (dicts) and ``evidence`` are optional. A misspelt key or value is named with
+    the closest valid ones.
+
+    Raises:
+        TuningTableError: (a ``KernelRegistrationError``, a ``ValueError``) the first bad entry.
+    """
+    for i, e in enumerate(entries):
+        bad = _entry_problem(e)
+        if bad is not None:
+            raise TuningTableError(
+                f"accel.kernels tuning table {where}: entry {i} {bad}{' ' if bad.endswith('?') else '. '}Entries need op, dtype, m, n and impl (e.g. "
+                f"op='layer_norm_bwd', dtype='bfloat16', m=4096, n=4096, impl='triton'); the other keys are "
+                f"optional{tail}.")
+
+
 def _fold(into: dict, entries: Iterable[Mapping[str, Any]], source: str) -> None:
+    """Fold checked entries (:func:`check_entries`) into ``into``."""
     for e in entries:
         impl = e.get("impl")
-        if impl not in IMPLS:
-            continue
         key = (e["op"], e["dtype"], *bucket(int(e["m"]), int(e["n"])))
         into[key] = Choice(impl, e.get("config") or None, source, dict(e.get("us") or {}))
 
@@ -211,6 +282,18 @@ def table(arch: str) -> dict[tuple[str, str, int, int], Choice]:
             out.update(staged)
     forget_floors()  # a table loaded after the floors were computed may hold smaller buckets
     return out
+
+
+def check_file(path: str | os.PathLike) -> None:
+    """Check a tuning-table file as accel reads it (for ``accel doctor`` and your own checks).
+
+    Raises:
+        TuningTableError: the file is not a format-1 table, or has a key or entry accel cannot use
+            (the message names it and the closest valid names).
+        OSError: the file cannot be read.
+    """
+    p = Path(path)
+    _entries(p.read_text(), str(p))
 
 
 def reload() -> None:
@@ -374,23 +457,22 @@ def write_user_table(arch: str, entries: Iterable[Mapping[str, Any]], *, path: P
         The path written.
 
     Raises:
-        KernelRegistrationError: an entry misses a key or names an unknown impl (nothing written).
+        TuningTableError: (a ``KernelRegistrationError``) ``arch`` is not an arch name (it names the
+            file: ``sm_90``, ``gfx942``), ``entries`` is not a list of entry dicts, or an entry has a
+            key it does not know, misses one, or names an unknown op, dtype or impl (the message names the
+            closest valid ones); nothing was written.
     """
     from filelock import FileLock
 
-    new = [dict(e) for e in entries]
-    for e in new:
-        missing = [k for k in ("op", "dtype", "m", "n", "impl") if k not in e]
-        bad = (f"lacks {', '.join(missing)}" if missing else
-               f"has impl {e['impl']!r}, not one of {IMPLS}" if e["impl"] not in IMPLS else
-               f"has op {e['op']!r}, not one of {OPS}" if e["op"] not in OPS else
-               f"has dtype {e['dtype']!r}, not one of {DTYPE_NAMES}" if e["dtype"] not in DTYPE_NAMES else
-               "has m or n that is not an integer >= 1" if not all(
-                   type(e[k]) is int and e[k] >= 1 for k in ("m", "n")) else None)
-        if bad is not None:
-            raise KernelRegistrationError(
-                f"accel.kernels.write_user_table: entry {e} {bad}. Entries need op, dtype, m, n and impl "
-                f"(e.g. op='layer_norm_bwd', dtype='bfloat16', m=4096, n=4096, impl='triton'); nothing was written.")
+    if not isinstance(arch, str) or not _ARCH.fullmatch(arch):
+        raise TuningTableError(f"accel.kernels.write_user_table: arch={arch!r:.60} is not an arch name (ASCII "
+                               "letters, digits, '_', '.', '+', '-'; it names the table file). Pass e.g. 'sm_90'.")
+    if isinstance(entries, (Mapping, str, bytes)) or not isinstance(entries, Iterable):
+        raise TuningTableError(f"accel.kernels.write_user_table: entries is {type(entries).__name__}, not a list of "
+                               "entry dicts. Pass [dict(op=..., dtype=..., m=..., n=..., impl=...), ...].")
+    new = list(entries)
+    check_entries(new, f"write_user_table({arch!r})", "; nothing was written")
+    new = [dict(e) for e in new]
     path = Path(path) if path is not None else user_table_path(arch)
     path.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(path) + ".lock"):
@@ -399,8 +481,8 @@ def write_user_table(arch: str, entries: Iterable[Mapping[str, Any]], *, path: P
             try:
                 for e in _entries(path.read_text(), str(path)):
                     merged[(e["op"], e["dtype"], *bucket(int(e["m"]), int(e["n"])))] = e
-            except (ValueError, KeyError, TypeError):
-                merged = {}  # a corrupt file is replaced
+            except (ValueError, KeyError, TypeError, OSError):
+                merged = {}  # a corrupt file is replaced (TuningTableError is a ValueError)
         for e in new:
             merged[(e["op"], e["dtype"], *bucket(int(e["m"]), int(e["n"])))] = e
         data = {"format": FORMAT, "arch": arch, "entries": list(merged.values())}
