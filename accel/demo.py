@@ -27,7 +27,7 @@ from torch import nn
 import accel
 from accel.errors import AccelError
 
-__all__ = ["DigitsTransformer", "DemoError", "DemoArgumentError", "load_data", "run"]
+__all__ = ["DigitsTransformer", "DemoError", "DemoArgumentError", "load_data", "resume_seed", "run"]
 
 
 class DemoError(AccelError, RuntimeError):
@@ -35,7 +35,7 @@ class DemoError(AccelError, RuntimeError):
 
 
 class DemoArgumentError(DemoError, ValueError):
-    """Bad ``epochs`` or ``batch`` (the CLI answers it as bad input: exit code 2)."""
+    """Bad ``epochs``, ``batch`` or ``seed`` (the CLI answers it as bad input: exit code 2)."""
 
 
 class Attention(nn.Module):
@@ -305,6 +305,17 @@ def _graph_step_times(dev: torch.device, data: Data, batch: int, lr: float) -> d
             "speedup": t.eager_ms / t.graphed_ms if t.graphed_ms > 0 else None, "reason": t.reason}
 
 
+#: accel.random.manual_seed's range.
+_SEED_MIN, _SEED_MAX = -(2**63), 2**64 - 1
+
+
+def resume_seed(seed: int) -> int:
+    """The other seed the resumed run's fresh objects are built from: another seed modulo 2**64 (the checkpoint
+    alone must make the runs agree), inside manual_seed's range for every valid ``seed`` (``seed + 1`` was
+    not, for ``2**64 - 1``, and failed after the whole training run)."""
+    return seed ^ 1
+
+
 def run(device: object = None, *, epochs: int = 12, batch: int = 64, lr: float = 3e-3, seed: int = 0,
         progress: Callable[[str, int], Callable[[], None]] | None = None, kernels: bool = True) -> dict[str, Any]:
     """Train the demo model and check exact resume.
@@ -335,13 +346,17 @@ def run(device: object = None, *, epochs: int = 12, batch: int = 64, lr: float =
     .. note:: With ``kernels`` on an accelerator, the overrides stay registered after the call.
 
     Raises:
-        DemoArgumentError: bad ``epochs``/``batch`` (a :class:`DemoError` and a ``ValueError``).
+        DemoArgumentError: bad ``epochs``/``batch``/``seed`` (a :class:`DemoError` and a ``ValueError``),
+            before anything runs.
         DemoError: scikit-learn missing.
         accel.errors.AccelError: device selection failed.
     """
-    if epochs < 2 or batch < 1:
+    seed_ok = isinstance(seed, int) and not isinstance(seed, bool) and _SEED_MIN <= seed <= _SEED_MAX
+    if epochs < 2 or batch < 1 or not seed_ok:
         problems = ([f"epochs={epochs}: need >= 2 (the resume check stops halfway); pass e.g. --epochs 12"]
-                    if epochs < 2 else []) + ([f"batch={batch}: need >= 1"] if batch < 1 else [])
+                    if epochs < 2 else []) + ([f"batch={batch}: need >= 1"] if batch < 1 else []) + (
+                    [f"seed={seed!r}: need an int in -2**63 .. 2**64 - 1 (accel.random.manual_seed's range); pass e.g. "
+                     f"--seed 0"] if not seed_ok else [])
         raise DemoArgumentError(f"accel demo: {'; '.join(problems)}.")
     t_start = time.perf_counter()
     sel = accel.selection(device)
@@ -367,7 +382,7 @@ def run(device: object = None, *, epochs: int = 12, batch: int = 64, lr: float =
     accuracy = _accuracy(model, data)
 
     # Resume into fresh objects built from a different seed: only the checkpoint can make them agree.
-    accel.random.manual_seed(seed + 1)
+    accel.random.manual_seed(resume_seed(seed))
     bar = progress("resume", (epochs - half) * steps_per_epoch) if progress else no_progress
     model_b, opt_b, sched_b = _new_run(dev, lr, total_steps)
     checkpoint.seek(0)

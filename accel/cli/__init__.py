@@ -63,6 +63,11 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser()
     try:
+        # argparse (before Python 3.12.8) reads the value '--' of '--opt=--' as the end of options and hands the
+        # option an empty list, whatever its type; no accel option takes '--'
+        given_dashes = next((a for a in argv if a.startswith("--") and a.endswith("=--")), None)
+        if given_dashes is not None:
+            raise _UsageError(f"argument {given_dashes.split('=', 1)[0]}: '--' is not a value of it")
         args = parser.parse_args(argv)
     except _UsageError as exc:
         # the command is the first word that is not an option (accel's own options take no value)

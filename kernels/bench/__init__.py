@@ -57,6 +57,7 @@ def run_from_args(args: argparse.Namespace) -> int:
     ops = arguments.parse_ops(args.ops, families())
     rounds = getattr(args, "rounds", 1)
     check_arguments(reps=args.reps, budget_s=args.budget_s, shapes=shapes, rounds=rounds)  # before any device check
+    arguments.check_out(getattr(args, "out", None))  # a bad --out must not surface after the whole run
     if getattr(args, "tune", False):
         return tune.run_from_args(args, ops, dtypes, shapes)
     report = runner.run(shapes, dtypes, reps=args.reps, budget_s=args.budget_s, ops=ops, rounds=rounds)

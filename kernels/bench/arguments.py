@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
+import re
 from collections.abc import Iterable, Mapping
 
 import torch
 
 from accel.errors import BenchArgumentError
 
-__all__ = ["DTYPES", "MAX_ELEMENTS", "add_arguments", "check_arguments", "check_ops", "parse_dtypes", "parse_ops",
-           "parse_shapes"]
+__all__ = ["DTYPES", "MAX_ELEMENTS", "add_arguments", "check_arguments", "check_ops", "check_out", "parse_dtypes",
+           "parse_ops", "parse_shapes"]
 
 #: Names of ``--dtypes`` -> torch dtype.
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
@@ -60,6 +62,29 @@ def check_arguments(*, reps: int | None = None, budget_s: float | None = None, s
                                  f"shapes, e.g. --shapes 32768x4096.")
 
 
+_DIGITS = re.compile(r"[0-9]+", re.ASCII)
+
+
+def check_out(out: str | os.PathLike | None) -> None:
+    """Make sure ``--out DIR`` can take the report files before anything is measured (it is created).
+
+    Raises:
+        BenchArgumentError: ``out`` exists and is not a directory, or cannot be created or written.
+    """
+    if out is None:
+        return
+    path = os.fspath(out)
+    try:
+        os.makedirs(path, exist_ok=True)
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
+        why = getattr(exc, "strerror", None) or str(exc)
+        raise BenchArgumentError(f"accel bench: --out {path!r}: cannot create that directory ({why}). The report "
+                                 f"files go there. Pass a directory you can write, e.g. --out results/.") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise BenchArgumentError(f"accel bench: --out {path!r}: the directory is not writable. Pass a directory you can "
+                                 f"write, e.g. --out results/.")
+
+
 def check_ops(ops: Iterable[str], known: Mapping[str, object], given: str | None = None) -> tuple[str, ...]:
     """``ops`` without repeats, each a family of ``known`` (:func:`accel.kernels.catalog.families`).
 
@@ -84,16 +109,15 @@ def parse_shapes(text: str | None) -> tuple[tuple[int, int], ...] | None:
     """``--shapes`` (``"4096x4096,65536x1024"``) as ``((4096, 4096), (65536, 1024))``; ``None`` stays ``None``.
 
     Raises:
-        BenchArgumentError: an item is not ``MxN`` with integer sides (the range is :func:`check_arguments`'s).
+        BenchArgumentError: an item is not ``MxN`` with sides of ASCII digits (the range is :func:`check_arguments`'s).
     """
     if text is None:
         return None
     parsed = []
     for s in text.split(","):
-        try:
-            shape = tuple(int(v) for v in s.strip().lower().split("x"))
-        except ValueError:
-            shape = ()
+        sides = s.strip().lower().split("x")
+        # ASCII digits only: int() also reads '٣', '+4', '1_0' and ' 4' (as device indices are parsed)
+        shape = tuple(int(v) for v in sides) if all(_DIGITS.fullmatch(v) for v in sides) else ()
         if len(shape) != 2:
             raise BenchArgumentError(f"accel bench: --shapes {text!r}: {s.strip()!r} is not MxN. Write "
                                      f"e.g. --shapes 4096x4096,65536x1024 (or leave --shapes out for the issue "
