@@ -36,6 +36,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import math
 import operator
 import random as _pyrandom
 import warnings
@@ -805,6 +806,8 @@ def _plan_python(part: object) -> tuple[Any, ...]:
     gauss, version = part["gauss_next"], part["version"]
     if gauss is not None and not isinstance(gauss, float):
         raise _corrupt("python", f"gauss_next is {type(gauss).__name__}, not a float or None")
+    if gauss is not None and not math.isfinite(gauss):  # random.setstate takes it; the next gauss() returns it
+        raise _corrupt("python", f"gauss_next is {gauss}, not a finite float (a cached Gaussian sample)")
     if not isinstance(version, int) or isinstance(version, bool):
         raise _corrupt("python", f"version is {type(version).__name__}, not an int")
     words = _words(part["internal"], "python.internal", 625)
@@ -830,6 +833,8 @@ def _plan_numpy(part: object, np: Any) -> tuple[Any, ...]:
             raise _corrupt("numpy", f"{name} is {type(part[name]).__name__}, not {kind.__name__}")
     if not 0 <= part["pos"] <= 624 or part["has_gauss"] not in (0, 1):
         raise _corrupt("numpy", f"pos {part['pos']} / has_gauss {part['has_gauss']} outside 0..624 / 0..1")
+    if not math.isfinite(part["cached_gaussian"]):  # set_state takes it; the next standard_normal() returns it
+        raise _corrupt("numpy", f"cached_gaussian is {part['cached_gaussian']}, not a finite float")
     if np is None:
         return ()
     state = ("MT19937", np.asarray(words, dtype=np.uint32), part["pos"], part["has_gauss"], part["cached_gaussian"])
@@ -867,7 +872,7 @@ def restore(snapshot: dict[str, Any], *, strict: bool = False) -> dict[str, Any]
         RngSnapshotVersionError: (a ``ValueError``) written by a newer accel; nothing set.
         RngSnapshotError: (a ``ValueError``) not a snapshot, or corrupted (a field of the
             wrong type, a state a generator refuses, a degenerate all-zero MT19937 key in
-            the Python or NumPy part); nothing set.
+            the Python or NumPy part, a cached Gaussian that is NaN or inf); nothing set.
         RngRestoreError: (a ``RuntimeError``) ``strict=True`` and a stream cannot apply
             (nothing set) or failed to set (the others were set).
 
