@@ -12,6 +12,8 @@ the place that caches it:
 - :func:`register`: a cache made elsewhere (another module's ``functools.cache``), with a custom clear
   function or a reason to keep it.
 - :func:`on_clear`: any other memo (a dict, a resolved table) as a function that forgets it.
+- :func:`declare_package`: every ``functools`` cache of a package's modules is a detection cache (``accel._compat``:
+  facts of the running torch), also in modules imported later.
 
 ``tests/test_caches.py`` finds every ``functools.cache`` / ``lru_cache`` in the package's source and
 checks that each is declared here, and that :func:`accel.clear_cache` empties every detection cache.
@@ -26,8 +28,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["CacheEntry", "clear_detection_caches", "detection_cache", "entries", "kept_cache", "on_clear",
-           "register"]
+__all__ = ["CacheEntry", "clear_detection_caches", "declare_package", "detection_cache", "entries", "kept_cache",
+           "on_clear", "register"]
 
 
 @dataclass(frozen=True)
@@ -49,6 +51,7 @@ class CacheEntry:
 
 _ENTRIES: dict[str, CacheEntry] = {}
 _HOOKS: list[Callable[[], None]] = []
+_PACKAGES: list[str] = []
 
 
 def _name(obj: Any) -> str:
@@ -102,13 +105,36 @@ def on_clear(hook: Callable[[], None]) -> Callable[[], None]:
     return hook
 
 
+def declare_package(package: str) -> None:
+    """Every ``functools`` cache defined in a module of ``package`` (``"accel._compat"``) that is not declared
+    otherwise is a detection cache: found in the modules imported so far, and again at each :func:`entries`
+    and :func:`clear_detection_caches`, so a module imported later is covered too."""
+    if package not in _PACKAGES:
+        _PACKAGES.append(package)
+    _scan()
+
+
+def _scan() -> None:
+    import sys
+
+    for name, module in list(sys.modules.items()):
+        if module is None or not any(name == p or name.startswith(p + ".") for p in _PACKAGES):
+            continue
+        for value in list(vars(module).values()):
+            if callable(getattr(value, "cache_clear", None)) and getattr(value, "__module__", None) == name \
+                    and _name(value) not in _ENTRIES:
+                register(value)
+
+
 def entries() -> dict[str, CacheEntry]:
     """Every registered cache and hook, by name."""
+    _scan()
     return dict(_ENTRIES)
 
 
 def clear_detection_caches() -> None:
     """Clear every detection cache and run every :func:`on_clear` hook, in registration order."""
+    _scan()
     for entry in list(_ENTRIES.values()):
         if entry.cache is not None and entry.clear is not None:
             entry.clear()

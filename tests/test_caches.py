@@ -109,6 +109,8 @@ def test_every_functools_cache_is_declared_in_the_registry():
     for module, qualname, kind in _caches_in_source():
         if module == "accel._caches":
             continue  # the registry's own decorators
+        if "<locals>" in qualname:
+            continue  # made inside a function: it lives as long as what holds it, not for the process
         mod = _importable(module)
         if mod is None:
             if kind != "registry":

@@ -84,22 +84,12 @@ from .versions import checked_version, module_version
 
 
 def _register_caches() -> None:
-    """Declare the topic modules' undeclared ``functools`` caches in :mod:`accel._caches` as detection caches:
-    everything this package caches is a fact of the running torch build, which :mod:`accel.testing` may
-    fake (:mod:`.native` keeps bare ``functools.cache`` s). Found by scanning, so a cache added to a topic
-    module is declared too."""
-    import sys
-
+    """Declare this package's ``functools`` caches in :mod:`accel._caches` as detection caches: everything it
+    caches is a fact of the running torch build, which :mod:`accel.testing` may fake (:mod:`.native` keeps bare
+    ``functools.cache`` s). A topic module imported later is covered too."""
     from accel import _caches
 
-    known = _caches.entries()
-    for name, module in list(sys.modules.items()):
-        if not name.startswith(__name__ + ".") or module is None:
-            continue
-        for value in list(vars(module).values()):
-            if callable(getattr(value, "cache_clear", None)) and getattr(value, "__module__", None) == name:
-                if f"{name}.{value.__qualname__}" not in known:
-                    _caches.register(value)
+    _caches.declare_package(__name__)
 
 
 _register_caches()
