@@ -1,0 +1,387 @@
+"""The chunked linear cross-entropy in eager PyTorch: the default kernels of accel's two ops and the loop
+the Triton impl runs its kernel in.
+
+The loss is ``cross_entropy(input @ linear_weight.T + linear_bias, target, ...)`` over ``N`` rows and ``C``
+classes. Rows are taken ``batch_chunk_size`` at a time: per chunk the ``[rows, C]`` logits come from one
+matmul (cuBLAS on CUDA), one *row step* turns them into the per-row losses and, in the same place, into
+the gradient of the loss w.r.t. the logits, and that gradient feeds the two gradient matmuls
+(``grad_input[chunk] = g @ W``, ``grad_W += g.T @ x[chunk]``, ``grad_bias += g.sum(0)``). Nothing of size
+``[N, C]`` is ever stored: one ``[rows, C]`` buffer is reused by every chunk.
+
+Every option reduces to per-row coefficients computed once (:func:`coefficients`, ``[N]`` vectors), so
+the row step (:func:`row_step` here, one Triton kernel in :mod:`.triton_kernel`) only needs, per row
+``i`` with log-sum-exp ``lse``, softmax ``p`` and (class-index targets) target ``y``::
+
+    loss_i = a_i * (lse - z_iy) + bw_i * lse - b_i * sum_c w_c z_ic
+    g_ic   = (a_i + bw_i) * p_ic - a_i * [c == y] - b_i * w_c
+
+``a`` carries the ignored rows (0), the class weight of the target, the reduction's divisor (for
+``"mean"``: the sum of the kept rows' target weights) and ``1 - label_smoothing``;
+``b = label_smoothing / C`` over the same divisor (0 on ignored rows), and ``bw = b * sum_c w_c``. That is
+ATen's ``cross_entropy`` term by term. A target outside ``[0, C)`` that is not ``ignore_index`` gets ``a_i = NaN`` (its loss and
+gradient are NaN; nothing reads out of bounds). Class-probability targets ``t`` (``[N, C]``) use
+``q = w * ((1 - label_smoothing) * t + label_smoothing / C)`` and ``r_i`` (``1/N`` for ``"mean"``)::
+
+    loss_i = r_i * (sum_c q_ic * lse - sum_c q_ic z_ic)        g_ic = r_i * (sum_c q_ic * p_ic - q_ic)
+
+Precision (``acc_policy``): ``"compact"`` keeps the logits buffer in the input dtype (as
+``linear`` + ``cross_entropy`` on bf16 logits would) and accumulates ``grad_W`` in place in the input
+dtype; ``"accurate"`` keeps the logits in ``acc_dtype`` (fp32 for bf16/fp16 inputs) and accumulates
+``grad_W`` in an ``acc_dtype`` scratch of ``[C, D]``. The row step computes in fp32 (fp64 for fp64
+inputs) either way; the loss is returned in fp32 (fp64), the gradients in the input dtype.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import NamedTuple
+
+import torch
+
+from accel.errors import LossInputError
+from accel.kernels.dsl.launch import empty
+
+__all__ = [
+    "LOW_PRECISION",
+    "Coefficients",
+    "backward",
+    "check_op_args",
+    "chunked",
+    "coefficients",
+    "forward",
+    "loss_dtype",
+    "reduce_loss",
+    "row_step",
+]
+
+#: Input dtypes whose accumulation dtype may be wider (``acc_dtype=torch.float32``).
+LOW_PRECISION = (torch.float16, torch.bfloat16)
+_REDUCTIONS = ("mean", "sum", "none")
+_POLICIES = ("accurate", "compact")
+
+
+def loss_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype of the op's loss and of the row step's math: fp64 for fp64 inputs, else fp32."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def check_op_args(input: torch.Tensor, linear_weight: torch.Tensor, target: torch.Tensor,
+                  linear_bias: torch.Tensor | None, weight: torch.Tensor | None, reduction: str,
+                  label_smoothing: float, batch_chunk_size: int, acc_policy: str,
+                  acc_dtype: torch.dtype) -> bool:
+    """What the chunked ops take, checked on shapes, dtypes and devices only (works on fake tensors; reads
+    no values). Returns whether ``target`` holds class probabilities.
+
+    Raises:
+        LossInputError: ``input`` not ``[N, D]`` floating; ``linear_weight`` not ``[C, D]`` of the input's
+            dtype and device with ``C >= 1``; ``linear_bias`` not ``[C]``; ``weight`` not a floating ``[C]``;
+            ``target`` neither int64 ``[N]`` nor ``[N, C]`` of the input's dtype; ``reduction``,
+            ``label_smoothing``, ``batch_chunk_size``, ``acc_policy`` or ``acc_dtype`` out of range.
+    """
+    where = "accel linear_cross_entropy op"
+    if input.dim() != 2 or not input.dtype.is_floating_point:
+        raise LossInputError(f"{where}: input is {list(input.shape)} {input.dtype}. It must be a floating "
+                             f"[N, D] tensor. Flatten leading dims (input.flatten(0, -2)).")
+    n, d = input.shape
+    if linear_weight.dim() != 2 or linear_weight.shape[1] != d:
+        raise LossInputError(f"{where}: linear_weight is {list(linear_weight.shape)} for input {list(input.shape)}. "
+                             f"It must be [C, D] with D = {d}.")
+    c = linear_weight.shape[0]
+    if c < 1:
+        raise LossInputError(f"{where}: linear_weight has {c} classes. It needs C >= 1 (a vocabulary of 0 has "
+                             f"no cross-entropy).")
+    if linear_weight.dtype != input.dtype or linear_weight.device != input.device:
+        raise LossInputError(f"{where}: linear_weight is {linear_weight.dtype} on {linear_weight.device}, input "
+                             f"{input.dtype} on {input.device}. They must match: cast one to the other.")
+    for name, t in (("linear_bias", linear_bias), ("weight", weight)):
+        if t is not None and (tuple(t.shape) != (c,) or not t.dtype.is_floating_point or t.device != input.device):
+            raise LossInputError(f"{where}: {name} is {list(t.shape)} {t.dtype} on {t.device}. It must be a floating "
+                                 f"[{c}] tensor on {input.device}, or None.")
+    prob = target.dtype.is_floating_point
+    if prob:
+        if tuple(target.shape) != (n, c) or target.dtype != input.dtype:
+            raise LossInputError(f"{where}: probability target is {list(target.shape)} {target.dtype}. It must be "
+                                 f"[{n}, {c}] {input.dtype} (the input's dtype).")
+    elif target.dtype != torch.int64 or tuple(target.shape) != (n,):
+        raise LossInputError(f"{where}: class-index target is {list(target.shape)} {target.dtype}. It must be "
+                             f"int64 [{n}] (one class per input row).")
+    if target.device != input.device:
+        raise LossInputError(f"{where}: target is on {target.device}, input on {input.device}. Move it.")
+    if reduction not in _REDUCTIONS:
+        raise LossInputError(f"{where}: reduction={reduction!r}. It must be one of {', '.join(_REDUCTIONS)}.")
+    if not 0.0 <= label_smoothing <= 1.0:
+        raise LossInputError(f"{where}: label_smoothing={label_smoothing}. It must lie in [0, 1].")
+    if not isinstance(batch_chunk_size, (int, torch.SymInt)) or batch_chunk_size < 1:
+        raise LossInputError(f"{where}: batch_chunk_size={batch_chunk_size!r}. It must be an int >= 1.")
+    if acc_policy not in _POLICIES:
+        raise LossInputError(f"{where}: acc_policy={acc_policy!r}. The op takes a resolved policy, one of "
+                             f"{', '.join(_POLICIES)} (LinearCrossEntropyOptions.resolve gives it).")
+    if acc_dtype != input.dtype and not (input.dtype in LOW_PRECISION and acc_dtype == torch.float32):
+        raise LossInputError(f"{where}: acc_dtype={acc_dtype} with {input.dtype} input. It must be the input's "
+                             f"dtype, or torch.float32 for float16/bfloat16 input.")
+    return prob
+
+
+class Coefficients(NamedTuple):
+    """Per-row coefficients of the row step (see the module docstring), ``[N]`` vectors in the math dtype.
+
+    Attributes:
+        target: class-index targets with ignored and out-of-range rows pointed at class 0 (int64 ``[N]``),
+            or the probability target itself (``[N, C]``).
+        a: the target term's coefficient (class-index targets), or ``r`` (probability targets).
+        b: the smoothing term's coefficient, or ``None`` without label smoothing (or with probability targets).
+        bw: ``b * sum(class weight)``, or ``None`` with ``b``.
+        class_weight: the class weight in the math dtype, or ``None``.
+        label_smoothing: as given.
+        empty: a 0-dim bool tensor, true where ``reduction="mean"`` has nothing to divide by (every row
+            ignored, or no rows): the loss is NaN there, as ``cross_entropy``'s is. ``None`` otherwise.
+    """
+
+    target: torch.Tensor
+    a: torch.Tensor
+    b: torch.Tensor | None
+    bw: torch.Tensor | None
+    class_weight: torch.Tensor | None
+    label_smoothing: float
+    empty: torch.Tensor | None
+
+
+def coefficients(target: torch.Tensor, weight: torch.Tensor | None, reduction: str, ignore_index: int,
+                 label_smoothing: float, num_classes: int, math_dtype: torch.dtype = torch.float32,
+                 grad_loss: torch.Tensor | None = None) -> Coefficients:
+    """The row step's coefficients for every row (``[N]`` vectors; no device-to-host read).
+
+    ``grad_loss`` (``[N]``, ``reduction="none"`` backward) is folded in: the gradient rows come out scaled by it.
+    """
+    n = target.shape[0]
+    cw = None if weight is None else weight.to(math_dtype)
+    eps = float(label_smoothing)
+    if target.dtype.is_floating_point:  # probability targets: no ignore_index, mean divides by N
+        r = torch.full((n,), 1.0 / n if reduction == "mean" and n else 1.0, dtype=math_dtype, device=target.device)
+        if grad_loss is not None:
+            r = r * grad_loss.to(math_dtype)
+        empty = torch.tensor(n == 0, device=target.device) if reduction == "mean" else None
+        return Coefficients(target, r, None, None, cw, eps, empty)
+    ignored = target == ignore_index
+    in_range = (target >= 0) & (target < num_classes)
+    taken = in_range & ~ignored
+    t_hat = torch.where(taken, target, 0)
+    kept = (~ignored).to(math_dtype)
+    w_y = kept if cw is None else torch.where(ignored, 0.0, cw.index_select(0, t_hat))
+    empty = None
+    if reduction == "mean":
+        total = w_y.sum()
+        empty = total == 0
+        scale = 1.0 / total  # inf where every row is ignored: those a_i are 0 below, and the loss is NaN
+    else:
+        scale = 1.0
+    a = torch.where(ignored, 0.0, w_y * ((1.0 - eps) * scale))
+    a = torch.where(taken | ignored, a, float("nan"))  # out of range and not ignored: NaN loss and gradient
+    b = bw = None
+    if eps:
+        b = torch.where(ignored, 0.0, kept * (eps / num_classes) * scale)
+        bw = b * (cw.sum() if cw is not None else float(num_classes))
+    if grad_loss is not None:
+        go = grad_loss.to(math_dtype)
+        a = a * go
+        if b is not None:
+            b, bw = b * go, bw * go
+    return Coefficients(t_hat, a, b, bw, cw, eps, empty)
+
+
+def _slice(coef: Coefficients, start: int, rows: int) -> Coefficients:
+    def cut(t):
+        return None if t is None else t.narrow(0, start, rows)
+
+    return coef._replace(target=coef.target.narrow(0, start, rows), a=cut(coef.a), b=cut(coef.b), bw=cut(coef.bw))
+
+
+def row_step(logits: torch.Tensor, grad: torch.Tensor | None, coef: Coefficients, loss: torch.Tensor) -> None:
+    """One chunk's row step in eager PyTorch: per-row losses into ``loss`` (``[rows]``) and, where ``grad``
+    is given (``[rows, C]``, may be ``logits`` itself), the gradient w.r.t. the logits into it."""
+    mdt = loss.dtype
+    z = logits.to(mdt)
+    m = z.amax(1, keepdim=True)
+    lse = m + torch.log(torch.exp(z - m).sum(1, keepdim=True))
+    p = torch.exp(z - lse)
+    lse = lse.squeeze(1)
+    c = z.shape[1]
+    if coef.target.dtype.is_floating_point:
+        q = coef.target.to(mdt)
+        if coef.label_smoothing:
+            q = q * (1.0 - coef.label_smoothing) + coef.label_smoothing / c
+        if coef.class_weight is not None:
+            q = q * coef.class_weight
+        s = q.sum(1)
+        loss.copy_(coef.a * (s * lse - (q * z).sum(1)))
+        if grad is not None:
+            grad.copy_(coef.a[:, None] * (s[:, None] * p - q))
+        return
+    zy = z.gather(1, coef.target[:, None]).squeeze(1)
+    out = coef.a * (lse - zy)
+    if coef.b is not None:
+        wz = z.sum(1) if coef.class_weight is None else z @ coef.class_weight
+        out = out + coef.bw * lse - coef.b * wz
+    loss.copy_(out)
+    if grad is None:
+        return
+    g = (coef.a if coef.bw is None else coef.a + coef.bw)[:, None] * p
+    g.scatter_add_(1, coef.target[:, None], -coef.a[:, None])
+    if coef.b is not None:
+        g -= coef.b[:, None] * (1.0 if coef.class_weight is None else coef.class_weight[None, :])
+    grad.copy_(g)
+
+
+@functools.cache
+def _mixed_mm(device_type: str) -> bool:
+    """Whether ``torch.mm(a, b, out_dtype=torch.float32)`` takes bf16 operands on this device type (CUDA/ROCm:
+    cuBLAS/hipBLASLt accumulate and write fp32); elsewhere accurate mode computes from fp32 copies."""
+    if device_type != "cuda":
+        return False
+    try:
+        a = torch.ones(1, 1, dtype=torch.bfloat16, device=device_type)
+        return torch.mm(a, a, out_dtype=torch.float32).dtype == torch.float32
+    except (TypeError, RuntimeError, NotImplementedError):
+        return False
+
+
+#: ``step(logits, grad or None, coefficients, loss out)``: the row step a chunk loop runs.
+RowStep = Callable[[torch.Tensor, "torch.Tensor | None", Coefficients, torch.Tensor], None]
+
+
+def chunked(input: torch.Tensor, linear_weight: torch.Tensor, coef: Coefficients, linear_bias: torch.Tensor | None,
+            batch_chunk_size: int, acc_policy: str, acc_dtype: torch.dtype, compute_input_grad: bool,
+            compute_linear_weight_grad: bool, compute_linear_bias_grad: bool, step: RowStep = row_step,
+            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The chunk loop: ``(per-row losses [N], grad_input, grad_linear_weight, grad_linear_bias)``; a gradient
+    not asked for is an empty ``[0, 0]`` (``[0]``) tensor, one asked for is in the input's dtype.
+
+    ``step`` is the row step (:func:`row_step`, or the Triton kernel's launch); ``coef`` from :func:`coefficients`.
+    Arguments are not checked here (:func:`check_op_args`).
+    """
+    n = input.shape[0]
+    c = linear_weight.shape[0]
+    dtype, device = input.dtype, input.device
+    mdt = loss_dtype(dtype)
+    want_grad = compute_input_grad or compute_linear_weight_grad or compute_linear_bias_grad
+    wide = acc_policy == "accurate" and acc_dtype != dtype  # logits and grad_W accumulator in acc_dtype
+    mixed = wide and _mixed_mm(device.type)  # low-precision operands, acc_dtype results (cuBLAS)
+    upcast = wide and not mixed  # acc_dtype copies of the operands (CPU and other devices)
+    w_mm = linear_weight.to(acc_dtype) if upcast else linear_weight
+    rows_max = max(1, min(batch_chunk_size, n))
+    logits_buf = empty((rows_max, c), acc_dtype if wide else dtype, device)
+    # the gradient goes where the matmuls can read it: in place, except accurate mode on cuBLAS (input dtype)
+    grad_buf = empty((rows_max, c), dtype, device) if (want_grad and mixed) else logits_buf
+    bias = None if linear_bias is None else linear_bias.to(logits_buf.dtype)
+    losses = empty(n, mdt, device)
+    grad_input = empty(tuple(input.shape) if compute_input_grad else (0, 0), dtype, device)
+    gw_shape = tuple(linear_weight.shape) if compute_linear_weight_grad else (0, 0)
+    gw_dtype = acc_dtype if wide else dtype
+    grad_w = empty(gw_shape, gw_dtype, device) if n else torch.zeros(gw_shape, dtype=gw_dtype, device=device)
+    grad_b = torch.zeros(c if compute_linear_bias_grad else 0, dtype=mdt, device=device)
+    wt = w_mm.t()
+    for start in range(0, n, rows_max):
+        rows = min(rows_max, n - start)
+        x = input.narrow(0, start, rows)
+        x_mm = x.to(acc_dtype) if upcast else x
+        logits = logits_buf.narrow(0, 0, rows)
+        if mixed:
+            if bias is None:
+                torch.mm(x, wt, out_dtype=acc_dtype, out=logits)
+            else:
+                torch.addmm(bias, x, wt, out_dtype=acc_dtype, out=logits)
+        elif bias is None:
+            torch.mm(x_mm, wt, out=logits)
+        else:
+            torch.addmm(bias, x_mm, wt, out=logits)
+        g = grad_buf.narrow(0, 0, rows) if want_grad else None
+        step(logits, g, _slice(coef, start, rows), losses.narrow(0, start, rows))
+        if g is None:
+            continue
+        if compute_linear_bias_grad:
+            grad_b += g.sum(0, dtype=mdt)
+        if compute_input_grad:
+            out = grad_input.narrow(0, start, rows)
+            if upcast:
+                out.copy_(g @ w_mm)
+            else:
+                torch.mm(g, linear_weight, out=out)
+        if compute_linear_weight_grad:
+            if mixed:
+                if start == 0:
+                    torch.mm(g.t(), x, out_dtype=acc_dtype, out=grad_w)
+                else:
+                    torch.addmm(grad_w, g.t(), x, out_dtype=acc_dtype, out=grad_w)
+            elif start == 0:  # the first chunk writes the accumulator, later ones add to it
+                torch.mm(g.t(), x_mm, out=grad_w)
+            else:
+                grad_w.addmm_(g.t(), x_mm)
+    if grad_w.dtype != dtype:
+        grad_w = grad_w.to(dtype)
+    return losses, grad_input, grad_w, grad_b.to(dtype)
+
+
+def reduce_loss(losses: torch.Tensor, coef: Coefficients, reduction: str) -> torch.Tensor:
+    """The op's loss from the per-row losses: their sum (already scaled for ``"mean"``; NaN where ``"mean"``
+    has nothing to divide by), or the rows themselves for ``"none"``."""
+    if reduction == "none":
+        return losses
+    total = losses.sum()
+    if coef.empty is not None:
+        total = torch.where(coef.empty, float("nan"), total)
+    return total
+
+
+def forward(input: torch.Tensor, linear_weight: torch.Tensor, target: torch.Tensor, linear_bias: torch.Tensor | None,
+            weight: torch.Tensor | None, reduction: str, ignore_index: int, label_smoothing: float,
+            batch_chunk_size: int, acc_policy: str, acc_dtype: torch.dtype, allow_retain_graph: bool,
+            compute_input_grad: bool, compute_linear_weight_grad: bool, compute_linear_bias_grad: bool,
+            *, step: RowStep = row_step) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``accel::linear_cross_entropy`` in eager PyTorch (its default kernel on every device).
+
+    Returns:
+        ``(loss, grad_input, grad_linear_weight, grad_linear_bias)``: ``loss`` in fp32 (fp64 for fp64
+        input), a scalar for ``"mean"``/``"sum"`` and ``[N]`` for ``"none"``; for ``"mean"``/``"sum"`` the
+        gradients of ``loss`` asked for by the ``compute_*`` flags (input dtype), empty otherwise and always
+        for ``"none"`` (its backward recomputes them: :func:`backward`).
+
+    Raises:
+        LossInputError: see :func:`check_op_args`.
+    """
+    check_op_args(input, linear_weight, target, linear_bias, weight, reduction, label_smoothing, batch_chunk_size,
+                  acc_policy, acc_dtype)
+    coef = coefficients(target, weight, reduction, ignore_index, label_smoothing, linear_weight.shape[0],
+                        loss_dtype(input.dtype))
+    grads = reduction != "none"
+    losses, gi, gw, gb = chunked(input, linear_weight, coef, linear_bias, batch_chunk_size, acc_policy, acc_dtype,
+                                 grads and compute_input_grad, grads and compute_linear_weight_grad,
+                                 grads and compute_linear_bias_grad and linear_bias is not None, step)
+    return reduce_loss(losses, coef, reduction), gi, gw, gb
+
+
+def backward(grad_loss: torch.Tensor, input: torch.Tensor, linear_weight: torch.Tensor, target: torch.Tensor,
+             linear_bias: torch.Tensor | None, weight: torch.Tensor | None, ignore_index: int, label_smoothing: float,
+             batch_chunk_size: int, acc_policy: str, acc_dtype: torch.dtype, compute_input_grad: bool,
+             compute_linear_weight_grad: bool, compute_linear_bias_grad: bool, *, step: RowStep = row_step,
+             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``accel::linear_cross_entropy_backward`` in eager PyTorch: the gradients of ``reduction="none"``'s
+    per-row losses weighted by ``grad_loss`` (``[N]``), recomputed chunk by chunk.
+
+    Returns:
+        ``(grad_input, grad_linear_weight, grad_linear_bias)`` in the input dtype (empty where not asked for).
+
+    Raises:
+        LossInputError: see :func:`check_op_args`; ``grad_loss`` not ``[N]``.
+    """
+    check_op_args(input, linear_weight, target, linear_bias, weight, "none", label_smoothing, batch_chunk_size,
+                  acc_policy, acc_dtype)
+    if tuple(grad_loss.shape) != (input.shape[0],):
+        raise LossInputError(f"accel linear_cross_entropy_backward: grad_loss is {list(grad_loss.shape)}. It must be "
+                             f"[{input.shape[0]}] (one value per row of reduction='none').")
+    coef = coefficients(target, weight, "none", ignore_index, label_smoothing, linear_weight.shape[0],
+                        loss_dtype(input.dtype), grad_loss=grad_loss)
+    _, gi, gw, gb = chunked(input, linear_weight, coef, linear_bias, batch_chunk_size, acc_policy, acc_dtype,
+                            compute_input_grad, compute_linear_weight_grad,
+                            compute_linear_bias_grad and linear_bias is not None, step)
+    return gi, gw, gb

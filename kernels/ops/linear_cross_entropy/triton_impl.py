@@ -1,0 +1,186 @@
+"""Linear cross-entropy through the Triton row step of :mod:`.triton_kernel`, in the chunk loop of
+:mod:`.reference` (cuBLAS matmuls around one kernel per chunk).
+
+Importing this module defines accel's two ops (:mod:`.op`) and imports no Triton: the kernel module is
+imported at the first launch. :func:`register` installs the forward and backward as accel overrides
+(and, where torch has them: torch 2.13+, overrides of torch's own chunked ops ``torch_nn::...``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from accel._compat import nn as compat_nn
+from accel.kernels.core.registry import register as register_override, unregister
+from accel.kernels.dsl.launch import device_guard, lazy_module
+from accel.kernels.dsl.triton_utils import available, triton_launch
+from accel.kernels.ops.conds import tuned_config
+
+from . import FAMILY, op, reference
+from .conditions import make_conds, make_torch_nn_conds
+
+__all__ = ["DSL", "available", "backward", "conds", "forward", "linear_cross_entropy",
+           "linear_cross_entropy_backward", "register", "register_torch_nn", "row_step", "torch_nn_chunked",
+           "torch_nn_chunked_no_reduction"]
+
+DSL = "triton"
+#: The custom ops this module's impls are for (defined by importing :mod:`.op`).
+OPS = (op.FORWARD, op.BACKWARD)
+
+_kernels = lazy_module(__package__ + ".triton_kernel")  # imports the DSL at the first launch
+
+
+def row_step(logits: torch.Tensor, grad: torch.Tensor | None, coef: reference.Coefficients, loss: torch.Tensor,
+             config: dict | None = None) -> None:
+    """:func:`.reference.row_step` as one Triton launch (one program per row); ``config`` is
+    ``{"block_v", "num_warps"}`` (default :func:`.triton_kernel.default_config`)."""
+    rows, v = logits.shape
+    if rows == 0:
+        return
+    k = _kernels()
+    cfg = config or k.default_config(v)
+    prob = coef.target.dtype.is_floating_point
+    a = coef.a
+    g = logits if grad is None else grad
+    with device_guard(logits.device):
+        triton_launch(k.lce_rows, (rows,), logits, g, coef.target, a, a if coef.b is None else coef.b,
+                      a if coef.bw is None else coef.bw, a if coef.class_weight is None else coef.class_weight, loss,
+                      v, logits.stride(0), g.stride(0), coef.target.stride(0) if prob else 1,
+                      float(coef.label_smoothing), 1.0 / v, BLOCK_V=cfg["block_v"], PROB=prob,
+                      SMOOTH=bool(coef.label_smoothing), HAS_CW=coef.class_weight is not None,
+                      WRITE_GRAD=grad is not None, num_warps=cfg["num_warps"])
+
+
+def _step(table_op: str, input: torch.Tensor, num_classes: int):
+    cfg = tuned_config(table_op, DSL, input, input.shape[0], num_classes, _kernels().default_config)
+
+    def step(logits, grad, coef, loss):
+        row_step(logits, grad, coef, loss, cfg)
+
+    return step
+
+
+def linear_cross_entropy(input, linear_weight, target, linear_bias, weight, reduction, ignore_index, label_smoothing,
+                         batch_chunk_size, acc_policy, acc_dtype, allow_retain_graph, compute_input_grad,
+                         compute_linear_weight_grad, compute_linear_bias_grad):
+    """``accel::linear_cross_entropy`` with the Triton row step; arguments and results as
+    :func:`.reference.forward` (also torch 2.15's ``torch_nn::_linear_cross_entropy_batch_chunked``'s
+    arguments: :func:`register` installs it there too, casting the loss to the input's dtype)."""
+    return reference.forward(input, linear_weight, target, linear_bias, weight, reduction, ignore_index,
+                             label_smoothing, batch_chunk_size, acc_policy, acc_dtype, allow_retain_graph,
+                             compute_input_grad, compute_linear_weight_grad, compute_linear_bias_grad,
+                             step=_step("linear_cross_entropy_fwd", input, linear_weight.shape[0]))
+
+
+def linear_cross_entropy_backward(grad_loss, input, linear_weight, target, linear_bias, weight, ignore_index,
+                                  label_smoothing, batch_chunk_size, acc_policy, acc_dtype, compute_input_grad,
+                                  compute_linear_weight_grad, compute_linear_bias_grad):
+    """``accel::linear_cross_entropy_backward`` with the Triton row step; as :func:`.reference.backward`."""
+    return reference.backward(grad_loss, input, linear_weight, target, linear_bias, weight, ignore_index,
+                              label_smoothing, batch_chunk_size, acc_policy, acc_dtype, compute_input_grad,
+                              compute_linear_weight_grad, compute_linear_bias_grad,
+                              step=_step("linear_cross_entropy_bwd", input, linear_weight.shape[0]))
+
+
+def conds(backends: Sequence[str]) -> tuple:
+    """The forward and backward conds for ``backends`` (:func:`.conditions.make_conds`)."""
+    return make_conds(DSL, backends)
+
+
+def _grad_flags_contradict(input, linear_weight, target, linear_bias, cig, cwg, cbg) -> bool:
+    """torch's own check of its chunked op (its body runs it; an override must too): a ``compute_*_grad`` flag
+    that is off while that tensor requires grad (flags baked in at trace time), or a probability target
+    that requires grad."""
+    if not torch.is_grad_enabled():
+        return False
+    return ((not cig and input.requires_grad) or (not cwg and linear_weight.requires_grad)
+            or (not cbg and linear_bias is not None and linear_bias.requires_grad)
+            or (target.dtype.is_floating_point and target.requires_grad))
+
+
+def torch_nn_chunked(input, linear_weight, target, linear_bias, weight, reduction, ignore_index, label_smoothing,
+                     batch_chunk_size, acc_policy, acc_dtype, allow_retain_graph, compute_input_grad,
+                     compute_linear_weight_grad, compute_linear_bias_grad):
+    """torch's ``torch_nn::_linear_cross_entropy_batch_chunked`` (torch 2.13+) with the Triton row step: the
+    same arguments as accel's op, the loss in the input's dtype as torch's op returns it. Calls that torch's
+    own checks reject are handed back to torch's op (its body raises its error)."""
+    if _grad_flags_contradict(input, linear_weight, target, linear_bias, compute_input_grad,
+                              compute_linear_weight_grad, compute_linear_bias_grad):
+        # the registry's re-entrancy guard sends this call of the op to torch's own kernel
+        return torch.ops.torch_nn._linear_cross_entropy_batch_chunked.default(
+            input, linear_weight, target, linear_bias, weight, reduction, ignore_index, label_smoothing,
+            batch_chunk_size, acc_policy, acc_dtype, allow_retain_graph, compute_input_grad,
+            compute_linear_weight_grad, compute_linear_bias_grad)
+    loss, gi, gw, gb = linear_cross_entropy(input, linear_weight, target, linear_bias, weight, reduction, ignore_index,
+                                            label_smoothing, batch_chunk_size, acc_policy, acc_dtype,
+                                            allow_retain_graph, compute_input_grad, compute_linear_weight_grad,
+                                            compute_linear_bias_grad)
+    return loss.to(input.dtype), gi, gw, gb
+
+
+def torch_nn_chunked_no_reduction(input, linear_weight, target, linear_bias, weight, ignore_index,
+                                  batch_chunk_size, acc_policy, acc_dtype):
+    """torch's ``torch_nn::_linear_cross_entropy_batch_chunked_no_reduction`` (the ``[N]`` losses) with the Triton
+    row step, in the input's dtype. Its backward is torch's own Python (it recomputes through torch's loop)."""
+    loss = linear_cross_entropy(input, linear_weight, target, linear_bias, weight, "none", ignore_index, 0.0,
+                                batch_chunk_size, acc_policy, acc_dtype, False, False, False, False)[0]
+    return loss.to(input.dtype)
+
+
+def register_torch_nn(backends: Sequence[str] | None = None, *, suffix: str = "") -> list[str]:
+    """Register the Triton impl as accel overrides of torch's own chunked ops where the running torch has them
+    (torch 2.13+; none elsewhere): ``linear_cross_entropy_torch_nn.triton<suffix>`` (the scalar reductions,
+    declining what torch's CuTeDSL override takes) and ``linear_cross_entropy_torch_nn_none.triton<suffix>``.
+
+    Returns:
+        The registration names (empty where torch has no such ops).
+
+    Raises:
+        KernelRegistrationError: as :func:`accel.kernels.register` (nothing stays registered).
+    """
+    found = compat_nn.torch_nn_chunked_ops()
+    if not found:
+        return []
+    backends = tuple(FAMILY.backends if backends is None else backends)
+    scalar_cond, none_cond = make_torch_nn_conds(DSL, backends, compat_nn.upstream_overrides)
+    plan = {"torch_nn::_linear_cross_entropy_batch_chunked": (torch_nn_chunked, scalar_cond, ""),
+            "torch_nn::_linear_cross_entropy_batch_chunked_no_reduction": (torch_nn_chunked_no_reduction,
+                                                                           none_cond, "_none")}
+    names: list[str] = []
+    try:
+        for qualname in found:
+            impl, cond, tag = plan[qualname]
+            names.append(register_override(qualname, impl=impl, cond=cond, backends=backends, dsl=DSL,
+                                           name=f"linear_cross_entropy_torch_nn{tag}.{DSL}{suffix}"))
+    except BaseException:
+        for name in names:
+            unregister(name)
+        raise
+    return names
+
+
+def register(backends: Sequence[str] | None = None, *, suffix: str = "") -> list[str]:
+    """Register the Triton kernels of ``linear_cross_entropy`` for ``backends`` (default the family's:
+    cuda, rocm, xpu): accel's two ops (:meth:`OpFamily.register`: ``linear_cross_entropy_fwd.triton<suffix>``,
+    ``linear_cross_entropy_bwd.triton<suffix>``), then torch's own chunked ops where torch has them
+    (:func:`register_torch_nn`). All or nothing.
+
+    Returns:
+        The registration names, accel's forward first.
+
+    Raises:
+        KernelRegistrationError: as :func:`accel.kernels.register` (nothing stays registered).
+    """
+    names = FAMILY.register(DSL, backends, suffix=suffix)
+    try:
+        names += register_torch_nn(backends, suffix=suffix)
+    except BaseException:
+        for name in names:
+            unregister(name)
+        raise
+    return names
+
+
+forward, backward = linear_cross_entropy, linear_cross_entropy_backward
