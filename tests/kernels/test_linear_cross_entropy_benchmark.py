@@ -1,0 +1,33 @@
+"""``benchmarks/linear_cross_entropy.py --quick`` on CPU: the H200 benchmark's code runs end to end at tiny
+shapes and writes its table and JSON (a smoke test; the measurement itself needs the GPU)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.cpu
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "linear_cross_entropy.py"
+
+
+@pytest.mark.skipif(not SCRIPT.exists(), reason="benchmarks/ is not in this checkout")
+def test_quick_run_writes_the_table_and_json(tmp_path, capsys):
+    spec = importlib.util.spec_from_file_location("lce_benchmark", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.main(["--quick", "--device", "cpu", "--reps", "1", "--warmup", "0", "--out", str(tmp_path)]) == 0
+    report = json.loads((tmp_path / "linear_cross_entropy.json").read_text())
+    assert [(r["tokens"], r["d"], r["vocab"]) for r in report["rows"]] == module.QUICK_ROWS
+    for row in report["rows"]:
+        assert {"unfused", "accel", "accel accurate", "accel eager"} <= set(row["results"])
+        assert row["targets"]["loss_within_1e-5"] and row["targets"]["grads_within_unfused_error"]
+    table = (tmp_path / "linear_cross_entropy.md").read_text()
+    assert "| candidate |" in table and "accel eager" in table and "not measured" in table
+    assert module.ROWS == [(8192, 2048, 32000), (8192, 2048, 128256), (8192, 4096, 32000), (8192, 4096, 128256)]
+    with pytest.raises(SystemExit):
+        module.main(["--out", str(tmp_path), "--device", "cpu"])  # the real rows need a GPU
+    assert "needs a GPU" in capsys.readouterr().err
