@@ -1,0 +1,316 @@
+"""Linear cross-entropy (LM head + loss), forward + backward: accel's chunked op beside Liger-Kernel's
+``LigerFusedLinearCrossEntropyLoss`` and the unfused ``linear`` + ``F.cross_entropy`` (fp32 logits, as Hugging
+Face computes them), in one run on one GPU.
+
+Per row (bf16, tokens 8192, d 2048/4096, vocab 32000/128256) and candidate:
+
+- time: median ms of ``reps`` forward+backward calls (each candidate timed once per round, candidates in
+  turn, so drift hits all alike), gradients w.r.t. the hidden states and the head's weight;
+- peak memory: ``max_memory_allocated`` during one call minus ``memory_allocated`` before it (inputs and
+  weights excluded; the gradients the call creates included, for every candidate alike);
+- accuracy against the fp32 reference (``linear`` + ``cross_entropy`` on fp32 copies of the same bf16
+  inputs): the loss's relative error, and the gradients' max abs error beside the unfused path's.
+
+Candidates: ``unfused``; ``liger`` (where ``liger_kernel`` imports and the device is CUDA); ``accel`` (the op
+``torch.ops.accel.linear_cross_entropy`` with accel's Triton kernel installed: ``accel.kernels.install``;
+acc_policy ``compact``, the default on GPUs); ``accel accurate`` (fp32 logits and weight-gradient
+accumulator); ``accel eager`` (the same chunk loop with the kernels disabled: what the fused row step buys).
+The accel loss is read as the op returns it (fp32; ``accel.nn.functional`` casts it to the input dtype, as
+torch does). Torch 2.15's own CuTeDSL override of its chunked op needs torch 2.15 with CuTeDSL on the GPU;
+where the running torch lacks it (the H200 image has torch 2.11) it is not measured, and the report says so.
+
+Usage::
+
+    python benchmarks/linear_cross_entropy.py --out benchmarks/results/h200/<session>
+    python benchmarks/linear_cross_entropy.py --quick --out /tmp/lce      # tiny shapes, any device (smoke test)
+
+Writes ``linear_cross_entropy.md`` (the table) and ``linear_cross_entropy.json`` (every number) in ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+ROWS = [(8192, 2048, 32000), (8192, 2048, 128256), (8192, 4096, 32000), (8192, 4096, 128256)]
+QUICK_ROWS = [(64, 32, 500), (48, 16, 300)]
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _liger():
+    """``LigerFusedLinearCrossEntropyLoss`` and Liger's version, or ``(None, reason)``."""
+    try:
+        from liger_kernel.transformers import LigerFusedLinearCrossEntropyLoss
+    except Exception as exc:  # noqa: BLE001 - any failure to import is a reason to skip the peer
+        return None, f"liger_kernel not importable ({type(exc).__name__}: {exc})"
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        found = version("liger-kernel")
+    except PackageNotFoundError:
+        found = "unknown"
+    return LigerFusedLinearCrossEntropyLoss, found
+
+
+def _candidates(device: torch.device, dtype: torch.dtype, n: int, d: int, c: int, skipped: list[str]):
+    """``name -> (step(x, w, t) -> loss, note)``: each step runs the forward and backward of one candidate."""
+    import accel.kernels as ak
+    from accel.nn.linear_cross_entropy import LinearCrossEntropyOptions
+
+    out = {}
+
+    def unfused(x, w, t):
+        loss = F.cross_entropy(F.linear(x, w).float(), t)
+        loss.backward()
+        return loss
+
+    out["unfused"] = (unfused, "linear in the input dtype, logits .float(), F.cross_entropy")
+    liger_cls, liger_note = _liger()
+    if liger_cls is None or device.type != "cuda":
+        skipped.append(f"liger: {liger_note if liger_cls is None else 'needs a CUDA device'}")
+    else:
+        liger = liger_cls()
+
+        def liger_step(x, w, t):
+            loss = liger(w, x, t)  # Liger's order: (lin_weight, _input, target)
+            loss.backward()
+            return loss
+
+        out["liger"] = (liger_step, f"LigerFusedLinearCrossEntropyLoss, liger-kernel {liger_note}")
+    resolved = LinearCrossEntropyOptions().resolve(n, d, c, dtype, device)
+
+    def accel_step(policy: str, acc: torch.dtype):
+        def step(x, w, t):
+            loss = torch.ops.accel.linear_cross_entropy(x, w, t, None, None, "mean", -100, 0.0,
+                                                        resolved.batch_chunk_size, policy, acc, False, True, True,
+                                                        False)[0]
+            loss.backward()
+            return loss
+        return step
+
+    acc = resolved.acc_dtype
+    note = (f"accel::linear_cross_entropy, {resolved.acc_policy}, chunk {resolved.batch_chunk_size}, "
+            f"acc {str(acc).removeprefix('torch.')}")
+    out["accel"] = (accel_step(resolved.acc_policy, acc), note)
+    if acc != dtype:
+        out["accel accurate"] = (accel_step("accurate", acc), "acc_policy accurate: fp32 logits and grad_W scratch")
+    eager = accel_step(resolved.acc_policy, acc)
+
+    def accel_eager(x, w, t):
+        with ak.disabled():
+            return eager(x, w, t)
+
+    out["accel eager"] = (accel_eager, "the same chunk loop, accel's kernels disabled (eager row step)")
+    return out
+
+
+def _fp32_reference(x, w, t):
+    xs, ws = x.detach().float().requires_grad_(), w.detach().float().requires_grad_()
+    loss = F.cross_entropy(F.linear(xs, ws), t)
+    gx, gw = torch.autograd.grad(loss, (xs, ws))
+    return float(loss.detach()), gx, gw
+
+
+def _time_rows(candidates, args, device, reps: int, warmup: int) -> dict[str, list[float]]:
+    x, w, t = args
+    times: dict[str, list[float]] = {name: [] for name in candidates}
+    for _ in range(warmup):
+        for step, _note in candidates.values():
+            x.grad = w.grad = None
+            step(x, w, t)
+    _sync(device)
+    for _ in range(reps):
+        for name, (step, _note) in candidates.items():
+            x.grad = w.grad = None
+            _sync(device)
+            if device.type == "cuda":
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                step(x, w, t)
+                end.record()
+                end.synchronize()
+                times[name].append(start.elapsed_time(end))
+            else:
+                began = time.perf_counter()
+                step(x, w, t)
+                times[name].append((time.perf_counter() - began) * 1e3)
+    return times
+
+
+def _peak(step, args, device) -> int | None:
+    """Bytes allocated at the peak of one call beyond what was allocated before it (CUDA only)."""
+    if device.type != "cuda":
+        return None
+    x, w, t = args
+    x.grad = w.grad = None
+    _sync(device)
+    torch.cuda.empty_cache()
+    before = torch.cuda.memory_allocated(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    loss = step(x, w, t)
+    _sync(device)
+    peak = torch.cuda.max_memory_allocated(device) - before
+    del loss
+    x.grad = w.grad = None
+    return int(peak)
+
+
+def _routed(name_prefix: str = "linear_cross_entropy") -> dict[str, int]:
+    import accel.kernels as ak
+
+    return {o.name: o.routed for o in ak.overrides() if o.name.startswith(name_prefix)}
+
+
+def run(device: torch.device, dtype: torch.dtype, rows, reps: int, warmup: int) -> dict:
+    import accel.kernels as ak
+    from accel import _compat
+    from accel._compat import nn as compat_nn
+
+    installed = ak.install(kernels=["linear_cross_entropy"]) if device.type != "cpu" else []
+    report = {
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
+        "torch": torch.__version__, "dtype": str(dtype).removeprefix("torch."), "reps": reps,
+        "installed": installed, "triton": _compat.module_version("triton"), "rows": [], "skipped": [],
+        "notes": [],
+    }
+    if not any(op.startswith("torch_nn") for op in compat_nn.torch_nn_chunked_ops()) or \
+            "_linear_cross_entropy_batch_chunked" not in compat_nn.upstream_overrides():
+        report["notes"].append(
+            f"torch {torch.__version__} here has no CuTeDSL override of torch_nn::_linear_cross_entropy_batch_chunked "
+            f"(torch 2.15 with CuTeDSL installed); upstream's kernel is not measured.")
+    if device.type == "cpu":
+        report["notes"].append("CPU run: accel's kernels are not installed here (accel rows run the eager chunk "
+                               "loop); no peak memory (CUDA statistics only). A smoke test, not a measurement.")
+    try:
+        for n, d, c in rows:
+            g = torch.Generator(device=device).manual_seed(0)
+            x = (torch.randn(n, d, device=device, generator=g)).to(dtype).requires_grad_()
+            w = (torch.randn(c, d, device=device, generator=g) / d**0.5).to(dtype).requires_grad_()
+            t = torch.randint(0, c, (n,), device=device, generator=g)
+            t[:: 17] = -100  # some ignored rows, as a padded batch has
+            skipped = report["skipped"]
+            candidates = _candidates(device, dtype, n, d, c, skipped)
+            ref_loss, ref_gx, ref_gw = _fp32_reference(x, w, t)
+            before = _routed()
+            results = {}
+            for name, (step, note) in candidates.items():
+                x.grad = w.grad = None
+                loss = step(x, w, t)
+                gx, gw = x.grad.float(), w.grad.float()
+                results[name] = {
+                    "note": note,
+                    "loss_rel_err": abs(float(loss.detach()) - ref_loss) / abs(ref_loss),
+                    "grad_input_err": float((gx - ref_gx).abs().max()),
+                    "grad_weight_err": float((gw - ref_gw).abs().max()),
+                }
+                del loss, gx, gw
+            report.setdefault("routed", {}).update({k: v - before.get(k, 0) for k, v in _routed().items()})
+            del ref_gx, ref_gw
+            x.grad = w.grad = None
+            for name, (step, _note) in candidates.items():
+                results[name]["peak_bytes"] = _peak(step, (x, w, t), device)
+            times = _time_rows(candidates, (x, w, t), device, reps, warmup)
+            for name in candidates:
+                results[name]["ms"] = statistics.median(times[name])
+                results[name]["ms_all"] = times[name]
+            report["rows"].append({"tokens": n, "d": d, "vocab": c, "results": results,
+                                   "targets": _targets(results, c == max(r[2] for r in rows))})
+            del x, w, t
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+    finally:
+        for name in installed:
+            ak.unregister(name)
+    return report
+
+
+def _targets(results: dict, largest_vocab: bool) -> dict:
+    """The issue's targets for one row: time <= 0.95x Liger's, peak <= Liger's and (largest vocabulary) >= 4x below
+    the unfused path's, loss within 1e-5 relative of fp32, gradients within the unfused path's error."""
+    a, u, lg = results.get("accel"), results.get("unfused"), results.get("liger")
+    out = {"loss_within_1e-5": a["loss_rel_err"] <= 1e-5,
+           "grads_within_unfused_error": (a["grad_input_err"] <= u["grad_input_err"] * 1.0001 + 1e-12
+                                          and a["grad_weight_err"] <= u["grad_weight_err"] * 1.0001 + 1e-12)}
+    if lg is not None:
+        out["time_vs_liger"] = a["ms"] / lg["ms"] if "ms" in a else None
+        out["time_at_most_0.95_liger"] = out["time_vs_liger"] is not None and out["time_vs_liger"] <= 0.95
+        if a["peak_bytes"] is not None and lg["peak_bytes"]:
+            out["peak_vs_liger"] = a["peak_bytes"] / lg["peak_bytes"]
+            out["peak_at_most_liger"] = a["peak_bytes"] <= lg["peak_bytes"]
+    if a["peak_bytes"] and u["peak_bytes"]:
+        out["unfused_peak_over_accel"] = u["peak_bytes"] / a["peak_bytes"]
+        if largest_vocab:
+            out["peak_4x_below_unfused"] = out["unfused_peak_over_accel"] >= 4
+    return out
+
+
+def _mib(b: int | None) -> str:
+    return "-" if b is None else f"{b / 2**20:.0f}"
+
+
+def markdown(report: dict, command: str) -> str:
+    lines = [f"# Linear cross-entropy, forward + backward ({report['dtype']})", "",
+             (f"{report['device']}, torch {report['torch']}, triton {report['triton']}, median of {report['reps']} "
+              f"reps. Command: `{command}`"), "",
+             "| tokens | d | vocab | candidate | ms | peak MiB | loss rel err | grad_input err | grad_W err |",
+             "|---:|---:|---:|---|---:|---:|---:|---:|---:|"]
+    for row in report["rows"]:
+        for name, r in row["results"].items():
+            lines.append(f"| {row['tokens']} | {row['d']} | {row['vocab']} | {name} | {r['ms']:.2f} | "
+                         f"{_mib(r['peak_bytes'])} | {r['loss_rel_err']:.1e} | {r['grad_input_err']:.1e} | "
+                         f"{r['grad_weight_err']:.1e} |")
+    lines += ["", "Targets per row (accel against Liger and the unfused path):", ""]
+    for row in report["rows"]:
+        shown = ", ".join(f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}" for k, v in row["targets"].items())
+        lines.append(f"- {row['tokens']}x{row['d']}, vocab {row['vocab']}: {shown}")
+    if report.get("routed"):
+        lines += ["", "Routed calls: " + ", ".join(f"{k} {v}" for k, v in report["routed"].items())]
+    for note in report["notes"] + [f"skipped: {s}" for s in dict.fromkeys(report["skipped"])]:
+        lines += ["", note]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True, help="directory for linear_cross_entropy.{md,json}")
+    parser.add_argument("--quick", action="store_true", help="tiny shapes, 2 reps: a smoke test (any device)")
+    parser.add_argument("--device", default=None, help="default: cuda when available, else cpu (with --quick)")
+    parser.add_argument("--dtype", default="bf16", choices=sorted(DTYPES))
+    parser.add_argument("--reps", type=int, default=None, help="timed calls per candidate (default 10; 2 with --quick)")
+    parser.add_argument("--warmup", type=int, default=None, help="untimed calls first (default 3; 1 with --quick)")
+    args = parser.parse_args(argv)
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    if device.type == "cpu" and not args.quick:
+        parser.error("no CUDA device: the measurement needs a GPU (pass --quick for a CPU smoke test)")
+    reps = args.reps if args.reps is not None else (2 if args.quick else 10)
+    warmup = args.warmup if args.warmup is not None else (1 if args.quick else 3)
+    if reps < 1 or warmup < 0:
+        parser.error(f"--reps {reps} / --warmup {warmup}: need reps >= 1 and warmup >= 0")
+    report = run(device, DTYPES[args.dtype], QUICK_ROWS if args.quick else ROWS, reps, warmup)
+    command = "python benchmarks/linear_cross_entropy.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    report["command"] = command
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "linear_cross_entropy.json").write_text(json.dumps(report, indent=1) + "\n")
+    text = markdown(report, command)
+    (args.out / "linear_cross_entropy.md").write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    with contextlib.suppress(KeyboardInterrupt):
+        sys.exit(main())
