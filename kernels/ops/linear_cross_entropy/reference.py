@@ -33,12 +33,12 @@ inputs) either way; the loss is returned in fp32 (fp64), the gradients in the in
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
 
+from accel._caches import detection_cache
 from accel.errors import LossInputError
 from accel.kernels.dsl.launch import empty
 
@@ -233,7 +233,7 @@ def row_step(logits: torch.Tensor, grad: torch.Tensor | None, coef: Coefficients
     grad.copy_(g)
 
 
-@functools.cache
+@detection_cache
 def _mixed_mm(device_type: str) -> bool:
     """Whether ``torch.mm(a, b, out_dtype=torch.float32)`` takes bf16 operands on this device type (CUDA/ROCm:
     cuBLAS/hipBLASLt accumulate and write fp32); elsewhere accurate mode computes from fp32 copies."""
