@@ -1,0 +1,764 @@
+"""Hugging Face ``transformers`` models on accel's ops: per instance, parameters and numerics kept.
+
+Hugging Face's decoder models compute RMSNorm from primitives (19 ATen calls per norm), RoPE and SwiGLU as
+separate elementwise ops, and the loss from materialised fp32 logits; none of it reaches an accel kernel.
+:func:`patch` maps those modules onto accel's ops, which route through :mod:`accel.kernels` per vendor:
+
+=====================  ===============================================  ==========================================
+module                 accel op                                         rounding / condition
+=====================  ===============================================  ==========================================
+``*RMSNorm`` (Llama,   ``accel::rms_norm_hf`` (``unit_offset=False``)   fp32 normalise, cast to the input dtype,
+Mistral, Qwen2/3,                                                       then x weight (the module's own)
+Phi-3), T5LayerNorm
+``Gemma*RMSNorm``      ``accel::rms_norm_hf`` (``unit_offset=True``)    ``1 + weight``, fp32, one cast at the end
+``*MLP`` (gate/up)     ``accel::swiglu``                                only where the activation is SiLU
+``*Attention``         ``accel::rope`` (q and k in one call)            HF's ``apply_rotary_pos_emb`` semantics
+``*ForCausalLM``,      ``accel.nn.functional.linear_cross_entropy``     when ``labels`` are given; logits are then
+``GPT2LMHeadModel``    (chunked: the logits are never stored)           ``None`` unless ``return_logits=True``
+``nn.LayerNorm``       ``aten::native_layer_norm`` (no patch needed)    GPT-2, BERT: already routes
+=====================  ===============================================  ==========================================
+
+How a module is replaced: its class becomes an accel subclass of its own class (``module.__class__ =
+AccelLlamaRMSNorm``, a class named like the original: transformers reads class names), so the module object, its ``Parameter`` objects, buffers, hooks, config and
+``state_dict`` keys stay the same (optimizers and FSDP wrapping are unaffected); :func:`unpatch` sets the
+class back. Nothing global changes: no modeling-module function or class is rebound. The attention's
+subclass runs a copy of the class's own ``forward`` code whose global ``apply_rotary_pos_emb`` is accel's
+(the copy has its own globals dict; the modeling module's is untouched); the causal LM's computes the loss
+from the last hidden states. A replacement is made only where it is verified: each RMSNorm class and each
+``apply_rotary_pos_emb`` is run once on small CPU tensors against accel's reference (bit for bit, fp32 and
+bf16), the MLP's and the LM's ``forward`` must reference only the names of the pattern accel implements,
+and the activation must compute SiLU. Everything else is left as it is, and :func:`report` says why.
+
+:func:`enable` registers the same classes with transformers' own hook (``transformers.monkey_patching``,
+transformers 5.17+), so ``from_pretrained`` / ``from_config`` build models whose norms, MLPs and attention
+are accel's; the causal-LM class itself cannot be reached that way (transformers instantiates the class
+``from_pretrained`` is called on before its hook applies), so the loss needs :func:`patch` on the built
+model. :func:`disable` undoes :func:`enable`.
+
+On CPU, and wherever no accel kernel is registered, every accel op runs its eager reference (Hugging
+Face's arithmetic op for op): a patched model computes what the unpatched one computes. With kernels
+installed (``accel.kernels.install()`` on a GPU) the same calls run the fused kernels.
+
+Example:
+    >>> import torch, transformers
+    >>> from accel.integrations import transformers as hf
+    >>> cfg = transformers.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+    ...                                num_attention_heads=4, num_key_value_heads=2, vocab_size=100)
+    >>> model = hf.patch(transformers.LlamaForCausalLM(cfg))
+    >>> hf.report(model).replaced["LlamaRMSNorm"]
+    {'op': 'accel::rms_norm_hf', 'count': 5}
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import importlib.util
+import inspect
+import sys
+import threading
+import types
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from accel.errors import FeatureUnavailableError
+from accel.kernels.ops.rms_norm_hf import op as rms_norm_ops
+from accel.kernels.ops.rms_norm_hf import reference as rms_norm_reference
+from accel.kernels.ops.rope import op as rope_ops
+from accel.kernels.ops.rope import reference as rope_reference
+from accel.kernels.ops.swiglu import op as swiglu_ops
+
+__all__ = ["FAMILIES", "ROUTES", "PatchReport", "disable", "enable", "enabled", "patch", "report", "unpatch"]
+
+#: Ops per role, as the report names them.
+OPS = {"rms_norm": "accel::rms_norm_hf", "mlp": "accel::swiglu", "attention": "accel::rope",
+       "causal_lm": "accel.nn.functional.linear_cross_entropy"}
+ROLES = tuple(OPS)
+
+
+def _decoder(prefix: str, family: str, norm: str = "llama", mlp: str = "split",
+             lm: str | None = None) -> tuple[str, dict[str, tuple[str, str | None]]]:
+    module = f"transformers.models.{family}.modeling_{family}"
+    return module, {f"{prefix}RMSNorm": ("rms_norm", norm), f"{prefix}MLP": ("mlp", mlp),
+                    f"{prefix}Attention": ("attention", None), lm or f"{prefix}ForCausalLM": ("causal_lm", None)}
+
+
+#: Family -> (modeling module, {class name: (role, variant)}). Variants: the RMSNorm rounding (``"llama"``:
+#: normalise in fp32, cast, x weight; ``"gemma"``: ``1 + weight`` in fp32, one cast), the MLP layout
+#: (``"split"``: ``gate_proj``/``up_proj``; ``"fused"``: Phi-3's ``gate_up_proj`` halves). Each entry is
+#: still verified before a replacement (module docstring).
+FAMILIES: dict[str, tuple[str, dict[str, tuple[str, str | None]]]] = {
+    "llama": _decoder("Llama", "llama"),
+    "mistral": _decoder("Mistral", "mistral"),
+    "qwen2": _decoder("Qwen2", "qwen2"),
+    "qwen3": _decoder("Qwen3", "qwen3"),
+    "gemma": _decoder("Gemma", "gemma", norm="gemma"),
+    "gemma2": _decoder("Gemma2", "gemma2", norm="gemma"),
+    "gemma3": _decoder("Gemma3", "gemma3", norm="gemma"),
+    "phi3": _decoder("Phi3", "phi3", mlp="fused"),
+    "gpt2": ("transformers.models.gpt2.modeling_gpt2", {"GPT2LMHeadModel": ("causal_lm", None)}),
+    "bert": ("transformers.models.bert.modeling_bert", {}),
+    "t5": ("transformers.models.t5.modeling_t5", {"T5LayerNorm": ("rms_norm", "llama")}),
+}
+
+#: Modules that reach accel's kernels through ATen without a patch: class -> the ATen op it calls.
+ROUTES: dict[type, str] = {nn.LayerNorm: "aten::native_layer_norm", nn.RMSNorm: "aten::_fused_rms_norm"}
+
+_BY_CLASS: dict[tuple[str, str], tuple[str, str, str | None]] = {
+    (module, name): (family, role, variant)
+    for family, (module, classes) in FAMILIES.items() for name, (role, variant) in classes.items()}
+_MODULES = {module: family for family, (module, _) in FAMILIES.items()}
+
+_LOCK = threading.RLock()
+#: original class -> (accel subclass or None, reason it is None).
+_VERDICTS: dict[type, tuple[type | None, str | None]] = {}
+#: Activation classes verified to compute SiLU (the MLP replacement checks the instance's per call).
+_SILU_TYPES: set[type] = {nn.SiLU}
+_NOT_SILU: set[type] = set()
+#: transformers' patch-mapping keys :func:`enable` registered -> the accel class.
+_ENABLED: dict[str, type] = {}
+
+
+# ------------------------------------------------------------------------------------------ the report
+@dataclasses.dataclass
+class PatchReport:
+    """What :func:`patch` replaced in a model, what reaches accel without a patch, what it left and why.
+
+    Attributes:
+        model: the model's class name (its original class for a patched one).
+        families: the model families found (``["llama"]``); empty for a model accel does not know.
+        replaced: original class name -> ``{"op": accel op, "count": modules}``.
+        routes: class name -> ``{"op": ATen op, "count": modules}`` for modules that already reach accel's
+            kernels through ATen (``nn.LayerNorm``: GPT-2, BERT).
+        left: class name -> ``{"count": modules, "reason": why it is not replaced}`` for modules of a
+            known family that are not (or are not yet: ``"not patched"``).
+    """
+
+    model: str
+    families: list[str]
+    replaced: dict[str, dict[str, Any]]
+    routes: dict[str, dict[str, Any]]
+    left: dict[str, dict[str, Any]]
+
+    @property
+    def known(self) -> bool:
+        """Whether the model has a module of a family accel knows (else :func:`patch` leaves it as it is)."""
+        return bool(self.families)
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready dict (``json.dumps(report.as_dict())``)."""
+        return {"model": self.model, "known": self.known, "families": list(self.families),
+                "replaced": self.replaced, "routes": self.routes, "left": self.left}
+
+    def __str__(self) -> str:
+        if not self.known:
+            return (f"{self.model}: no module of a model family accel knows ({', '.join(FAMILIES)}); left as it "
+                    f"is")
+        lines = [f"{self.model} ({', '.join(self.families)}):"]
+        lines += [f"  {name} x{e['count']} -> {e['op']}" for name, e in self.replaced.items()]
+        lines += [f"  {name} x{e['count']} routes through {e['op']} already" for name, e in self.routes.items()]
+        lines += [f"  {name} x{e['count']} left: {e['reason']}" for name, e in self.left.items()]
+        return "\n".join(lines)
+
+
+def _known(cls: type) -> tuple[str, str, str | None] | None:
+    """``(family, role, variant)`` of a transformers class accel covers, else ``None``."""
+    return _BY_CLASS.get((cls.__module__, cls.__name__))
+
+
+def _family_of(cls: type) -> str | None:
+    module = cls.__module__
+    return _MODULES.get(module)
+
+
+def _original(cls: type) -> type:
+    return cls.__dict__.get("accel_original", cls)
+
+
+def report(model: nn.Module) -> PatchReport:
+    """What :func:`patch` did (or would do) to ``model``, read from the model itself.
+
+    Args:
+        model: any ``nn.Module``; a Hugging Face model or not.
+
+    Returns:
+        A :class:`PatchReport` (``.as_dict()`` for JSON). Modules of known families that are not replaced are
+        listed under ``left`` with the reason (``"not patched"`` where :func:`patch` would replace them).
+
+    Raises:
+        TypeError: ``model`` is not an ``nn.Module``.
+    """
+    _check_module(model, "report")
+    families: list[str] = []
+    replaced: dict[str, dict[str, Any]] = {}
+    routes: dict[str, dict[str, Any]] = {}
+    left: dict[str, dict[str, Any]] = {}
+    for module in model.modules():
+        cls = type(module)
+        original = _original(cls)
+        family = _family_of(original)
+        if family is not None and family not in families:
+            families.append(family)
+        if original is not cls:
+            entry = replaced.setdefault(original.__name__, {"op": cls.accel_op, "count": 0})
+            entry["count"] += 1
+            continue
+        route = next((op for base, op in ROUTES.items() if isinstance(module, base)), None)
+        if route is not None:
+            entry = routes.setdefault(cls.__name__, {"op": route, "count": 0})
+            entry["count"] += 1
+            continue
+        known = _known(cls)
+        if known is None:
+            continue
+        _, role, variant = known
+        accel_cls, why = _verdict(cls, role, variant)
+        if accel_cls is not None:
+            why = _instance_reason(module, role) or "not patched"
+        entry = left.setdefault(cls.__name__, {"count": 0, "reason": why})
+        entry["count"] += 1
+    return PatchReport(_original(type(model)).__name__, families, replaced, routes, left)
+
+
+# --------------------------------------------------------------------------------------- patch / unpatch
+def _check_module(model: Any, fn: str) -> None:
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"accel.integrations.transformers.{fn}: model is {type(model).__name__}, not an nn.Module. "
+                        f"Pass the model object (e.g. transformers.AutoModelForCausalLM.from_config(config)).")
+
+
+def patch(model: nn.Module, *, norms: bool = True, mlp: bool = True, rope: bool = True, loss: bool = True,
+          loss_options: Any = None) -> nn.Module:
+    """Make ``model``'s known modules use accel's ops, in place; returns ``model``.
+
+    Each module accel covers and verifies (module docstring) gets an accel subclass of its own class as
+    its class: the same object, the same ``Parameter`` objects and ``state_dict`` keys, the same numerics
+    (on CPU and without kernels bit for bit: the ops' references are the modules' own arithmetic). A
+    model of a family accel does not know is returned as it is; :func:`report` says what was replaced,
+    what already routes (``nn.LayerNorm``) and what was left and why. Patching twice changes nothing.
+
+    Args:
+        model: an ``nn.Module`` (a Hugging Face model, or any module holding some).
+        norms: replace the RMSNorm modules (``accel::rms_norm_hf``).
+        mlp: replace the SwiGLU MLPs (``accel::swiglu``).
+        rope: replace the attention modules' RoPE (``accel::rope``).
+        loss: replace the causal LM's loss (``accel.nn.functional.linear_cross_entropy`` when ``labels`` are
+            given; ``logits`` are then ``None`` unless the call passes ``return_logits=True``).
+        loss_options: the :class:`accel.nn.LinearCrossEntropyOptions` of the loss (default
+            ``LinearCrossEntropyOptions()``: chunks from the shapes; ``acc_policy="auto"``, on a GPU
+            ``"compact"``: the logits chunk and the head's weight gradient accumulate in the weight's
+            dtype; ``acc_policy="accurate"`` keeps both in fp32 for one ``[vocab, hidden]`` fp32 scratch more).
+
+    Returns:
+        ``model`` itself.
+
+    Raises:
+        TypeError: ``model`` is not an ``nn.Module``.
+    """
+    _check_module(model, "patch")
+    wanted = {"rms_norm": norms, "mlp": mlp, "attention": rope, "causal_lm": loss}
+    with _LOCK:
+        for module in model.modules():
+            cls = type(module)
+            known = _known(cls)
+            if known is None or not wanted[known[1]]:
+                continue
+            accel_cls, _ = _verdict(cls, known[1], known[2])
+            if accel_cls is not None and _instance_reason(module, known[1]) is None:
+                module.__class__ = accel_cls
+                if known[1] == "causal_lm" and loss_options is not None:
+                    module.accel_loss_options = loss_options
+    return model
+
+
+def unpatch(model: nn.Module) -> nn.Module:
+    """Give every module of ``model`` that :func:`patch` (or a model built under :func:`enable`) replaced its
+    original class back, in place; returns ``model``. Parameters and state are untouched.
+
+    Raises:
+        TypeError: ``model`` is not an ``nn.Module``.
+    """
+    _check_module(model, "unpatch")
+    with _LOCK:
+        for module in model.modules():
+            original = _original(type(module))
+            if original is not type(module):
+                module.__class__ = original
+                vars(module).pop("accel_loss_options", None)
+    return model
+
+
+# -------------------------------------------------------------------------------------- verification
+def _verdict(cls: type, role: str, variant: str | None) -> tuple[type | None, str | None]:
+    """``(accel subclass, None)`` for a class accel verified, else ``(None, reason)``; once per class."""
+    with _LOCK:
+        found = _VERDICTS.get(cls)
+        if found is None:
+            try:
+                found = _BUILDERS[role](cls, variant)
+            except Exception as exc:  # noqa: BLE001 - a class accel cannot verify is left as it is, with the reason
+                found = (None, f"could not be verified ({type(exc).__name__}: {exc})")
+            _VERDICTS[cls] = found
+        return found
+
+
+def _instance_reason(module: nn.Module, role: str) -> str | None:
+    """Why this instance of a verified class is not replaced, or ``None``."""
+    if role == "rms_norm":
+        w = getattr(module, "weight", None)
+        if not isinstance(w, torch.Tensor) or w.dim() != 1:
+            return "its weight is not a 1-d tensor"
+    elif role == "mlp":
+        act = getattr(module, "act_fn", getattr(module, "activation_fn", None))
+        if not _is_silu(act):
+            return f"activation {type(act).__name__} is not SiLU: the gated MLP is not SwiGLU"
+    elif role == "causal_lm":
+        head = getattr(module, "lm_head", None)
+        if not isinstance(head, nn.Linear):
+            return "lm_head is not an nn.Linear"
+        cap = getattr(getattr(module, "config", None), "final_logit_softcapping", None)
+        if cap is not None:
+            return f"config.final_logit_softcapping={cap}: the logits are capped before the loss"
+    return None
+
+
+def _is_silu(act: Any) -> bool:
+    """Whether ``act`` (an activation module) computes ``F.silu``: checked once per class on fp32 and bf16."""
+    cls = type(act)
+    if cls in _SILU_TYPES:
+        return True
+    if cls in _NOT_SILU or not isinstance(act, nn.Module):
+        return False
+    t = torch.linspace(-8.0, 8.0, 97)
+    try:
+        with torch.no_grad():
+            same = all(torch.equal(act(t.to(dt)), F.silu(t.to(dt))) for dt in (torch.float32, torch.bfloat16))
+    except Exception:  # noqa: BLE001 - an activation that cannot run on a CPU vector is not taken for SiLU
+        same = False
+    (_SILU_TYPES if same else _NOT_SILU).add(cls)
+    return same
+
+
+def _functions(cls: type) -> Iterable[types.FunctionType]:
+    for klass in cls.__mro__:
+        if klass is nn.Module or klass is object:
+            break
+        yield from (f for f in vars(klass).values() if isinstance(f, types.FunctionType))
+
+
+def _plain_forward(cls: type) -> types.FunctionType | None:
+    """The class's ``forward`` as written (``None`` where a decorator wraps it)."""
+    fwd = getattr(cls, "forward", None)
+    if not isinstance(fwd, types.FunctionType) or hasattr(fwd, "__wrapped__"):
+        return None
+    return fwd
+
+
+def _subclass(cls: type, role: str, namespace: dict[str, Any]) -> type:
+    """The accel subclass of ``cls``: named like it (transformers reads class names: ``save_pretrained`` writes
+    ``config.architectures`` from it, weight init matches ``"RMSNorm"`` in it), found as ``Accel<name>`` in this
+    module (its ``__qualname__``: what pickle looks up, :func:`__getattr__`)."""
+    namespace = {"accel_original": cls, "accel_op": OPS[role], "accel_role": role, "__module__": __name__,
+                 "__qualname__": f"Accel{cls.__name__}",
+                 "__doc__": f"{cls.__name__} on {OPS[role]} (accel.integrations.transformers).", **namespace}
+    return type(cls.__name__, (cls,), namespace)
+
+
+def _build_rms_norm(cls: type, variant: str | None) -> tuple[type | None, str | None]:
+    names = {n for f in _functions(cls) for n in f.__code__.co_names}
+    eps_attr = next((n for n in ("variance_epsilon", "eps") if n in names), None)
+    forward = _plain_forward(cls)
+    if eps_attr is None or forward is None:
+        return None, "its forward is not the RMSNorm accel verifies (no eps attribute, or a wrapped forward)"
+    unit = variant == "gemma"
+    probe = cls.__new__(cls)
+    nn.Module.__init__(probe)
+    setattr(probe, eps_attr, 1e-6)
+    gen = torch.Generator().manual_seed(0)
+    same = {}
+    for x_dtype, w_dtype in ((torch.float32, torch.float32), (torch.bfloat16, torch.bfloat16),
+                             (torch.bfloat16, torch.float32), (torch.float32, torch.bfloat16)):
+        probe.weight = nn.Parameter(torch.randn(32, generator=gen).to(w_dtype), requires_grad=False)
+        x = (torch.randn(4, 32, generator=gen) * 3).to(x_dtype)
+        with torch.no_grad():
+            theirs = forward(probe, x)
+        ours = rms_norm_reference.rms_norm_hf(x, probe.weight, 1e-6, unit)[0]
+        same[x_dtype, w_dtype] = theirs.dtype == ours.dtype and torch.equal(theirs, ours)
+    if not (same[torch.float32, torch.float32] and same[torch.bfloat16, torch.bfloat16]):
+        return None, (f"its forward does not compute {'Gemma' if unit else 'Llama'}'s rounding bit for bit "
+                      f"(checked against accel::rms_norm_hf's reference)")
+    mixed_ok = same[torch.bfloat16, torch.float32] and same[torch.float32, torch.bfloat16]
+
+    def forward_accel(self, hidden_states, *args, **kwargs):
+        weight = self.weight
+        if args or kwargs or not (mixed_ok or hidden_states.dtype == weight.dtype):
+            return forward(self, hidden_states, *args, **kwargs)
+        return rms_norm_ops.rms_norm(hidden_states, weight, getattr(self, eps_attr), unit)
+
+    forward_accel.__doc__ = forward.__doc__
+    return _subclass(cls, "rms_norm", {"forward": forward_accel, "accel_unit_offset": unit}), None
+
+
+_MLP_NAMES = {"split": {"down_proj", "act_fn", "gate_proj", "up_proj"},
+              "fused": {"gate_up_proj", "chunk", "activation_fn", "down_proj"}}
+
+
+def _build_mlp(cls: type, variant: str | None) -> tuple[type | None, str | None]:
+    forward = _plain_forward(cls)
+    if forward is None or set(forward.__code__.co_names) != _MLP_NAMES[variant]:
+        return None, "its forward is not the gated MLP accel implements (names it uses differ)"
+    silu = _SILU_TYPES
+
+    if variant == "split":
+        def forward_accel(self, x, *args, **kwargs):
+            if args or kwargs or type(self.act_fn) not in silu:
+                return forward(self, x, *args, **kwargs)
+            gate, up = self.gate_proj(x), self.up_proj(x)
+            if gate.shape != up.shape or gate.dtype != up.dtype:
+                return self.down_proj(self.act_fn(gate) * up)
+            return self.down_proj(swiglu_ops.swiglu(gate, up))
+    else:
+        def forward_accel(self, hidden_states, *args, **kwargs):
+            if args or kwargs or type(self.activation_fn) not in silu:
+                return forward(self, hidden_states, *args, **kwargs)
+            gate, up = self.gate_up_proj(hidden_states).chunk(2, dim=-1)
+            if gate.shape != up.shape:
+                return self.down_proj(up * self.activation_fn(gate))
+            return self.down_proj(swiglu_ops.swiglu(gate, up))
+
+    forward_accel.__doc__ = forward.__doc__
+    return _subclass(cls, "mlp", {"forward": forward_accel}), None
+
+
+def _rope_probe(fn: Any) -> bool:
+    """Whether ``fn(q, k, cos, sin)`` is Hugging Face's rotate-half RoPE, bit for bit against the reference."""
+    gen = torch.Generator().manual_seed(0)
+    for dtype in (torch.float32, torch.bfloat16):
+        q, k = torch.randn(2, 3, 5, 8, generator=gen).to(dtype), torch.randn(2, 1, 5, 8, generator=gen).to(dtype)
+        cos, sin = torch.randn(2, 5, 8, generator=gen).to(dtype), torch.randn(2, 5, 8, generator=gen).to(dtype)
+        with torch.no_grad():
+            theirs = fn(q, k, cos, sin)
+        ours = rope_reference.rope(q, k, cos, sin, 1)
+        if not all(a.dtype == b.dtype and torch.equal(a, b) for a, b in zip(theirs, ours)):
+            return False
+    return True
+
+
+def _rope_function(original: Any) -> Any:
+    """``apply_rotary_pos_emb`` on ``accel::rope`` where it takes the arguments, else ``original``."""
+
+    def apply_rotary_pos_emb(q, k, cos, sin, *args, **kwargs):
+        unsqueeze_dim = kwargs.get("unsqueeze_dim", 1)
+        if args or set(kwargs) - {"unsqueeze_dim"} or not rope_reference.accepts(q, k, cos, sin, unsqueeze_dim):
+            return original(q, k, cos, sin, *args, **kwargs)
+        return rope_ops.rope(q, k, cos, sin, unsqueeze_dim)
+
+    apply_rotary_pos_emb.__doc__ = getattr(original, "__doc__", None)
+    apply_rotary_pos_emb.accel_original = original  # type: ignore[attr-defined]
+    return apply_rotary_pos_emb
+
+
+def _build_attention(cls: type, variant: str | None) -> tuple[type | None, str | None]:
+    forward = _plain_forward(cls)
+    if forward is None or "apply_rotary_pos_emb" not in forward.__code__.co_names:
+        return None, "its forward does not call a module-level apply_rotary_pos_emb"
+    original = forward.__globals__.get("apply_rotary_pos_emb")
+    if original is None or not _rope_probe(original):
+        return None, ("its module's apply_rotary_pos_emb is not Hugging Face's rotate-half RoPE (checked against "
+                      "accel::rope's reference)")
+    scope = dict(forward.__globals__)  # a copy: the modeling module's own globals stay as they are
+    scope["apply_rotary_pos_emb"] = _rope_function(original)
+    forward_accel = types.FunctionType(forward.__code__, scope, forward.__name__, forward.__defaults__,
+                                       forward.__closure__)
+    forward_accel.__kwdefaults__ = forward.__kwdefaults__
+    forward_accel.__annotations__ = dict(forward.__annotations__)
+    forward_accel.__doc__ = forward.__doc__
+    forward_accel.__qualname__ = f"Accel{cls.__name__}.forward"
+    return _subclass(cls, "attention", {"forward": forward_accel}), None
+
+
+#: What a causal LM's forward may reference for accel's loss path to compute what it computes (the Llama
+#: pattern: base model, ``lm_head`` on the last hidden states, ``loss_function``; GPT-2's adds cross
+#: attentions). Gemma 2/3's softcapping names are allowed: the path is taken only without softcapping.
+_LM_NAMES = {"CausalLMOutputWithPast", "CausalLMOutputWithCrossAttentions", "attentions", "config", "hidden_states",
+             "int", "isinstance", "last_hidden_state", "lm_head", "loss_function", "model", "transformer",
+             "past_key_values", "slice", "vocab_size", "cross_attentions", "final_logit_softcapping", "tanh", "torch"}
+_LM_ARGS = ("labels", "logits_to_keep", "kwargs")
+
+
+def _can_return_tuple_code() -> Any:
+    from transformers.utils.generic import can_return_tuple
+
+    return can_return_tuple(lambda self: None).__code__
+
+
+def _build_causal_lm(cls: type, variant: str | None) -> tuple[type | None, str | None]:
+    outer = cls.forward
+    inner = getattr(outer, "__wrapped__", None)
+    if inner is None or outer.__code__ is not _can_return_tuple_code() or hasattr(inner, "__wrapped__"):
+        return None, "its forward is not wrapped the way the Llama pattern's is (can_return_tuple alone)"
+    names = set(inner.__code__.co_names)
+    if not names <= _LM_NAMES or not {"lm_head", "loss_function", getattr(cls, "base_model_prefix", "")} <= names:
+        return None, f"its forward uses names outside the causal-LM pattern ({', '.join(sorted(names - _LM_NAMES))})"
+    signature = inspect.signature(inner)
+    params = list(signature.parameters)
+    if not all(a in params for a in _LM_ARGS):
+        return None, "its forward lacks labels, logits_to_keep or **kwargs"
+    out_cls = signature.return_annotation
+    fields = getattr(out_cls, "__dataclass_fields__", {})
+    if "loss" not in fields or "logits" not in fields:
+        return None, "its forward's return annotation is not a ModelOutput with loss and logits"
+    try:
+        from accel.nn import LinearCrossEntropyOptions
+        from accel.nn.functional import linear_cross_entropy
+    except ImportError as exc:
+        return None, f"accel.nn.functional.linear_cross_entropy is not available here ({exc})"
+    options = LinearCrossEntropyOptions()
+    rest = [f for f in fields if f not in ("loss", "logits")]
+
+    def forward_accel(self, *args, return_logits: bool = False, **kwargs):
+        bound = signature.bind(self, *args, **kwargs)
+        a = bound.arguments
+        extra = dict(a.get("kwargs", {}))
+        labels = a.get("labels")
+        head = self.lm_head
+        keep = a.get("logits_to_keep", 0)
+        cap = getattr(self.config, "final_logit_softcapping", None)
+        if (labels is None or cap is not None or not isinstance(head, nn.Linear) or not isinstance(keep, int)
+                or keep != 0 or getattr(self.loss_function, "__name__", "") != "ForCausalLMLoss"):
+            return outer(self, *args, **kwargs)  # the class's own forward, unchanged (logits as always)
+        return_dict = self.config.return_dict if hasattr(self, "config") else True
+        passed = extra.pop("return_dict", return_dict)
+        if passed is not None:
+            return_dict = passed
+        base_args = {k: v for k, v in a.items() if k not in ("self", *_LM_ARGS)}
+        outputs = getattr(self, self.base_model_prefix)(**base_args, **extra)
+        hidden = outputs.last_hidden_state
+        loss = _causal_lm_loss(hidden, head, labels, extra, linear_cross_entropy,
+                               getattr(self, "accel_loss_options", None) or options)
+        logits = head(hidden) if return_logits else None
+        out = out_cls(loss=loss, logits=logits, **{f: getattr(outputs, f, None) for f in rest})
+        return out if return_dict else out.to_tuple()
+
+    forward_accel.__doc__ = (f"{cls.__name__}.forward, with the loss from accel.nn.functional.linear_cross_entropy "
+                             f"when labels are given: logits are then None unless return_logits=True.")
+    return _subclass(cls, "causal_lm", {"forward": forward_accel}), None
+
+
+def _causal_lm_loss(hidden: torch.Tensor, head: nn.Linear, labels: torch.Tensor, extra: dict[str, Any],
+                    linear_cross_entropy: Any, options: Any) -> torch.Tensor:
+    """``ForCausalLMLoss`` (transformers' default) on the last hidden states, without the logits: the labels
+    shifted by one (or ``shift_labels``), mean over non-ignored tokens or sum / ``num_items_in_batch``."""
+    ignore_index = extra.get("ignore_index", -100)
+    num_items = extra.get("num_items_in_batch")
+    shift_labels = extra.get("shift_labels")
+    if shift_labels is None:
+        shift_labels = F.pad(labels, (0, 1), value=ignore_index)[..., 1:]
+    x = hidden.reshape(-1, hidden.shape[-1])
+    w, b = head.weight, head.bias
+    device_type = x.device.type
+    if torch.is_autocast_enabled(device_type):  # as F.linear would run under autocast: low precision operands
+        dtype = torch.get_autocast_dtype(device_type)
+        x, w, b = x.to(dtype), w.to(dtype), (None if b is None else b.to(dtype))
+    elif w.dtype != x.dtype:
+        w, b = w.to(x.dtype), (None if b is None else b.to(x.dtype))
+    target = shift_labels.reshape(-1).to(x.device)
+    reduction = "sum" if num_items is not None else "mean"
+    loss = linear_cross_entropy(x, w, target, linear_bias=b, reduction=reduction, ignore_index=ignore_index,
+                                options=options)
+    loss = loss.float()  # transformers' loss is fp32 (the chunked loss comes back in the input dtype: its value is
+    # rounded to it; the gradients are not)
+    if reduction == "sum":
+        loss = loss / (num_items.to(loss.device) if torch.is_tensor(num_items) else num_items)
+    return loss
+
+
+_BUILDERS = {"rms_norm": _build_rms_norm, "mlp": _build_mlp, "attention": _build_attention,
+             "causal_lm": _build_causal_lm}
+
+
+# ------------------------------------------------------------------------------- transformers' own hook
+def _monkey_patching() -> Any:
+    try:
+        return importlib.import_module("transformers.monkey_patching")
+    except ImportError as exc:
+        installed = importlib.util.find_spec("transformers") is not None
+        raise FeatureUnavailableError(
+            f"accel.integrations.transformers.enable: transformers.monkey_patching is missing "
+            f"({'transformers is installed but has no patch hook' if installed else 'transformers is not installed'}"
+            f": {exc}). enable() needs transformers 5.17 or newer (pip install 'transformers>=5.17'); on older "
+            f"versions call patch(model) on each built model.") from None
+
+
+def _key(name: str) -> str:
+    """The patch-mapping key of a class name: transformers matches keys as regular expressions with
+    ``re.search``, so an anchored key (``^LlamaRMSNorm$``) keeps ``T5LayerNorm`` from matching ``MT5LayerNorm``."""
+    return f"^{name}$"
+
+
+def enable(*, families: Iterable[str] | None = None, norms: bool = True, mlp: bool = True,
+           rope: bool = True) -> dict[str, dict[str, str]]:
+    """Register accel's classes with transformers' own patch hook: models that ``from_pretrained`` /
+    ``from_config`` build from now on have accel's norms, MLPs and attention.
+
+    ``transformers.monkey_patching.register_patch_mapping`` (transformers 5.17+) swaps the named classes
+    only while transformers builds a model; no class is patched globally. The causal-LM class cannot be
+    reached that way (transformers instantiates the class ``from_pretrained`` is called on before its hook
+    applies): call :func:`patch` on the built model for the loss. A class another library has already
+    registered a replacement for is left to it. Calling ``enable`` again adds what is missing.
+
+    Args:
+        families: the families to cover (names of :data:`FAMILIES`; default all).
+        norms, mlp, rope: which roles to register.
+
+    Returns:
+        ``{"registered": {class name: accel op}, "skipped": {class name: reason}}``.
+
+    Raises:
+        FeatureUnavailableError: transformers (5.17+, with ``transformers.monkey_patching``) is not installed.
+        ValueError: ``families`` names a family accel does not know.
+    """
+    mp = _monkey_patching()
+    chosen = list(FAMILIES) if families is None else list(families)
+    unknown = sorted(set(chosen) - set(FAMILIES))
+    if unknown:
+        raise ValueError(f"accel.integrations.transformers.enable: unknown families {unknown}. Known: "
+                         f"{', '.join(FAMILIES)}.")
+    wanted = {"rms_norm": norms, "mlp": mlp, "attention": rope, "causal_lm": False}
+    registered: dict[str, str] = {}
+    skipped: dict[str, str] = {}
+    with _LOCK:
+        existing = mp.get_patch_mapping()
+        mapping: dict[str, type] = {}
+        for family in chosen:
+            module_name, classes = FAMILIES[family]
+            try:
+                module = importlib.import_module(module_name)
+            except ImportError as exc:
+                skipped.update({name: f"{module_name} does not import ({exc})" for name in classes})
+                continue
+            for name, (role, variant) in classes.items():
+                cls = getattr(module, name, None)
+                if role == "causal_lm":
+                    skipped[name] = ("the loss needs patch(model): transformers' hook cannot replace the class "
+                                     "from_pretrained is called on")
+                    continue
+                if not wanted[role]:
+                    continue
+                if cls is None:
+                    skipped[name] = f"{module_name} has no {name}"
+                    continue
+                key = _key(name)
+                if key in _ENABLED:
+                    registered[name] = OPS[role]
+                    continue
+                if key in existing or name in existing:
+                    skipped[name] = "another replacement is registered for it in transformers' patch mapping"
+                    continue
+                accel_cls, why = _verdict(cls, role, variant)
+                if accel_cls is None:
+                    skipped[name] = why
+                    continue
+                mapping[key] = accel_cls
+                registered[name] = OPS[role]
+        if mapping:
+            mp.register_patch_mapping(mapping)
+            try:  # transformers 5.17's hook imports every module alias it finds (image processors: torchvision)
+                with mp.apply_patches():
+                    pass
+            except Exception as exc:
+                mp.unregister_patch_mapping(list(mapping))
+                _undo_partial_patches(set(mapping.values()))
+                raise FeatureUnavailableError(
+                    f"accel.integrations.transformers.enable: transformers' patch hook fails in this environment "
+                    f"({type(exc).__name__}: {exc}): with any class registered, every from_pretrained/from_config "
+                    f"would fail the same way (transformers.monkey_patching.apply_patches lists every transformers "
+                    f"module, importing their aliases). Nothing was registered. Install what the error names "
+                    f"(torchvision for the image-processor aliases), or call patch(model) on each built "
+                    f"model.") from exc
+            _ENABLED.update(mapping)
+    return {"registered": registered, "skipped": skipped}
+
+
+def _undo_partial_patches(classes: set[type]) -> None:
+    """Put the original classes back where a failed ``apply_patches`` left accel's in a transformers module
+    (it restores only after its block, which a failure in its set-up never reaches)."""
+    for name, module in list(sys.modules.items()):
+        if module is None or not name.startswith("transformers") or getattr(module, "__file__", "") is None:
+            continue
+        for attr, value in list(vars(module).items()):
+            if isinstance(value, type) and value in classes:
+                setattr(module, attr, value.accel_original)
+
+
+def enabled() -> dict[str, str]:
+    """The classes :func:`enable` has registered with transformers' hook: class name -> accel op."""
+    with _LOCK:
+        return {key.strip("^$"): cls.accel_op for key, cls in _ENABLED.items()}
+
+
+def disable() -> list[str]:
+    """Undo :func:`enable`: unregister accel's classes from transformers' patch hook. Models built while it
+    was on keep their accel modules (:func:`unpatch` gives them the originals back).
+
+    transformers' hook also points the models' class-level output recorders (``_can_record_outputs``: which
+    module classes ``output_attentions`` records) at the replacement classes when it builds a model; they are
+    pointed back at the original classes here, so unpatched models record their attentions again.
+
+    Returns:
+        The class names unregistered (empty when nothing was enabled).
+    """
+    with _LOCK:
+        if not _ENABLED:
+            return []
+        mp = _monkey_patching()
+        ours = dict(_ENABLED)
+        current = mp.get_patch_mapping()
+        keys = [k for k, cls in ours.items() if current.get(k) is cls]
+        if keys:
+            mp.unregister_patch_mapping(keys)
+        _ENABLED.clear()
+        _restore_recorders(set(ours.values()))
+    return [k.strip("^$") for k in ours]
+
+
+def _restore_recorders(classes: set[type]) -> None:
+    """Point ``_can_record_outputs`` entries of loaded transformers models at the original classes again."""
+    for name, module in list(sys.modules.items()):
+        if module is None or not name.startswith("transformers.models."):
+            continue
+        for value in list(vars(module).values()):
+            recorders = vars(value).get("_can_record_outputs") if isinstance(value, type) else None
+            if not isinstance(recorders, dict):
+                continue
+            for output, spec in list(recorders.items()):
+                recorders[output] = _restored(spec, classes)
+
+
+def _restored(spec: Any, classes: set[type]) -> Any:
+    if isinstance(spec, list):
+        return [_restored(s, classes) for s in spec]
+    if isinstance(spec, type) and spec in classes:
+        return spec.accel_original
+    target = getattr(spec, "target_class", None)
+    if isinstance(target, type) and target in classes:
+        spec.target_class = target.accel_original
+    return spec
+
+
+def __getattr__(name: str) -> type:
+    """``AccelLlamaRMSNorm`` etc. by name, so that a pickled patched model (``torch.save(model)``) loads."""
+    if name.startswith("Accel"):
+        wanted = name.removeprefix("Accel")
+        for (module_name, class_name), (_, role, variant) in _BY_CLASS.items():
+            if class_name == wanted:
+                cls = getattr(importlib.import_module(module_name), class_name)
+                accel_cls, why = _verdict(cls, role, variant)
+                if accel_cls is not None:
+                    return accel_cls
+                raise AttributeError(f"accel.integrations.transformers: {class_name} has no accel class here: {why}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,317 @@
+"""accel.integrations.transformers on CPU: tiny random-init models of every covered family.
+
+A patched model's outputs and gradients equal the unpatched model's (fp32; on CPU the accel ops run their
+references, Hugging Face's arithmetic op for op, and the loss runs accel.nn's chunked path); unpatch gives
+every module its class back with the same parameter objects; unknown models are left as they are;
+``enable()`` makes ``from_config`` build patched modules through transformers' own hook and ``disable()``
+undoes it. Skipped where transformers is not installed.
+"""
+
+from __future__ import annotations
+
+import copy
+import doctest
+import importlib.util
+import io
+import json
+import sys
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers", reason="transformers is not installed (pip install "
+                                                          "'transformers>=5.17'); the integration needs it")
+
+from accel.errors import FeatureUnavailableError
+from accel.integrations import transformers as hf
+
+pytestmark = pytest.mark.cpu
+
+#: accel.nn's linear_cross_entropy (the causal LM's loss path) is in this checkout.
+HAS_LCE = importlib.util.find_spec("accel.nn") is not None
+needs_lce = pytest.mark.skipif(not HAS_LCE, reason="accel.nn (linear_cross_entropy) is not in this checkout")
+LCE_OP = "accel.nn.functional.linear_cross_entropy"
+
+V = 64  # vocabulary
+_DECODER = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+            "num_key_value_heads": 2, "vocab_size": V, "max_position_embeddings": 64}
+
+
+def _configs() -> dict:
+    t = transformers
+    return {
+        "llama": (t.LlamaForCausalLM, t.LlamaConfig(**_DECODER)),
+        "mistral": (t.MistralForCausalLM, t.MistralConfig(**_DECODER)),
+        "qwen2": (t.Qwen2ForCausalLM, t.Qwen2Config(**_DECODER)),
+        "qwen3": (t.Qwen3ForCausalLM, t.Qwen3Config(**_DECODER, head_dim=8)),
+        "gemma": (t.GemmaForCausalLM, t.GemmaConfig(**_DECODER, head_dim=8)),
+        "gemma2": (t.Gemma2ForCausalLM, t.Gemma2Config(**_DECODER, head_dim=8)),
+        "gemma3": (t.Gemma3ForCausalLM, t.Gemma3TextConfig(**_DECODER, head_dim=8, final_logit_softcapping=None)),
+        "phi3": (t.Phi3ForCausalLM, t.Phi3Config(**_DECODER, pad_token_id=0)),
+        "gpt2": (t.GPT2LMHeadModel, t.GPT2Config(n_embd=32, n_layer=2, n_head=4, vocab_size=V, n_positions=64)),
+        "bert": (t.BertForMaskedLM, t.BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                                 intermediate_size=64, vocab_size=V)),
+        "t5": (t.T5ForConditionalGeneration, t.T5Config(d_model=32, d_ff=64, num_layers=2, num_heads=4, d_kv=8,
+                                                        vocab_size=V, feed_forward_proj="gated-silu",
+                                                        decoder_start_token_id=0, pad_token_id=0)),
+    }
+
+
+#: What patch replaces per family (original class -> accel op), and what it leaves with which reason.
+EXPECTED = {
+    "llama": ("Llama", True, True), "mistral": ("Mistral", True, True), "qwen2": ("Qwen2", True, True),
+    "qwen3": ("Qwen3", True, True), "phi3": ("Phi3", True, True),
+    "gemma": ("Gemma", False, True), "gemma2": ("Gemma2", False, False), "gemma3": ("Gemma3", False, True),
+}
+
+
+def _is_accel(module) -> bool:
+    return "accel_original" in vars(type(module))
+
+
+def _build(family: str, seed: int = 0):
+    cls, cfg = _configs()[family]
+    torch.manual_seed(seed)
+    model = cls(cfg).eval()  # eval: dropout off, so both models compute the same
+    return model, copy.deepcopy(model)
+
+
+def _inputs(family: str):
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(1, V, (2, 12), generator=g)
+    if family == "t5":
+        return {"input_ids": ids, "labels": torch.randint(1, V, (2, 7), generator=g)}
+    labels = ids.clone()
+    labels[0, :3] = -100  # ignored positions, as padding gives them
+    return {"input_ids": ids, "labels": labels}
+
+
+def _loss_and_grads(model, inputs, **extra):
+    model.zero_grad(set_to_none=True)
+    out = model(**inputs, **extra)
+    out.loss.backward()
+    return out, {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("family", sorted(_configs()))
+def test_patched_model_matches_the_unpatched_one_outputs_and_gradients(family):
+    ref, model = _build(family)
+    params = {n: id(p) for n, p in model.named_parameters()}
+    keys = list(model.state_dict())
+    assert hf.patch(model) is model
+    assert {n: id(p) for n, p in model.named_parameters()} == params  # the same Parameter objects
+    assert list(model.state_dict()) == keys
+    inputs = _inputs(family)
+    ref_out, ref_grads = _loss_and_grads(ref, inputs)
+    lm_replaced = _is_accel(model)  # the loss path: logits only when asked for
+    out, grads = _loss_and_grads(model, inputs, **({"return_logits": True} if lm_replaced else {}))
+    torch.testing.assert_close(out.loss, ref_out.loss, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(out.logits, ref_out.logits, rtol=1e-5, atol=1e-5)
+    assert grads.keys() == ref_grads.keys()
+    for name in ref_grads:
+        torch.testing.assert_close(grads[name], ref_grads[name], rtol=1e-4, atol=1e-6, msg=name)
+
+
+@pytest.mark.parametrize("family", sorted(EXPECTED))
+def test_report_names_each_replacement_and_what_is_left(family):
+    prefix, swiglu, fused_loss = EXPECTED[family]
+    _, model = _build(family)
+    before = hf.report(model)
+    assert before.known and before.families == [family] and before.replaced == {}
+    assert before.left[f"{prefix}RMSNorm"]["reason"] == "not patched"
+    report = hf.patch(model) and hf.report(model)
+    lm = f"{prefix}ForCausalLM"
+    n_layers = 2
+    assert report.replaced[f"{prefix}Attention"] == {"op": "accel::rope", "count": n_layers}
+    left = {}
+    if fused_loss and HAS_LCE:
+        assert report.replaced[lm] == {"op": LCE_OP, "count": 1}
+    elif fused_loss:
+        left[lm] = report.left[lm]
+        assert left[lm]["reason"].startswith(f"{LCE_OP} is not available here")
+    else:  # Gemma 2 caps its logits before the loss
+        left[lm] = {"count": 1, "reason": "config.final_logit_softcapping=30.0: the logits are capped before the loss"}
+    norms = report.replaced[f"{prefix}RMSNorm"]
+    assert norms["op"] == "accel::rms_norm_hf" and norms["count"] >= 2 * n_layers + 1
+    if swiglu:
+        assert report.replaced[f"{prefix}MLP"] == {"op": "accel::swiglu", "count": n_layers}
+    else:
+        left[f"{prefix}MLP"] = {"count": n_layers, "reason": "activation GELUTanh is not SiLU: the gated MLP is not "
+                                                             "SwiGLU"}
+    assert report.left == left
+    assert json.loads(json.dumps(report.as_dict()))["replaced"] == report.replaced
+    assert str(report).startswith(f"{lm} ({family}):")
+
+
+def test_gpt2_and_bert_layernorm_already_routes_and_t5_norms_are_replaced():
+    _, gpt2 = _build("gpt2")
+    r = hf.report(hf.patch(gpt2))
+    assert r.routes == {"LayerNorm": {"op": "aten::native_layer_norm", "count": 2 * 2 + 1}}
+    assert r.replaced == ({"GPT2LMHeadModel": {"op": LCE_OP, "count": 1}} if HAS_LCE else {})
+    _, bert = _build("bert")
+    r = hf.report(hf.patch(bert))
+    assert r.families == ["bert"] and r.replaced == {} and r.routes["LayerNorm"]["op"] == "aten::native_layer_norm"
+    _, t5 = _build("t5")
+    r = hf.report(hf.patch(t5))
+    assert r.replaced == {"T5LayerNorm": {"op": "accel::rms_norm_hf", "count": (2 * 2 + 1) + (2 * 3 + 1)}}
+
+
+@needs_lce
+def test_logits_are_none_with_labels_unless_asked_and_unchanged_without_labels():
+    ref, model = _build("llama")
+    hf.patch(model)
+    inputs = _inputs("llama")
+    with torch.no_grad():
+        assert model(**inputs).logits is None
+        plain = ref(input_ids=inputs["input_ids"])
+        got = model(input_ids=inputs["input_ids"])
+        assert got.loss is None
+        torch.testing.assert_close(got.logits, plain.logits, rtol=0, atol=0)  # no labels: the class's own path
+        as_tuple = model(**inputs, return_dict=False)
+        assert isinstance(as_tuple, tuple)
+        torch.testing.assert_close(as_tuple[0], ref(**inputs).loss, rtol=1e-5, atol=1e-6)
+        ref_sum = ref(**inputs, num_items_in_batch=torch.tensor(7)).loss
+        torch.testing.assert_close(model(**inputs, num_items_in_batch=torch.tensor(7)).loss, ref_sum,
+                                   rtol=1e-5, atol=1e-6)
+
+
+def test_unpatch_restores_every_original_class():
+    _, model = _build("qwen3")
+    classes = [type(m) for m in model.modules()]
+    params = [id(p) for p in model.parameters()]
+    hf.patch(model)
+    assert any(_is_accel(m) for m in model.modules())
+    assert hf.unpatch(model) is model
+    assert [type(m) for m in model.modules()] == classes
+    assert [id(p) for p in model.parameters()] == params
+    assert hf.report(model).replaced == {}
+
+
+def test_patch_can_leave_roles_out_and_twice_is_once():
+    _, model = _build("mistral")
+    hf.patch(model, mlp=False, loss=False)
+    hf.patch(model, mlp=False, loss=False)
+    r = hf.report(model)
+    assert set(r.replaced) == {"MistralRMSNorm", "MistralAttention"}
+    assert r.left["MistralMLP"]["reason"] == "not patched"
+
+
+def test_unknown_models_are_left_as_they_are():
+    seq = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
+    classes = [type(m) for m in seq.modules()]
+    assert hf.patch(seq) is seq and [type(m) for m in seq.modules()] == classes
+    r = hf.report(seq)
+    assert not r.known and r.replaced == {} and "left as it is" in str(r)
+
+    class LlamaRMSNorm(torch.nn.Module):  # a look-alike outside transformers: not a class accel covers
+        def __init__(self):
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.ones(4))
+            self.variance_epsilon = 1e-6
+
+        def forward(self, x):
+            return x * self.weight
+
+    fake = torch.nn.Sequential(LlamaRMSNorm())
+    hf.patch(fake)
+    assert type(fake[0]) is LlamaRMSNorm and not hf.report(fake).known
+    with pytest.raises(TypeError, match="not an nn.Module"):
+        hf.patch("model")
+
+
+def test_a_patched_model_pickles_and_saves_under_its_own_architecture(tmp_path):
+    _, model = _build("llama")
+    hf.patch(model)
+    model.save_pretrained(tmp_path)
+    assert json.loads((tmp_path / "config.json").read_text())["architectures"] == ["LlamaForCausalLM"]
+    again = transformers.AutoModelForCausalLM.from_pretrained(tmp_path)
+    assert all(torch.equal(a, b) for a, b in zip(again.state_dict().values(), model.state_dict().values()))
+    buf = io.BytesIO()
+    torch.save(model, buf)
+    buf.seek(0)
+    loaded = torch.load(buf, weights_only=False)
+    assert type(loaded.model.norm).__qualname__ == "AccelLlamaRMSNorm" and _is_accel(loaded.model.norm)
+    assert hf.report(loaded).replaced == hf.report(model).replaced
+
+
+def _hook_works() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("torchvision") is not None
+
+
+@pytest.fixture
+def working_hook(monkeypatch):
+    """transformers 5.17's ``apply_patches`` lists every transformers module with ``dir()``, which imports each
+    image-processor alias module, which needs torchvision: without it every ``from_config`` fails while any
+    class is registered. Where torchvision is missing, the aliases are hidden from ``sys.modules`` for the test
+    (they are import-time shims no model here uses)."""
+    if not _hook_works():
+        for name, module in list(sys.modules.items()):
+            if name.startswith("transformers") and getattr(module, "__file__", "") is None:
+                monkeypatch.delitem(sys.modules, name)
+
+
+@pytest.mark.skipif(_hook_works(), reason="torchvision is installed: transformers' hook works here")
+def test_enable_refuses_a_hook_that_fails_here_and_leaves_no_class_patched():
+    from transformers.models.llama import modeling_llama
+
+    with pytest.raises(FeatureUnavailableError, match="patch hook fails in this environment"):
+        hf.enable(families=["llama"])
+    assert hf.enabled() == {} and not _is_accel(modeling_llama.LlamaRMSNorm.__new__(modeling_llama.LlamaRMSNorm))
+    from transformers.monkey_patching import get_patch_mapping
+
+    assert get_patch_mapping() == {}
+
+
+def test_enable_builds_patched_models_through_transformers_hook_and_disable_undoes_it(working_hook):
+    cfg = _configs()["llama"][1]
+    try:
+        result = hf.enable(families=["llama", "t5"])
+        assert result["registered"] == {"LlamaRMSNorm": "accel::rms_norm_hf", "LlamaMLP": "accel::swiglu",
+                                        "LlamaAttention": "accel::rope", "T5LayerNorm": "accel::rms_norm_hf"}
+        assert "patch(model)" in result["skipped"]["LlamaForCausalLM"]
+        assert hf.enabled()["LlamaAttention"] == "accel::rope"
+        torch.manual_seed(0)
+        built = transformers.AutoModelForCausalLM.from_config(cfg)
+        r = hf.report(built)
+        assert set(r.replaced) == {"LlamaRMSNorm", "LlamaMLP", "LlamaAttention"}
+        assert set(r.left) == {"LlamaForCausalLM"}  # the loss: patch(model) only
+        assert r.left["LlamaForCausalLM"]["reason"] == "not patched" or not HAS_LCE
+        mt5 = transformers.MT5Config(d_model=16, d_ff=32, num_layers=1, num_heads=2, d_kv=8, vocab_size=V)
+        assert not any(_is_accel(m)  # an anchored key: MT5LayerNorm is not T5LayerNorm
+                       for m in transformers.MT5ForConditionalGeneration(mt5).modules())
+        assert hf.enable(families=["llama"])["registered"]["LlamaMLP"] == "accel::swiglu"  # again: no error
+        with pytest.raises(ValueError, match="unknown families"):
+            hf.enable(families=["llama4000"])
+    finally:
+        undone = hf.disable()
+    assert sorted(undone) == ["LlamaAttention", "LlamaMLP", "LlamaRMSNorm", "T5LayerNorm"]
+    assert hf.disable() == [] and hf.enabled() == {}
+    torch.manual_seed(0)
+    plain = transformers.AutoModelForCausalLM.from_config(cfg)
+    assert not any(_is_accel(m) for m in plain.modules())
+    assert all(torch.equal(a, b) for a, b in zip(plain.state_dict().values(), built.state_dict().values()))
+    from transformers.models.llama import modeling_llama
+
+    assert modeling_llama.LlamaPreTrainedModel._can_record_outputs["attentions"] is modeling_llama.LlamaAttention
+    assert hf.unpatch(built).model.norm.__class__ is modeling_llama.LlamaRMSNorm
+
+
+def test_module_docstring_example_runs():
+    result = doctest.testmod(hf, optionflags=doctest.ELLIPSIS)
+    assert result.attempted >= 4 and result.failed == 0
+
+
+@needs_lce
+def test_loss_options_reach_the_chunked_loss_and_unpatch_forgets_them():
+    from accel.nn import LinearCrossEntropyOptions
+
+    ref, model = _build("qwen2")
+    hf.patch(model, loss_options=LinearCrossEntropyOptions(batch_chunk_size=5, chunking_method=None))
+    assert model.accel_loss_options.batch_chunk_size == 5
+    inputs = _inputs("qwen2")
+    torch.testing.assert_close(_loss_and_grads(model, inputs)[0].loss, _loss_and_grads(ref, inputs)[0].loss,
+                               rtol=1e-5, atol=1e-6)
+    hf.unpatch(model)
+    assert "accel_loss_options" not in vars(model)
