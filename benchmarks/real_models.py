@@ -1,0 +1,498 @@
+"""Whole models, one training step (forward, backward, AdamW step), per mode, each model x mode in its own process.
+
+Models (bf16 on a GPU; ``--quick``: tiny versions in fp32 on whatever device there is, for a smoke test):
+
+- ``hf_llama``: Hugging Face ``LlamaForCausalLM``, 8 layers, d 2048, GQA 16/8 heads, MLP 5632, vocab 32000,
+  4 x 2048 tokens (issue 22's model);
+- ``titan_llama``: the same model written with ``nn.RMSNorm`` + SDPA (torchtitan style, defined here);
+- ``vit_b16``: timm ``vit_base_patch16_224``, batch 256, 1000 classes;
+- ``gpt2``: Hugging Face ``GPT2LMHeadModel``, d 1536, 12 layers, 12 heads, vocab 50257, 8 x 1024 tokens;
+- ``qwen3``: Hugging Face ``Qwen3ForCausalLM``, Qwen3-0.6B-style (d 1024, 12 layers, 16/8 heads of 128,
+  MLP 3072, vocab 151936, tied embeddings), 4 x 2048 tokens.
+
+Modes:
+
+- ``eager``: the model as written;
+- ``accel``: ``accel.kernels.install()`` and ``accel.integrations.transformers.patch(model)`` (Hugging Face
+  models; the others have nothing to patch and get the kernels alone);
+- ``liger``: Liger-Kernel's ``apply_liger_kernel_to_<family>()`` before the model is built (it patches the
+  modeling classes globally: one more reason for one process per mode); models Liger has no function for
+  are skipped with the reason;
+- ``compile``: ``torch.compile(model)``;
+- ``accel_compile``: the ``accel`` set-up, then ``accel.compile(model)`` (accel's ops are custom ops: they
+  stay in the compiled graph as opaque calls that route to accel's kernels).
+
+Per run: the median ms per step over ``--steps`` (default 20, at least 15) steps after ``--warmup`` (default
+5) steps, each step timed from its start to a device synchronise after the optimizer step; the peak memory
+(``torch.cuda.max_memory_allocated`` over the whole run, weights and optimizer state included); the loss of
+the first step (every mode starts from the same seed, weights and batch) and every step's loss (the curve,
+``losses``). The same fixed batch is used every step.
+
+Usage::
+
+    python benchmarks/real_models.py --model hf_llama --mode accel           # one run, one JSON line on stdout
+    python benchmarks/real_models.py --all --out benchmarks/results/h200/<session>/real_models.jsonl
+    python benchmarks/real_models.py --all --models hf_llama,qwen3 --modes eager,accel --out FILE
+    python benchmarks/real_models.py --all --quick --out /tmp/real_models.jsonl   # CPU smoke test
+    python benchmarks/real_models.py --ops                                    # each accel op alone, fwd+bwd
+
+``--all`` spawns one fresh process per model x mode (eager first, so that every other line can carry
+``speedup_vs_eager``) and appends one JSON line per run to ``--out``: ``model, mode, ms, speedup_vs_eager,
+peak_gib, loss`` and ``losses, steps, warmup, dtype, device, torch, transformers, patch`` (what ``patch``
+replaced), or ``skipped``/``error`` with the reason. A child that fails or runs out of time gives an
+``error`` line; the driver goes on with the next run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+MODELS = ("hf_llama", "titan_llama", "vit_b16", "gpt2", "qwen3")
+MODES = ("eager", "accel", "liger", "compile", "accel_compile")
+#: Liger-Kernel's patch function per model (``None``: Liger has none).
+LIGER = {"hf_llama": "apply_liger_kernel_to_llama", "qwen3": "apply_liger_kernel_to_qwen3", "titan_llama": None,
+         "vit_b16": None, "gpt2": None}
+
+
+@dataclass
+class Bench:
+    """One model ready to train: the module, its fixed batch, and the loss of one forward."""
+
+    model: Any
+    batch: dict[str, Any]
+    loss: Callable[[Any, dict[str, Any]], Any]
+    hf: bool  # a Hugging Face model: accel's patch applies
+
+
+# ------------------------------------------------------------------------------------------------ models
+def _hf_causal_lm(cls_name: str, config: Any, batch: int, seq: int, device, dtype) -> Bench:
+    import torch
+    import transformers
+
+    config._attn_implementation = "sdpa"
+    model = getattr(transformers, cls_name)(config).to(device=device, dtype=dtype)
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(0, config.vocab_size, (batch, seq), generator=g).to(device)
+
+    def loss(model, b):
+        return model(input_ids=b["ids"], labels=b["ids"]).loss
+
+    return Bench(model, {"ids": ids}, loss, hf=True)
+
+
+def build_hf_llama(quick: bool, device, dtype) -> Bench:
+    import transformers
+
+    size = ({"hidden_size": 64, "intermediate_size": 176, "num_hidden_layers": 2, "num_attention_heads": 4,
+             "num_key_value_heads": 2, "vocab_size": 320, "max_position_embeddings": 64} if quick else
+            {"hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 8, "num_attention_heads": 16,
+             "num_key_value_heads": 8, "vocab_size": 32000, "max_position_embeddings": 2048})
+    batch, seq = (2, 32) if quick else (4, 2048)
+    return _hf_causal_lm("LlamaForCausalLM", transformers.LlamaConfig(**size), batch, seq, device, dtype)
+
+
+def build_qwen3(quick: bool, device, dtype) -> Bench:
+    import transformers
+
+    size = ({"hidden_size": 64, "intermediate_size": 192, "num_hidden_layers": 2, "num_attention_heads": 4,
+             "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 512, "max_position_embeddings": 64} if quick else
+            {"hidden_size": 1024, "intermediate_size": 3072, "num_hidden_layers": 12, "num_attention_heads": 16,
+             "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936, "max_position_embeddings": 2048})
+    batch, seq = (2, 32) if quick else (4, 2048)
+    config = transformers.Qwen3Config(**size, tie_word_embeddings=True)
+    return _hf_causal_lm("Qwen3ForCausalLM", config, batch, seq, device, dtype)
+
+
+def build_gpt2(quick: bool, device, dtype) -> Bench:
+    import transformers
+
+    size = ({"n_embd": 64, "n_layer": 2, "n_head": 4, "vocab_size": 320, "n_positions": 64} if quick else
+            {"n_embd": 1536, "n_layer": 12, "n_head": 12, "vocab_size": 50257, "n_positions": 1024})
+    batch, seq = (2, 32) if quick else (8, 1024)
+    return _hf_causal_lm("GPT2LMHeadModel", transformers.GPT2Config(**size), batch, seq, device, dtype)
+
+
+def build_vit_b16(quick: bool, device, dtype) -> Bench:
+    import timm
+    import torch
+    import torch.nn.functional as F
+
+    if quick:
+        model = timm.models.vision_transformer.VisionTransformer(img_size=32, patch_size=8, embed_dim=64, depth=2,
+                                                                 num_heads=4, num_classes=10)
+    else:
+        model = timm.create_model("vit_base_patch16_224", pretrained=False, num_classes=1000)
+    model = model.to(device=device, dtype=dtype)
+    batch, size, classes = (4, 32, 10) if quick else (256, 224, 1000)
+    g = torch.Generator().manual_seed(1)
+    images = torch.randn(batch, 3, size, size, generator=g).to(device=device, dtype=dtype)
+    labels = torch.randint(0, classes, (batch,), generator=g).to(device)
+
+    def loss(model, b):
+        return F.cross_entropy(model(b["images"]).float(), b["labels"])
+
+    return Bench(model, {"images": images, "labels": labels}, loss, hf=False)
+
+
+def build_titan_llama(quick: bool, device, dtype) -> Bench:
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+
+    d, layers, heads, kv, ffn, vocab = (64, 2, 4, 2, 176, 320) if quick else (2048, 8, 16, 8, 5632, 32000)
+    batch, seq = (2, 32) if quick else (4, 2048)
+    head = d // heads
+
+    def rotate(x, cos, sin):  # rotate-half RoPE, as the HF model computes it
+        x1, x2 = x.chunk(2, dim=-1)
+        return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+
+    class Attention(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.wq = nn.Linear(d, heads * head, bias=False)
+            self.wk = nn.Linear(d, kv * head, bias=False)
+            self.wv = nn.Linear(d, kv * head, bias=False)
+            self.wo = nn.Linear(heads * head, d, bias=False)
+
+        def forward(self, x, cos, sin):
+            b, s, _ = x.shape
+            q = self.wq(x).view(b, s, heads, head).transpose(1, 2)
+            k = self.wk(x).view(b, s, kv, head).transpose(1, 2)
+            v = self.wv(x).view(b, s, kv, head).transpose(1, 2)
+            q, k = rotate(q, cos, sin), rotate(k, cos, sin)
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+            return self.wo(out.transpose(1, 2).reshape(b, s, heads * head))
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.attention_norm, self.ffn_norm = nn.RMSNorm(d, eps=1e-5), nn.RMSNorm(d, eps=1e-5)
+            self.attention = Attention()
+            self.w1, self.w3 = nn.Linear(d, ffn, bias=False), nn.Linear(d, ffn, bias=False)
+            self.w2 = nn.Linear(ffn, d, bias=False)
+
+        def forward(self, x, cos, sin):
+            x = x + self.attention(self.attention_norm(x), cos, sin)
+            h = self.ffn_norm(x)
+            return x + self.w2(F.silu(self.w1(h)) * self.w3(h))
+
+    class Transformer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.tok_embeddings = nn.Embedding(vocab, d)
+            self.layers = nn.ModuleList(Block() for _ in range(layers))
+            self.norm = nn.RMSNorm(d, eps=1e-5)
+            self.output = nn.Linear(d, vocab, bias=False)
+            inv = 1.0 / (10000.0 ** (torch.arange(0, head, 2).float() / head))
+            ang = torch.outer(torch.arange(seq).float(), inv)
+            ang = torch.cat((ang, ang), dim=-1)
+            self.register_buffer("cos", ang.cos(), persistent=False)
+            self.register_buffer("sin", ang.sin(), persistent=False)
+
+        def forward(self, ids):
+            h = self.tok_embeddings(ids)
+            cos, sin = self.cos.to(h.dtype), self.sin.to(h.dtype)
+            for layer in self.layers:
+                h = layer(h, cos, sin)
+            return self.output(self.norm(h))
+
+    model = Transformer().to(device=device, dtype=dtype)
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(0, vocab, (batch, seq), generator=g).to(device)
+
+    def loss(model, b):
+        logits = model(b["ids"])
+        return F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), b["ids"][:, 1:].flatten())
+
+    return Bench(model, {"ids": ids}, loss, hf=False)
+
+
+BUILDERS = {"hf_llama": build_hf_llama, "titan_llama": build_titan_llama, "vit_b16": build_vit_b16,
+            "gpt2": build_gpt2, "qwen3": build_qwen3}
+NEEDS = {"hf_llama": "transformers", "qwen3": "transformers", "gpt2": "transformers", "vit_b16": "timm",
+         "titan_llama": None}
+
+
+# ------------------------------------------------------------------------------------------- one run
+def _versions() -> dict[str, str | None]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for dist in ("torch", "transformers", "timm", "liger-kernel", "triton"):
+        try:
+            out[dist] = version(dist)
+        except PackageNotFoundError:
+            out[dist] = None
+    return out
+
+
+def run_one(model_name: str, mode: str, *, quick: bool, steps: int, warmup: int, device_spec: str | None,
+            eager_ms: float | None, loss_chunk: int | None = None) -> dict[str, Any]:
+    """One model x mode in this process: the JSON-ready result (``skipped`` with a reason where it cannot run)."""
+    import torch
+
+    import accel
+
+    device = accel.device(device_spec) if device_spec else accel.device()
+    dtype = torch.float32 if quick and device.type == "cpu" else torch.bfloat16
+    base = {"model": model_name, "mode": mode, "quick": quick, "device": str(device),
+            "dtype": str(dtype).removeprefix("torch."), "versions": _versions()}
+    need = NEEDS[model_name]
+    if need is not None and importlib.util.find_spec(need) is None:
+        return {**base, "skipped": f"{need} is not installed"}
+    patch_report = None
+    if mode == "liger":
+        fn_name = LIGER[model_name]
+        if fn_name is None:
+            return {**base, "skipped": f"Liger-Kernel has no patch function for {model_name}"}
+        try:
+            import liger_kernel.transformers as liger
+        except Exception as exc:  # noqa: BLE001 - any import failure is a reason to skip the peer
+            return {**base, "skipped": f"liger_kernel does not import ({type(exc).__name__}: {exc})"}
+        getattr(liger, fn_name)()  # patches the modeling classes, so it comes before the model is built
+    if mode in ("accel", "accel_compile"):
+        import accel.kernels as ak
+
+        base["kernels_installed"] = ak.install()
+    torch.manual_seed(0)
+    bench = BUILDERS[model_name](quick, device, dtype)
+    model = bench.model
+    if mode in ("accel", "accel_compile") and bench.hf:
+        from accel.integrations import transformers as accel_hf
+
+        options = None
+        if loss_chunk:
+            from accel.nn import LinearCrossEntropyOptions
+
+            options = LinearCrossEntropyOptions(batch_chunk_size=loss_chunk, chunking_method=None)
+            base["loss_chunk"] = loss_chunk
+        accel_hf.patch(model, loss_options=options)
+        patch_report = accel_hf.report(model).as_dict()
+    model.train()
+    if mode == "compile":
+        model = torch.compile(model)
+    elif mode == "accel_compile":
+        model = accel.compile(model)
+    fused = device.type == "cuda"
+    opt = torch.optim.AdamW(bench.model.parameters(), lr=1e-4, fused=fused)
+
+    def sync():
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    def step():
+        loss = bench.loss(model, bench.batch)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss.detach()
+
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    losses, times = [], []
+    for i in range(warmup + steps):
+        sync()
+        start = time.perf_counter()
+        losses.append(step())
+        sync()
+        if i >= warmup:
+            times.append((time.perf_counter() - start) * 1e3)
+    ms = statistics.median(times)
+    peak = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None
+    values = [float(v) for v in losses]
+    result = {**base, "ms": round(ms, 3), "speedup_vs_eager": None if not eager_ms else round(eager_ms / ms, 4),
+              "peak_gib": None if peak is None else round(peak, 3), "loss": values[0], "losses": values,
+              "steps": steps, "warmup": warmup, "ms_all": [round(t, 3) for t in times]}
+    if patch_report is not None:
+        result["patch"] = patch_report
+    if mode in ("accel", "accel_compile"):
+        import accel.kernels as ak
+
+        result["routed"] = {o.name: o.routed for o in ak.overrides()}
+    if not all(math.isfinite(v) for v in values):
+        result["error"] = "a loss was not finite"
+    return result
+
+
+# ------------------------------------------------------------------------------------ the ops alone
+def time_ops(*, quick: bool, reps: int, device_spec: str | None) -> list[dict[str, Any]]:
+    """Forward + backward of each accel op at hf_llama's shapes (bf16): the Hugging Face eager code, the op with
+    accel's kernels disabled (its eager reference) and the op routed to accel's kernel, through autograd as a
+    model calls them; ms per call, the median of 5 samples of ``reps`` back-to-back calls (host time counts
+    where the host is the slower side)."""
+    import accel.kernels as ak
+    import torch
+    import torch.nn.functional as F
+    from accel.kernels.ops.rms_norm_hf import op as rn
+    from accel.kernels.ops.rope import op as rope
+    from accel.kernels.ops.swiglu import op as sw
+
+    import accel
+
+    device = accel.device(device_spec) if device_spec else accel.device()
+    dt = torch.float32 if quick and device.type == "cpu" else torch.bfloat16
+    tokens, d, ffn, hq, hk, hd = (64, 64, 176, 4, 2, 16) if quick else (8192, 2048, 5632, 16, 8, 128)
+    installed = ak.install()
+    g = torch.Generator().manual_seed(0)
+
+    def rand(*shape):
+        return torch.randn(*shape, generator=g).to(device=device, dtype=dt).requires_grad_()
+
+    x, w, a, b = rand(tokens, d), rand(d), rand(tokens, ffn), rand(tokens, ffn)
+    q = rand(4, tokens // 4, hq, hd).detach().transpose(1, 2).requires_grad_()
+    k = rand(4, tokens // 4, hk, hd).detach().transpose(1, 2).requires_grad_()
+    cos, sin = (torch.randn(1, tokens // 4, hd, generator=g).to(device=device, dtype=dt) for _ in range(2))
+
+    def hf_norm(x, w):
+        h = x.to(torch.float32)
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)
+        return w * h.to(x.dtype)
+
+    def hf_rope(q, k):
+        def rot(t):
+            return torch.cat((-t[..., hd // 2:], t[..., : hd // 2]), dim=-1)
+        c, s = cos.unsqueeze(1), sin.unsqueeze(1)
+        return q * c + rot(q) * s, k * c + rot(k) * s
+
+    cases = {"rms_norm_hf": ((x, w), hf_norm, lambda x, w: rn.rms_norm(x, w, 1e-6)),
+             "swiglu": ((a, b), lambda a, b: F.silu(a) * b, sw.swiglu),
+             "rope": ((q, k), hf_rope, lambda q, k: rope.rope(q, k, cos, sin))}
+
+    def timed(fn, args):
+        def once():
+            out = fn(*args)
+            outs = out if isinstance(out, tuple) else (out,)
+            torch.autograd.backward(outs, [torch.ones_like(o) for o in outs])
+        for _ in range(3):
+            once()
+        samples = []
+        for _ in range(5):  # 5 samples of ``reps`` calls each (host time included where the host is slower)
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            t0 = time.perf_counter()
+            for _ in range(reps):
+                once()
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            samples.append((time.perf_counter() - t0) * 1e3 / reps)
+        return round(statistics.median(samples), 4)
+
+    rows = []
+    for name, (args, hf_fn, op_fn) in cases.items():
+        row = {"op": name, "dtype": str(dt).removeprefix("torch."), "device": str(device),
+               "shapes": [list(t.shape) for t in args], "hf_eager_ms": timed(hf_fn, args)}
+        with ak.disabled():
+            row["reference_ms"] = timed(op_fn, args)
+        ak.reset_counters()
+        row["accel_ms"] = timed(op_fn, args)
+        row["routed"] = {o.name: o.routed for o in ak.overrides() if o.name.startswith(name + "_")}
+        rows.append(row)
+    for n in installed:
+        ak.unregister(n)
+    return rows
+
+
+# -------------------------------------------------------------------------------------------- driver
+def _parse_list(text: str | None, known: tuple[str, ...], what: str) -> list[str]:
+    if text is None:
+        return list(known)
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise SystemExit(f"real_models.py: error: unknown {what} {unknown}. Known: {', '.join(known)}.")
+    return names
+
+
+def drive(models: list[str], modes: list[str], out: Path, *, quick: bool, steps: int, warmup: int,
+          device_spec: str | None, timeout: float, loss_chunk: int | None = None) -> list[dict[str, Any]]:
+    """Each model x mode in a fresh process (eager first); one JSON line per run appended to ``out``."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    ordered = (["eager"] if "eager" in modes else []) + [m for m in modes if m != "eager"]
+    results = []
+    for model in models:
+        eager_ms = None
+        for mode in ordered:
+            cmd = [sys.executable, os.path.abspath(__file__), "--model", model, "--mode", mode, "--steps", str(steps),
+                   "--warmup", str(warmup)]
+            cmd += ["--quick"] if quick else []
+            cmd += ["--device", device_spec] if device_spec else []
+            cmd += ["--eager-ms", str(eager_ms)] if eager_ms else []
+            cmd += ["--loss-chunk", str(loss_chunk)] if loss_chunk else []
+            began = time.time()
+            try:
+                proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+                line = next((ln for ln in reversed(proc.stdout.splitlines()) if ln.startswith("RESULT ")), None)
+                if line is None:
+                    result = {"model": model, "mode": mode, "error": f"exit {proc.returncode}: "
+                                                                     f"{(proc.stderr or proc.stdout)[-2000:]}"}
+                else:
+                    result = json.loads(line.removeprefix("RESULT "))
+            except subprocess.TimeoutExpired:
+                result = {"model": model, "mode": mode, "error": f"no result within {timeout:.0f} s"}
+            result["wall_s"] = round(time.time() - began, 1)
+            if mode == "eager" and result.get("ms"):
+                eager_ms = result["ms"]
+            results.append(result)
+            with out.open("a") as f:
+                f.write(json.dumps(result) + "\n")
+            shown = result.get("ms", result.get("skipped", result.get("error", "")))
+            print(f"{model:12s} {mode:14s} {str(shown)[:100]}", flush=True)
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", choices=MODELS, help="one model (with --mode): run it in this process")
+    p.add_argument("--mode", choices=MODES)
+    p.add_argument("--all", action="store_true", help="every --models x --modes pair, each in a fresh process")
+    p.add_argument("--models", help=f"comma-separated subset of {','.join(MODELS)} (with --all)")
+    p.add_argument("--modes", help=f"comma-separated subset of {','.join(MODES)} (with --all)")
+    p.add_argument("--out", type=Path, help="results file (JSON lines, appended; with --all)")
+    p.add_argument("--quick", action="store_true", help="tiny models, fp32 on CPU: a smoke test")
+    p.add_argument("--steps", type=int, default=20, help="timed steps (median reported; at least 15 unless --quick)")
+    p.add_argument("--warmup", type=int, default=5, help="untimed steps first")
+    p.add_argument("--device", help="accel.device() spec (default: the best device here)")
+    p.add_argument("--eager-ms", type=float, help="eager's ms of this model (speedup_vs_eager)")
+    p.add_argument("--timeout", type=float, default=1500.0, help="seconds per child run (with --all)")
+    p.add_argument("--loss-chunk", type=int, help="accel modes: rows per chunk of the fused loss (default: "
+                                                  "LinearCrossEntropyOptions' own choice)")
+    p.add_argument("--ops", action="store_true", help="time each accel op alone (fwd+bwd) at hf_llama's shapes")
+    args = p.parse_args(argv)
+    if args.ops:
+        for row in time_ops(quick=args.quick, reps=max(args.steps, 5), device_spec=args.device):
+            print("RESULT " + json.dumps(row), flush=True)
+        return 0
+    if args.steps < (1 if args.quick else 15) or args.warmup < 0:
+        p.error("--steps must be at least 15 (1 with --quick) and --warmup at least 0")
+    if args.all:
+        if args.out is None:
+            p.error("--all needs --out FILE")
+        drive(_parse_list(args.models, MODELS, "models"), _parse_list(args.modes, MODES, "modes"), args.out,
+              quick=args.quick, steps=args.steps, warmup=args.warmup, device_spec=args.device, timeout=args.timeout,
+              loss_chunk=args.loss_chunk)
+        return 0
+    if args.model is None or args.mode is None:
+        p.error("give --model and --mode (one run), or --all")
+    with contextlib.redirect_stdout(sys.stderr):  # the library's prints stay off the result line
+        result = run_one(args.model, args.mode, quick=args.quick, steps=args.steps, warmup=args.warmup,
+                         device_spec=args.device, eager_ms=args.eager_ms, loss_chunk=args.loss_chunk)
+    print("RESULT " + json.dumps(result), flush=True)
+    return 1 if "error" in result else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
