@@ -3,9 +3,15 @@
 :func:`collect` gathers facts as a JSON-ready dict; :func:`checks` turns them into
 pass/fail checks, each failing one with a one-line fix.
 
+Each DSL runtime is judged twice: its metadata (:func:`dsl_compat`: the version torch pins,
+the torch range it declares, CuTeDSL's runtime libraries), then, when that passes, a real
+``import`` in a subprocess (:func:`dsl_imports`), since a DSL can declare a torch range it does
+not import with (Helion 1.5.1 with torch 2.9.1).
+
 .. note:: Asking for the arch and capabilities initialises the selected device's
-   runtime (CUDA/HIP/XPU). Nothing here imports Triton or Helion: DSL versions
-   come from package metadata.
+   runtime (CUDA/HIP/XPU). Nothing here imports Triton, Helion or CuTeDSL into this
+   process: versions come from package metadata, imports are tried in a subprocess
+   (cached on disk per Python, torch version and DSL version).
 """
 
 from __future__ import annotations
@@ -27,10 +33,13 @@ from accel import _compat, _probe
 from accel._select import hidden_devices
 from accel.errors import AccelError, HiddenDevicesWarning
 
-__all__ = ["Check", "collect", "checks", "DSL_DISTRIBUTIONS"]
+__all__ = ["DSL_DISTRIBUTIONS", "DSL_MODULES", "Check", "checks", "collect", "dsl_compat", "dsl_imports",
+           "dsl_status", "dsl_versions"]
 
 #: DSL runtime -> its distribution name on PyPI.
 DSL_DISTRIBUTIONS = {"triton": "triton", "helion": "helion", "cutedsl": "nvidia-cutlass-dsl"}
+#: DSL runtime -> the module its kernels import.
+DSL_MODULES = {"triton": "triton", "helion": "helion", "cutedsl": "cutlass"}
 _ROCM_TRITON = "pytorch-triton-rocm"
 _XPU_TRITON = "pytorch-triton-xpu"
 _IPEX = "intel-extension-for-pytorch"
@@ -140,6 +149,47 @@ def dsl_compat(dsl: str, installed: str | None, torch_version: str,
     return True, f"{dsl} {installed}"
 
 
+def dsl_imports(dsl: str, version: str | None = None) -> _compat.ImportCheck:
+    """Whether DSL runtime ``dsl`` (a key of :data:`DSL_MODULES`) imports with the running torch.
+
+    Args:
+        dsl: ``"triton"``, ``"helion"`` or ``"cutedsl"``.
+        version: its installed version (default: read from metadata, :func:`dsl_versions`); keys the cache.
+
+    Returns:
+        :func:`accel._compat.import_check`'s answer, from a subprocess or the on-disk cache.
+    """
+    if version is None:
+        version = dsl_versions()[dsl]
+    return _compat.import_check(DSL_MODULES[dsl], version)
+
+
+def dsl_status(dsl: str, installed: str | None, torch_version: str, cuda_version: str | None = None) -> dict[str, Any]:
+    """``accel info``'s row for one DSL runtime: ``{"version", "compatible", "detail", "imports"}``.
+
+    ``compatible`` needs both the metadata check (:func:`dsl_compat`) and a real import with this torch
+    (:func:`dsl_imports`, tried only when the metadata check passes). ``imports`` is ``True``/``False``,
+    ``None`` when it was not tried (not installed, refused by metadata) or did not finish in time; an
+    import that did not finish leaves the metadata verdict standing and says so.
+    """
+    ok, why = dsl_compat(dsl, installed, torch_version, cuda_version)
+    row: dict[str, Any] = {"version": installed, "compatible": ok, "detail": why, "imports": None}
+    if installed is None or not ok:
+        return row
+    check = dsl_imports(dsl, installed)
+    row["imports"] = check.ok
+    module, dist = DSL_MODULES[dsl], DSL_DISTRIBUTIONS[dsl]
+    named = dist if module == dist else f"{dist} (import {module})"
+    if check.ok is False:
+        row["compatible"] = False
+        row["detail"] = f"{named} {installed} installed, does not import with torch {torch_version}: {check.error}"
+    elif check.ok is None:
+        row["detail"] = f"{why}; whether it imports with torch {torch_version} is unknown: {check.error}"
+    else:
+        row["detail"] = f"{why}; imports with torch {torch_version}"
+    return row
+
+
 def ipex_status(torch_version: str) -> dict[str, Any]:
     """intel-extension-for-pytorch: installed version and whether its major.minor matches torch's.
 
@@ -189,9 +239,12 @@ def collect(spec: object = None) -> dict[str, Any]:
         ``error_type`` and ``bad_input``: a misspelt ``ACCEL_DEVICE``, say) instead of a choice when
         selection fails (the message says what to do). ``hidden_devices``: per backend the torch build
         serves but whose every device the visible-devices variables hide, ``{variable: value}``
-        (``{}`` when none is hidden).
+        (``{}`` when none is hidden). ``dsl`` maps each DSL runtime to
+        :func:`dsl_status`'s row.
 
-    .. note:: Initialises the selected device's runtime (to read its arch).
+    .. note:: Initialises the selected device's runtime (to read its arch). Imports each
+       installed DSL in a subprocess unless the on-disk cache already has the answer
+       (:func:`dsl_imports`).
     """
     build = _probe.torch_build()
     info: dict[str, Any] = {
@@ -216,11 +269,7 @@ def collect(spec: object = None) -> dict[str, Any]:
         info["selection"] = {"backend": sel.backend.name, "device": str(sel.device), "source": sel.source,
                              "reason": sel.reason}
         info["device"] = _device_facts(sel)
-    versions = dsl_versions()
-    info["dsl"] = {}
-    for dsl, v in versions.items():
-        ok, why = dsl_compat(dsl, v, build["torch"], build.get("cuda"))
-        info["dsl"][dsl] = {"version": v, "compatible": ok, "detail": why}
+    info["dsl"] = {dsl: dsl_status(dsl, v, build["torch"], build.get("cuda")) for dsl, v in dsl_versions().items()}
     names = sorted({k for b in accel.backends.registered().values() for k in b.visible_devices_env})
     info["visible_devices"] = {k: os.environ.get(k) for k in names}
     info["hidden_devices"] = {b: dict(variables) for b, variables in hidden_devices().items()}
@@ -354,6 +403,9 @@ def checks(info: dict[str, Any]) -> list[Check]:
 
             major = str(build.get("cuda") or "12").split(".")[0]
             fix = f"pip install -U '{DISTRIBUTION}[cu{major}]>={MIN_VERSION}'"
+        elif d.get("imports") is False:
+            fix = (f"pip install a {DSL_DISTRIBUTIONS[dsl]} version that imports with torch {build['torch']} "
+                   f"(or pip uninstall {DSL_DISTRIBUTIONS[dsl]}: accel's kernels then use the other DSLs)")
         else:
             fix = f"pip install the {dsl} version that matches torch {build['torch']}"
         out.append(Check(f"{dsl} version", d["compatible"], d["detail"], fix))

@@ -15,7 +15,8 @@ One module per topic, every name re-exported here:
 - :mod:`~accel._compat.inductor`: Inductor config keys, modes and GEMM template packages.
 - :mod:`~accel._compat.lowp`, :mod:`~accel._compat.distributed`, :mod:`~accel._compat.tunable`:
   low-precision dtypes and scaled GEMMs, c10d backends and symmetric memory, TunableOp.
-- :mod:`~accel._compat.versions`: installed versions of the optional DSL packages.
+- :mod:`~accel._compat.versions`: installed versions of the optional DSL packages, and whether each
+  imports with the running torch (a subprocess, cached on disk).
 
 Functions here call each other through this package (``_compat.has_accelerator_graph()``,
 not the module's own global), so replacing one here, as tests and :mod:`accel.testing` do,
@@ -80,7 +81,7 @@ from .runtime import (
     stream_class,
 )
 from .tunable import has_cuda_tunable, tunable_writer
-from .versions import checked_version, module_version
+from .versions import IMPORT_TIMEOUT_S, ImportCheck, checked_version, import_cache_dir, import_check, module_version
 
 
 def _register_caches() -> None:

@@ -7,13 +7,25 @@ probe says the backend is unavailable, naming the probe's reason.
 ``ACCEL_REQUIRE_BACKEND=<name>`` turns such a skip into a failure on a vendor runner
 (so a broken driver cannot pass as "skipped"). Fixture ``fake_backend`` is
 :func:`accel.testing.fake_backend`.
+
+Tests of a DSL runtime (Triton, Helion, CuTeDSL) call :func:`require_dsl` or
+:func:`importorskip_dsl`: ``pytest.importorskip`` skips only a *missing* module, while
+a DSL that is installed but does not import with the running torch (Helion 1.5.1 with
+torch 2.9.1 raises ``ImportError: cannot import name 'IntelGPUError'``) would fail the
+test, or the whole module's collection. The import is tried in a subprocess
+(:func:`accel.diagnostics.dsl_imports`, cached on disk), never in the test process.
 """
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import os
+from types import ModuleType
 
 import pytest
+
+__all__ = ["HARDWARE_MARKERS", "dsl_skip_reason", "importorskip_dsl", "require_dsl"]
 
 HARDWARE_MARKERS = ("cuda", "rocm", "xpu", "mps", "accelerator")
 
@@ -56,3 +68,53 @@ def fake_backend():
     from accel.testing import fake_backend as _fake
 
     return _fake
+
+
+def dsl_skip_reason(dsl: str) -> str | None:
+    """Why tests of DSL runtime ``dsl`` cannot run here, or ``None`` when it imports with this torch.
+
+    Args:
+        dsl: ``"triton"``, ``"helion"`` or ``"cutedsl"`` (keys of :data:`accel.diagnostics.DSL_MODULES`).
+
+    Returns:
+        ``"<dist> is not installed ..."``, ``"<dist> <version> is installed but does not import with torch
+        <version>: <Type>: <message>"``, or ``None`` (it imports, or the import check did not finish in
+        time: then the test runs and shows what happens).
+
+    .. note:: May start a subprocess that imports the DSL (once per Python, torch and DSL version:
+       the answer is cached on disk).
+    """
+    import torch
+
+    from accel import diagnostics
+
+    module, dist = diagnostics.DSL_MODULES[dsl], diagnostics.DSL_DISTRIBUTIONS[dsl]
+    if importlib.util.find_spec(module) is None:
+        return f"{dist} is not installed (import {module} finds no module)"
+    version = diagnostics.dsl_versions()[dsl]
+    check = diagnostics.dsl_imports(dsl, version)
+    if check.ok is False:
+        return f"{dist} {version} is installed but does not import with torch {torch.__version__}: {check.error}"
+    return None
+
+
+def require_dsl(dsl: str) -> None:
+    """Skip the calling test (or, called at module level, the whole module) unless ``dsl`` imports here.
+
+    The skip names the reason (:func:`dsl_skip_reason`). Raises ``pytest.skip.Exception``.
+    """
+    why = dsl_skip_reason(dsl)
+    if why is not None:
+        pytest.skip(why, allow_module_level=True)
+
+
+def importorskip_dsl(dsl: str) -> ModuleType:
+    """``pytest.importorskip`` for a DSL runtime: its module, or a skip saying why it cannot be imported.
+
+    Unlike ``pytest.importorskip``, an installed DSL that raises on import with this torch is a skip
+    with its error (decided in a subprocess first), not a failure of the test module.
+    """
+    require_dsl(dsl)
+    from accel import diagnostics
+
+    return importlib.import_module(diagnostics.DSL_MODULES[dsl])

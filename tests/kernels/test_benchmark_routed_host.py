@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("triton")
+from accel.testing.pytest_plugin import require_dsl
+
+require_dsl("triton")  # a skip naming the error also when triton is installed but does not import
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "routed_host_cpu.py"
 

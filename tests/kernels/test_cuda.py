@@ -15,6 +15,7 @@ from accel.errors import KernelFallbackWarning
 from accel.kernels.tuning import tolerance as _tolerance
 from accel.kernels.dsl import launch as _launch, triton_utils as _triton_utils
 from accel.kernels.ops.rms_norm import helion_impl, reference, triton_impl
+from accel.testing.pytest_plugin import require_dsl
 
 pytestmark = pytest.mark.cuda
 FWD, BWD = "aten::_fused_rms_norm", "aten::_fused_rms_norm_backward"
@@ -35,6 +36,7 @@ def _impl(dsl):
     ok, why = IMPLS[dsl].available()
     if not ok:
         pytest.skip(f"{dsl}: {why}")
+    require_dsl(dsl)
     return IMPLS[dsl]
 
 

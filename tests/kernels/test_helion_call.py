@@ -10,7 +10,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-pytest.importorskip("helion")
+from accel.testing.pytest_plugin import importorskip_dsl
+
+importorskip_dsl("helion")  # a skip naming the error also when helion is installed but does not import
 
 from accel.kernels.dsl import helion_utils as _helion  # noqa: E402
 

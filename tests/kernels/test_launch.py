@@ -10,7 +10,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-pytest.importorskip("triton")
+from accel.testing.pytest_plugin import importorskip_dsl
+
+importorskip_dsl("triton")  # a skip naming the error also when triton is installed but does not import
 
 from accel.kernels.dsl import launch as _launch, triton_utils as _triton_utils  # noqa: E402
 

@@ -8,7 +8,6 @@ CPU, in a subprocess (``TRITON_INTERPRET=1`` must be set before Triton is import
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -16,6 +15,8 @@ import sys
 import textwrap
 
 import pytest
+
+from accel.testing.pytest_plugin import require_dsl
 
 pytestmark = pytest.mark.cpu
 
@@ -104,8 +105,8 @@ print(json.dumps(out))
 """
 
 
-@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton not installed (tox envs install it)")
 def test_a_toy_op_is_one_folder_of_four_files(tmp_path):
+    require_dsl("triton")
     folder = tmp_path / "toy_sin"
     folder.mkdir()
     for name, text in FILES.items():

@@ -23,6 +23,7 @@ import torch
 from accel import _compat
 from accel.kernels.tuning import table as tuning
 from accel.kernels.ops.rms_norm import conditions, helion_impl, triton_impl
+from accel.testing.pytest_plugin import importorskip_dsl, require_dsl
 
 IMPLS = {"triton": triton_impl, "helion": helion_impl}
 PATHS = ["accel"] + (["native"] if _compat.native_dsl_registry() is not None else [])
@@ -193,6 +194,7 @@ def _run_interpreted(dsl: str, path: str) -> dict:
     ok, why = IMPLS[dsl].available()
     if not ok:
         pytest.skip(f"{dsl} unavailable: {why}")
+    require_dsl(dsl)
     env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "HELION_INTERPRET")}
     env[f"{dsl.upper()}_INTERPRET"] = "1"  # Helion refuses both at once
     proc = subprocess.run([sys.executable, "-c", SCRIPT, dsl, path], env=env, capture_output=True, text=True,
@@ -280,6 +282,7 @@ def test_every_rms_norm_triton_forward_candidate_config_is_correct_interpreted()
 
     if not triton_impl.available()[0]:
         pytest.skip(triton_impl.available()[1])
+    require_dsl("triton")
     env = {k: v for k, v in os.environ.items() if k != "HELION_INTERPRET"}
     env["TRITON_INTERPRET"] = "1"
     proc = subprocess.run([sys.executable, "-c", RMS_CONFIG_SCRIPT], env=env, capture_output=True, text=True,
@@ -294,7 +297,7 @@ def test_every_rms_norm_triton_forward_candidate_config_is_correct_interpreted()
 def test_triton_forward_uses_int64_offsets_only_where_int32_would_overflow():  # accel.kernels.dsl.triton_configs.wide
     """The rows kernel's ``WIDE`` constexpr: int32 offsets while every program's (masked) offsets stay
     below 2**31, int64 from there (a plan object only: nothing launches)."""
-    pytest.importorskip("triton")
+    importorskip_dsl("triton")
     rt = triton_impl
     cfg = {"looped": False, "block_n": 4096, "rows": 2, "num_warps": 8}
     assert rt.fwd_launch(cfg, 32768, 4096, 1e-6, True).constexprs["WIDE"] is False

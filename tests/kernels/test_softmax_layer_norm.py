@@ -28,6 +28,7 @@ from accel.kernels.ops.layer_norm import triton_impl as ln_triton
 from accel.kernels.ops.softmax import conditions as sm_conds
 from accel.kernels.ops.softmax import helion_impl as sm_helion
 from accel.kernels.ops.softmax import triton_impl as sm_triton
+from accel.testing.pytest_plugin import require_dsl
 
 IMPLS = {("softmax", "triton"): sm_triton, ("softmax", "helion"): sm_helion,
          ("layer_norm", "triton"): ln_triton, ("layer_norm", "helion"): ln_helion}
@@ -217,6 +218,7 @@ def interpreted():
             ok, why = IMPLS[family, dsl].available()
             if not ok:
                 pytest.skip(f"{dsl} unavailable: {why}")
+            require_dsl(dsl)
             env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "HELION_INTERPRET")}
             env[f"{dsl.upper()}_INTERPRET"] = "1"
             proc = subprocess.run([sys.executable, "-c", SCRIPT, family, dsl, path], env=env, capture_output=True,
@@ -254,6 +256,7 @@ def _triton_interpreted(script: str) -> list:
     ok, why = sm_triton.available()
     if not ok:
         pytest.skip(f"triton unavailable: {why}")
+    require_dsl("triton")
     env = {k: v for k, v in os.environ.items() if k != "HELION_INTERPRET"}
     env["TRITON_INTERPRET"] = "1"
     proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=900)

@@ -12,6 +12,7 @@ import torch
 
 from accel.errors import KernelFallbackWarning, KernelRegistrationError
 from accel.kernels.tuning import table as _tuning
+from accel.testing.pytest_plugin import require_dsl
 
 
 @pytest.fixture(autouse=True)
@@ -86,6 +87,7 @@ def test_concurrent_writers_lose_nothing(cache_dir):
     code = textwrap.dedent("""
         import sys
         from accel.kernels.tuning import table as _tuning
+from accel.testing.pytest_plugin import require_dsl
         i = int(sys.argv[1])
         for j in range(5):
             _tuning.write_user_table("sm_77", [dict(op=_tuning.OPS[i], dtype="bfloat16", m=2 ** j, n=8, impl="triton")])
@@ -105,6 +107,7 @@ def test_tune_on_cpu_in_the_interpreter_writes_winners(cache_dir):
 
     if not triton_impl.available()[0]:
         pytest.skip(triton_impl.available()[1])
+    require_dsl("triton")
     code = textwrap.dedent("""
         import json, torch
         from accel.kernels.bench import tune as bench_tune
