@@ -30,6 +30,7 @@ import torch
 
 from accel.errors import FakeBackendError, UnknownBackendError
 from accel.testing._rng import FakeGenerator, FakeRng, fake_rng
+from accel.testing._standin import device_free_patches, stand_in
 
 from accel.testing.graphs import FakeGraph, FakeGraphLog, fake_graph_capture
 
@@ -120,8 +121,19 @@ def fake_backend(
             Nothing was patched.
 
     .. note:: Side effects: patches attributes of ``torch``, ``torch.version``,
-       ``torch.cuda``, ``torch.xpu`` and ``torch.backends.mps`` until the block exits, and
-       clears accel's detection cache on entry and exit.
+       ``torch.cuda``, ``torch.xpu``, ``torch.backends.mps`` and FakeTensorMode's GPU-context
+       hook until the block exits, and clears accel's detection cache on entry and exit. Each
+       replaced function keeps the original's attributes (``__wrapped__``, ``__name__``, ...),
+       which torch reads, e.g. when ``torch._dynamo`` is first imported inside the block.
+       Without a real device of the faked type, the device-using functions torch itself calls
+       once the device "is available" answer too: device 0 is current, no stream is capturing,
+       ``get_rng_state``/``set_rng_state`` keep a state per faked device (:func:`fake_rng`
+       fakes and logs every RNG function), and ``FakeTensorMode`` sets up no GPU context, so
+       ``torch.compile(backend="aot_eager")`` and ``device="cuda"`` fake tensors work inside
+       the block. Not covered there: Inductor under a faked CUDA or ROCm (it prepares CUDA
+       code: pattern tables of CUDA tensors, Triton's CUDA driver), and compiled code on a
+       torch build with the faked device type compiled in whose Dynamo reads the current
+       stream through ``torch.accelerator`` (torch 2.13 and later).
     """
     if name not in VENDORS:
         raise UnknownBackendError(f"fake_backend: unknown vendor {name!r}. Valid: {', '.join(VENDORS)}.")
@@ -159,21 +171,25 @@ def fake_backend(
     def _capability(device: Any = None) -> tuple[int, int]:
         return ns.major, ns.minor
 
+    def fake(module: Any, name: str, fn: Any) -> Any:
+        return mock.patch.object(module, name, stand_in(getattr(module, name, None), fn))
+
     patches = [
         mock.patch.object(torch.version, "cuda", cuda_ver),
         mock.patch.object(torch.version, "hip", hip_ver),
         mock.patch.object(torch.version, "xpu", xpu_ver, create=True),
-        mock.patch.object(torch.cuda, "device_count", lambda: cuda_count),
-        mock.patch.object(torch.cuda, "is_available", lambda: cuda_count > 0),
-        mock.patch.object(torch.cuda, "get_device_properties", _props),
-        mock.patch.object(torch.cuda, "get_device_capability", _capability),
-        mock.patch.object(torch.cuda, "get_device_name", lambda device=None: ns.name),
-        mock.patch.object(torch.cuda, "get_arch_list", lambda: list(arch_list or [])),
-        mock.patch.object(torch.xpu, "device_count", lambda: xpu_count),
-        mock.patch.object(torch.xpu, "is_available", lambda: xpu_count > 0),
-        mock.patch.object(torch.xpu, "get_device_properties", _props),
-        mock.patch.object(torch.backends.mps, "is_built", lambda: mps_ok),
-        mock.patch.object(torch.backends.mps, "is_available", lambda: mps_ok),
+        fake(torch.cuda, "device_count", lambda: cuda_count),
+        fake(torch.cuda, "is_available", lambda: cuda_count > 0),
+        fake(torch.cuda, "get_device_properties", _props),
+        fake(torch.cuda, "get_device_capability", _capability),
+        fake(torch.cuda, "get_device_name", lambda device=None: ns.name),
+        fake(torch.cuda, "get_arch_list", lambda: list(arch_list or [])),
+        fake(torch.xpu, "device_count", lambda: xpu_count),
+        fake(torch.xpu, "is_available", lambda: xpu_count > 0),
+        fake(torch.xpu, "get_device_properties", _props),
+        fake(torch.backends.mps, "is_built", lambda: mps_ok),
+        fake(torch.backends.mps, "is_available", lambda: mps_ok),
+        *device_free_patches(cuda_count, xpu_count, FakeGenerator),
     ]
     if name == "mps":
         patches.append(mock.patch("accel.backends.mps.MpsBackend.device_name", lambda self, index=0: device_name))

@@ -33,6 +33,7 @@ from unittest import mock
 import torch
 
 from accel.errors import UnknownBackendError
+from accel.testing._standin import stand_in
 
 __all__ = ["FakeGenerator", "FakeRng", "fake_rng"]
 
@@ -213,7 +214,8 @@ def fake_rng(name: str, *, device_count: int = 1) -> Iterator[FakeRng]:
             init=lambda: None,
         )
     module = getattr(torch, device_type)
-    patches = [mock.patch.object(module, k, logged(f"{mod_name}.{k}", v), create=True) for k, v in api.items()]
+    patches = [mock.patch.object(module, k, stand_in(getattr(module, k, None), logged(f"{mod_name}.{k}", v)),
+                                 create=True) for k, v in api.items()]
     if name != "mps":
         patches.append(mock.patch.object(module, "default_generators", tuple(gens)))
     upstream = SimpleNamespace(
@@ -221,8 +223,10 @@ def fake_rng(name: str, *, device_count: int = 1) -> Iterator[FakeRng]:
         get_rng_state=lambda device=None: gen(device if device is not None else 0).get_state(),
         get_rng_state_all=lambda: [g.get_state() for g in gens],
     )
+    real_upstream = getattr(torch.accelerator, "random", None)
     for k in list(vars(upstream)):
-        setattr(upstream, k, logged(f"torch.accelerator.random.{k}", getattr(upstream, k)))
+        setattr(upstream, k, stand_in(getattr(real_upstream, k, None),
+                                      logged(f"torch.accelerator.random.{k}", getattr(upstream, k))))
     patches.append(mock.patch.object(torch.accelerator, "random", upstream, create=True))
     with contextlib.ExitStack() as stack:
         for p in patches:

@@ -33,6 +33,8 @@ from unittest import mock
 
 import torch
 
+from accel.testing._standin import stand_in
+
 __all__ = ["FakeGraph", "FakeGraphLog", "fake_graph_capture"]
 
 _CAPTURE_ERROR = "CUDA error: operation not permitted when stream is capturing"
@@ -185,5 +187,5 @@ def fake_graph_capture() -> Iterator[FakeGraphLog]:
             raise RuntimeError(_CAPTURE_ERROR)
         return real_item(self)
 
-    with mock.patch.object(graphs, "plan_for", lookup), mock.patch.object(torch.Tensor, "item", item):
+    with mock.patch.object(graphs, "plan_for", lookup), mock.patch.object(torch.Tensor, "item", stand_in(real_item, item)):
         yield log
