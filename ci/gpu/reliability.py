@@ -58,15 +58,20 @@ def _warnings_of(fn: Callable[[], Any]) -> tuple[Any, list[dict[str, str]]]:
     return out, [{"category": w.category.__name__, "message": str(w.message)[:200]} for w in said]
 
 
+def _same(a: torch.Stream, b: torch.Stream) -> bool:
+    # by identity, not ==: torch.cuda.Stream.__eq__ answers False for a plain torch.Stream of the same stream
+    return (a.device, a.stream_id) == (b.device, b.stream_id)
+
+
 def stream_reentry(dev: torch.device) -> Result:
     before = accel.current_stream(dev.index)
     side = torch.cuda.Stream(device=dev)
     ctx = accel.stream(side)
     with ctx:
         with ctx:
-            inner = accel.current_stream(dev.index) == side
-        after_inner = accel.current_stream(dev.index) == side
-    after_outer = accel.current_stream(dev.index) == before
+            inner = _same(accel.current_stream(dev.index), side)
+        after_inner = _same(accel.current_stream(dev.index), side)
+    after_outer = _same(accel.current_stream(dev.index), before)
     return {"ok": inner and after_inner and after_outer, "inner_current_is_side": inner,
             "after_inner_exit_side_current": after_inner, "after_outer_exit_restored": after_outer}
 
@@ -77,7 +82,7 @@ def torch_stream_reentry(dev: torch.device) -> Result:
     ctx = torch.cuda.stream(side)
     with ctx, ctx:
         pass
-    restored = torch.cuda.current_stream(dev) == before
+    restored = _same(torch.cuda.current_stream(dev), before)
     torch.cuda.set_stream(before)  # leave the process as it was, whatever torch did
     return {"ok": None, "info": "torch's own StreamContext, for comparison", "after_outer_exit_restored": restored}
 
