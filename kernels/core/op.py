@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from accel import _compat
+from accel._options import did_you_mean
 from accel.backends import backend_for_device, registered
 from accel.errors import KernelRegistrationError, UnknownKernelError
 
@@ -95,7 +96,10 @@ def resolve_op(op: object, *, error: type[Exception] = UnknownKernelError) -> Op
         if overload:
             getattr(packet, overload)
     except (AttributeError, RuntimeError) as exc:
-        raise error(f"accel.kernels: unknown op {op!r} ({type(exc).__name__}: {exc}). The op must exist in "
+        names = {n.partition("::")[2].partition(".")[0] for n in torch._C._dispatch_get_all_op_names()
+                 if n.startswith(f"{ns}::")}
+        hint = did_you_mean(name, names) if name not in names else ""
+        raise error(f"accel.kernels: unknown op {op!r} ({type(exc).__name__}: {exc}).{hint} The op must exist in "
                     f"torch.ops (e.g. 'aten::_fused_rms_norm'). Check the spelling and the overload name.") from None
     return Op(ns, name, overload or bare_overload(ns, name, packet, error), packet)
 
@@ -115,8 +119,8 @@ def dispatch_key_of(backend: str, fn: str = "register", arg: str = "backends=['c
     found = registered()
     if backend not in found:
         raise KernelRegistrationError(
-            f"accel.kernels.{fn}: unknown backend {backend!r}. Valid: {', '.join(found)}. "
-            f"Pass backend names (e.g. {arg}), not device strings.")
+            f"accel.kernels.{fn}: unknown backend {backend!r}.{did_you_mean(backend, found)} Valid: "
+            f"{', '.join(found)}. Pass backend names (e.g. {arg}), not device strings.")
     return found[backend].dispatch_key
 
 

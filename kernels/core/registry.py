@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator, Sequence
 import torch
 
 from accel import _compat
+from accel._options import did_you_mean
 from accel.errors import KernelRegistrationError, KernelRegistrationWarning, UnknownKernelError
 from accel.kernels.tuning import table
 
@@ -47,7 +48,7 @@ def registry_mode() -> str:
         mode = os.environ.get(REGISTRY_ENV, "auto").strip().lower() or "auto"
         if mode not in PATHS:
             raise KernelRegistrationError(
-                f"{REGISTRY_ENV}={mode!r}: not a registration path. Valid: {', '.join(PATHS)}. "
+                f"{REGISTRY_ENV}={mode!r}: not a registration path.{did_you_mean(mode, PATHS)} Valid: {', '.join(PATHS)}. "
                 f"Unset it for 'auto'.")
         STATE.path_mode = mode
     return STATE.path_mode
@@ -104,7 +105,8 @@ def use_registry(mode: str, /) -> str:
             usable native registry; or overrides are still registered (unregister them first).
     """
     if mode not in PATHS:
-        raise KernelRegistrationError(f"accel.kernels.use_registry: unknown mode {mode!r}. Valid: {', '.join(PATHS)}.")
+        raise KernelRegistrationError(f"accel.kernels.use_registry: unknown mode {mode!r}.{did_you_mean(mode, PATHS)} "
+                                      f"Valid: {', '.join(PATHS)}.")
     if mode == "native" and _compat.native_dsl_registry() is None:
         raise _native_refused("use_registry('native')")
     with LOCK:

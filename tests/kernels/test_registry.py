@@ -831,3 +831,13 @@ def test_a_custom_op_forward_alone_is_no_training_orphan():
     x, w = torch.randn(3, 8, requires_grad=True), torch.ones(8, requires_grad=True)
     op.rms_norm(x, w, 1e-6).sum().backward()
     assert x.grad is not None and _info("hf-fwd").routed == 1
+
+
+def test_misspelt_names_get_the_closest_valid_ones():
+    with pytest.raises(KernelRegistrationError, match=r"unknown op 'aten::_fused_rms_nrm' .*Did you mean '_fused_rms_norm'"):
+        ak.register("aten::_fused_rms_nrm", impl=reference.fused_rms_norm, backends=["cpu"], dsl="x")
+    with pytest.raises(KernelRegistrationError, match=r"unknown backend 'cdua'\. Did you mean 'cuda'\? Valid: "):
+        ak.register(FWD, impl=reference.fused_rms_norm, backends=["cdua"], dsl="x")
+    with pytest.raises(KernelRegistrationError, match=r"unknown mode 'natve'\. Did you mean 'native'\?"):
+        ak.use_registry("natve")
+    assert ak.overrides() == [] and kcore.slot.SLOTS == {}
