@@ -87,7 +87,6 @@ def test_concurrent_writers_lose_nothing(cache_dir):
     code = textwrap.dedent("""
         import sys
         from accel.kernels.tuning import table as _tuning
-from accel.testing.pytest_plugin import require_dsl
         i = int(sys.argv[1])
         for j in range(5):
             _tuning.write_user_table("sm_77", [dict(op=_tuning.OPS[i], dtype="bfloat16", m=2 ** j, n=8, impl="triton")])
