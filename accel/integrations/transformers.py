@@ -74,6 +74,9 @@ from accel.kernels.ops.swiglu import op as swiglu_ops
 
 __all__ = ["FAMILIES", "ROUTES", "PatchReport", "disable", "enable", "enabled", "patch", "report", "unpatch"]
 
+#: Packages this module's docstring examples need (tests/cli/test_docs.py skips them without it).
+__doctest_requires__ = ("transformers",)
+
 #: Ops per role, as the report names them.
 OPS = {"rms_norm": "accel::rms_norm_hf", "mlp": "accel::swiglu", "attention": "accel::rope",
        "causal_lm": "accel.nn.functional.linear_cross_entropy"}

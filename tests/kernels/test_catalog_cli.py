@@ -31,7 +31,7 @@ def test_availability_without_gpu_names_the_probe():
         assert a.backends == vendors and not a.available and not a.installed
         if "not installed" not in a.reason:
             assert a.reason.startswith("no usable backend among ")
-            assert all(f"{v} (torch " in a.reason for v in vendors), a.reason
+            assert all(f"{v} (" in a.reason for v in vendors), a.reason
     assert ak.install() == []
 
 
