@@ -112,6 +112,17 @@ def reason_text(key: str, *, input: torch.Tensor, devices: dict[str, str | None]
                            n=n, esize=input.element_size(), max_n=max_n, dsl=dsl)
 
 
+def key_text(key: str | None, t: torch.Tensor, op: str, dsl: str, devices: dict[str, str | None],
+             reasons: dict[str, str]) -> str | None:
+    """The sentence for reason key ``key`` of a cond over ``t`` (``None`` for ``None``): the tuning table's
+    words for ``"table"``, else ``reasons[key]`` formatted with the DSL, device, backends and dtype."""
+    if key is None:
+        return None
+    if key == "table":
+        return table_reason(op, dsl, t, t.shape[-1] if t.dim() else 0)
+    return reasons[key].format(dsl=dsl, device=t.device.type, devices=", ".join(devices), dtype=t.dtype)
+
+
 def table_declines(op: str, dsl: str, t: torch.Tensor, numel: int, n: int) -> bool:
     """Whether the tuning table sends ``t`` (``numel`` elements in rows of ``n``) away from ``dsl``'s kernel.
 

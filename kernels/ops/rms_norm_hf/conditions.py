@@ -16,8 +16,8 @@ from accel.kernels.ops.conds import (
     device_types_for,
     entry_reason,
     floors,
+    key_text,
     table_declines,
-    table_reason,
 )
 
 __all__ = ["MAX_N", "make_conds"]
@@ -76,11 +76,7 @@ def make_conds(dsl: str, backends: Sequence[str]) -> tuple[Callable[..., bool], 
         return None
 
     def text(key, input, op) -> str | None:
-        if key is None:
-            return None
-        if key == "table":
-            return table_reason(op, dsl, input, input.shape[-1] if input.dim() else 0)
-        return _REASONS[key].format(dsl=dsl, device=input.device.type, devices=", ".join(devices), dtype=input.dtype)
+        return key_text(key, input, op, dsl, devices, _REASONS)
 
     def fwd(input, weight, eps, unit_offset=False) -> bool:
         return key_fwd(input, weight, eps, unit_offset) is None

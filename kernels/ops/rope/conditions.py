@@ -16,8 +16,8 @@ from accel.kernels.ops.conds import (
     device_types_for,
     entry_reason,
     floors,
+    key_text,
     table_declines,
-    table_reason,
 )
 
 __all__ = ["MAX_HEAD_DIM", "make_conds"]
@@ -80,11 +80,7 @@ def make_conds(dsl: str, backends: Sequence[str]) -> tuple[Callable[..., bool], 
         return _check(grad_q, grad_k, cos, sin, unsqueeze_dim, devices, dsl, bwd_op)
 
     def text(key, q, op) -> str | None:
-        if key is None:
-            return None
-        if key == "table":
-            return table_reason(op, dsl, q, q.shape[-1] if q.dim() else 0)
-        return _REASONS[key].format(dsl=dsl, device=q.device.type, devices=", ".join(devices), dtype=q.dtype)
+        return key_text(key, q, op, dsl, devices, _REASONS)
 
     def fwd(q, k, cos, sin, unsqueeze_dim=1) -> bool:
         return key_fwd(q, k, cos, sin, unsqueeze_dim) is None

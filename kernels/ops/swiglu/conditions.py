@@ -17,8 +17,8 @@ from accel.kernels.ops.conds import (
     device_types_for,
     entry_reason,
     floors,
+    key_text,
     table_declines,
-    table_reason,
 )
 
 __all__ = ["MAX_N", "make_conds", "row_stride"]
@@ -94,12 +94,8 @@ def make_conds(dsl: str, backends: Sequence[str]) -> tuple[Callable[..., bool], 
             return "layout"
         return key
 
-    def text(key: str | None, a: torch.Tensor, op: str) -> str | None:
-        if key is None:
-            return None
-        if key == "table":
-            return table_reason(op, dsl, a, a.shape[-1] if a.dim() else 0)
-        return _REASONS[key].format(dsl=dsl, device=a.device.type, devices=", ".join(devices), dtype=a.dtype)
+    def text(key, a, op) -> str | None:
+        return key_text(key, a, op, dsl, devices, _REASONS)
 
     def fwd(a, b) -> bool:
         return key_fwd(a, b) is None
