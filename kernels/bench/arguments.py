@@ -170,5 +170,5 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "accel.kernels.ops, by name; accel kernels lists them)")
     p.add_argument("--tune", action="store_true",
                    help="measure the tuning table on this device (ATen vs the Triton, Helion and CuTeDSL configs) and write it "
-                        "to the user cache; Helion's own autotuner is never run (it failed on the H200 image: "
-                        "the accel.kernels.tuning.table module docstring says why)")
+                        "to the user cache; accel times its own candidate configs and does not run Helion's autotuner "
+                        "(the accel.kernels.tuning.table module docstring says why)")
