@@ -113,16 +113,17 @@ _SOURCE = re.compile(r"accel [a-z]+( --?[a-z][\w-]*)*")
 
 
 def _report(exc: Exception, head: str, command: str | None, as_json: bool, code: int) -> int:
-    """Print ``head: error: message`` on stderr (and the JSON error object on stdout); return ``code``."""
-    from accel.cli._output import print_json
+    """Report ``exc`` through :func:`accel.cli._output.report_error` (``head: error: message`` on stderr, every
+    probe for a detection error; the JSON error object on stdout with ``--json``); return ``code``."""
+    from accel.cli._output import print_json, report_error
 
     msg = str(exc)
     source, sep, rest = msg.partition(": ")
     if sep and source.startswith(head) and _SOURCE.fullmatch(source):
         head, msg = source, rest
-    print(f"{head}: error: {msg}", file=sys.stderr)
+    error = report_error(head, command, type(exc).__name__.lstrip("_"), msg)
     if as_json:  # machines reading stdout get the error as JSON too
-        print_json({"error": {"type": type(exc).__name__.lstrip("_"), "message": msg, "command": command}})
+        print_json({"error": error})
     return code
 
 

@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-__all__ = ["console", "print_json", "quiet_stdout", "table", "command_error"]
+__all__ = ["console", "print_json", "quiet_stdout", "table", "command_error", "error_text", "probe_lines", "report_error"]
 
 
 def console() -> Console:
@@ -71,9 +71,50 @@ def table(title: str, columns: list[str], rows: list[list[Any]], *, show_header:
     return t
 
 
+#: Errors about what this machine lacks (not bad input): their report lists every probe, one per line, unless
+#: the message already does (``BackendUnavailableError`` from :func:`accel.device` carries "Every probe:").
+DETECTION_ERRORS = ("BackendUnavailableError", "KernelUnavailableError", "FeatureUnavailableError",
+                    "UnsupportedOperationError", "GraphCaptureUnsupported")
+
+
+def probe_lines() -> str:
+    """``Every probe:`` and one ``  name: available|unavailable - reason`` line per registered backend (read
+    without initialising any runtime)."""
+    from accel import _probe
+
+    return "Every probe:\n" + "\n".join(f"  {name}: {'available' if p.available else 'unavailable'} - {p.reason}"
+                                        for name, p in _probe.probes().items())
+
+
+def error_text(error_type: str, message: str) -> str:
+    """The full text of an error report after ``accel CMD: error: ``: the message, and for a detection error
+    (:data:`DETECTION_ERRORS`) followed by every probe, one per line, when the message does not list them
+    already."""
+    if error_type in DETECTION_ERRORS and "Every probe:" not in message:
+        message = f"{message.rstrip()}\n{probe_lines()}"
+    return message
+
+
+def report_error(head: str, command: str | None, error_type: str, message: str) -> dict:
+    """The one way every ``accel`` command reports an error, whether raised (:func:`accel.cli.main`) or found by
+    the command itself while it still prints its report (``accel doctor``'s failed checks): ``HEAD: error: ``
+    and the message's first line on stderr, then its other lines (every probe for a detection error, the fix)
+    each on its own line. Returns the ``{"type", "message", "command"}`` object a JSON report carries under
+    ``"error"`` (``message``: the full text, probes included).
+
+    Args:
+        head: ``"accel CMD"`` (or ``"accel"`` before a command is known; ``"accel bench --tune"`` when a message
+            names its own source).
+        command: the subcommand, or ``None``.
+        error_type: the error's class name (``"BackendUnavailableError"``).
+        message: what failed, the observed values and what to do (may span lines).
+    """
+    text = error_text(error_type, message)
+    print(f"{head}: error: {text}", file=sys.stderr)
+    return {"type": error_type, "message": text, "command": command}
+
+
 def command_error(command: str, error_type: str, message: str) -> dict:
-    """Report a failure a command found itself (it still prints its report): the ``accel CMD: error:`` line
-    on stderr (the message's first line), and the ``{"type", "message", "command"}`` object its JSON
-    report carries under ``"error"`` - the same form as the errors :func:`accel.cli.main` reports."""
-    print(f"accel {command}: error: {message.splitlines()[0]}", file=sys.stderr)
-    return {"type": error_type, "message": message, "command": command}
+    """Report a failure a command found itself (it still prints its report): :func:`report_error` with the head
+    ``accel COMMAND``."""
+    return report_error(f"accel {command}", command, error_type, message)

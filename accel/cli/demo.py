@@ -22,8 +22,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("demo", help="train a portable model on real data (scikit-learn digits) and check resume",
                        description="Train a small transformer (RMSNorm, softmax attention, LayerNorm) on scikit-learn's "
                                    "1,797 real 8x8 digits on the selected device, then check that resuming from the "
-                                   "halfway checkpoint reproduces every loss bit for bit. Exit code 0 when held-out "
-                                   f"accuracy > {ACCURACY_TARGET} and the resume check passes, 1 otherwise.")
+                                   "halfway checkpoint reproduces every loss bit for bit.",
+                       epilog=f"Exit status: 0 when held-out accuracy > {ACCURACY_TARGET} and the resume check passes; "
+                              "1 when either fails, the device is not available or scikit-learn is missing; 2 for "
+                              "bad input (--epochs < 2, a misspelt --device).")
     p.add_argument("--device", default=None, help="device spec, e.g. cpu, cuda, cuda:1, rocm, xpu, mps")
     p.add_argument("--epochs", type=int, default=12, help="training epochs (default 12; >= 2)")
     p.add_argument("--seed", type=int, default=0, help="seed for accel.random.manual_seed (default 0)")
