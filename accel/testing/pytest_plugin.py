@@ -3,7 +3,8 @@
 Use it with ``pytest_plugins = ["accel.testing.pytest_plugin"]`` in a ``conftest.py``.
 
 Markers ``cuda``, ``rocm``, ``xpu``, ``mps`` and ``accelerator`` skip a test when the
-probe says the backend is unavailable, naming the probe's reason.
+probe says the backend is unavailable, naming the probe's reason; the skip is attached to the
+test at collection (a ``skip`` marker), so the summary shows the test's own file and line.
 ``ACCEL_REQUIRE_BACKEND=<name>`` turns such a skip into a failure on a vendor runner
 (so a broken driver cannot pass as "skipped"). Fixture ``fake_backend`` is
 :func:`accel.testing.fake_backend`.
@@ -49,7 +50,31 @@ def _missing(marker: str) -> str | None:
     return None
 
 
+def _required(required: str, marker: str) -> bool:
+    """Whether ``ACCEL_REQUIRE_BACKEND=required`` turns a skip of ``marker`` into a failure."""
+    return bool(required) and (required == marker or marker == "accelerator" and required != "cpu")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Attach each hardware skip to its test: a ``skip`` marker with the probe's reason, added at collection, so
+    pytest reports the skip at the test's own location (``tests/test_x.py:12``), not at this plugin's line.
+    Tests of a backend ``ACCEL_REQUIRE_BACKEND`` names get no marker: they fail in :func:`pytest_runtest_setup`."""
+    required = os.environ.get("ACCEL_REQUIRE_BACKEND", "").strip()
+    reasons: dict[str, str | None] = {}
+    for item in items:
+        for marker in HARDWARE_MARKERS:
+            if item.get_closest_marker(marker) is None or _required(required, marker):
+                continue
+            if marker not in reasons:
+                reasons[marker] = _missing(marker)
+            if reasons[marker] is not None:
+                item.add_marker(pytest.mark.skip(reason=reasons[marker]))
+                break
+
+
 def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Fail a test of the backend ``ACCEL_REQUIRE_BACKEND`` names when its probe says it is unavailable (a broken
+    driver cannot pass as "skipped"); skip one whose backend became unavailable after collection."""
     required = os.environ.get("ACCEL_REQUIRE_BACKEND", "").strip()
     for marker in HARDWARE_MARKERS:
         if item.get_closest_marker(marker) is None:
@@ -57,7 +82,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         why = _missing(marker)
         if why is None:
             continue
-        if required and (required == marker or marker == "accelerator" and required != "cpu"):
+        if _required(required, marker):
             pytest.fail(f"ACCEL_REQUIRE_BACKEND={required}: {why}", pytrace=False)
         pytest.skip(why)
 
