@@ -1,7 +1,10 @@
-"""Device selection: explicit argument > ``ACCEL_DEVICE`` > best available.
+"""Device selection: explicit argument > ``ACCEL_DEVICE`` > best available; the index per rank.
 
-Exactly one backend is active per selection. Results are cached per
-``(spec, ACCEL_DEVICE)``; :func:`accel.clear_cache` forgets them.
+Exactly one backend is active per selection. The index of the device handed out: the
+argument's, else ``ACCEL_DEVICE``'s (when it names one), else ``LOCAL_RANK`` (torchrun's
+per-node rank) on backends with one device per process (CUDA, ROCm, XPU), else none (the
+current device, index 0 unless the program changed it). Results are cached per
+``(spec, ACCEL_DEVICE, LOCAL_RANK)``; :func:`accel.clear_cache` forgets them.
 """
 
 from __future__ import annotations
@@ -20,14 +23,17 @@ from accel.errors import (
     DeviceIndexError,
     HiddenDevicesWarning,
     InvalidDeviceError,
+    LocalRankError,
     UnknownBackendError,
 )
 
-__all__ = ["device", "backend", "selection", "Selection", "ENV_VAR", "hidden_devices", "index_value", "parse_index",
-           "split_spec"]
+__all__ = ["device", "backend", "selection", "Selection", "ENV_VAR", "LOCAL_RANK_VAR", "hidden_devices", "index_value",
+           "local_rank_index", "parse_index", "per_rank_devices", "split_spec"]
 
 #: The environment variable that picks the backend when no argument is given.
 ENV_VAR = "ACCEL_DEVICE"
+#: The launcher's per-node rank (torchrun, SLURM wrappers, ``torch.multiprocessing`` scripts set it).
+LOCAL_RANK_VAR = "LOCAL_RANK"
 
 
 @dataclass(frozen=True)
@@ -47,7 +53,7 @@ class Selection:
     reason: str
 
 
-_CACHE: dict[tuple[type, object, str | None], Selection] = {}
+_CACHE: dict[tuple[type, object, str | None, str | None], Selection] = {}
 _probe.on_clear(_CACHE.clear)
 
 # accel.device()'s fast path: ACCEL_DEVICE read straight from os.environ's backing dict
@@ -57,11 +63,12 @@ _probe.on_clear(_CACHE.clear)
 _ENV_DATA: dict | None = getattr(os.environ, "_data", None)
 try:
     _ENV_KEY: object = os.environ.encodekey(ENV_VAR)  # type: ignore[attr-defined]
+    _RANK_KEY: object = os.environ.encodekey(LOCAL_RANK_VAR)  # type: ignore[attr-defined]
 except AttributeError:
-    _ENV_DATA, _ENV_KEY = None, ENV_VAR
+    _ENV_DATA, _ENV_KEY, _RANK_KEY = None, ENV_VAR, LOCAL_RANK_VAR
 if not isinstance(_ENV_DATA, dict):
     _ENV_DATA = None
-_DEVICES: dict[tuple[type, object, object], torch.device] = {}
+_DEVICES: dict[tuple[type, object, object, object], torch.device] = {}
 _probe.on_clear(_DEVICES.clear)
 
 
@@ -195,7 +202,49 @@ def _hidden_text(hidden: dict[str, tuple[tuple[str, str], ...]]) -> str:
     return "the " + "; the ".join(parts)
 
 
-def _resolve(spec: object, env: str | None) -> Selection:
+def per_rank_devices(b: Backend) -> bool:
+    """Whether backend ``b`` gives each process on a node its own device, so that ``LOCAL_RANK`` picks the
+    index (CUDA, ROCm, XPU). The CPU and MPS have one device that every process of the node shares."""
+    return b.torch_device_type not in ("cpu", "mps")
+
+
+def local_rank_index(raw: str | None) -> int | None:
+    """``LOCAL_RANK``'s value ``raw`` as an index; ``None`` when it is unset (``raw is None``).
+
+    Raises:
+        LocalRankError: (a ``DistributedError`` and ``ValueError``) ``raw`` is set but is not a
+            non-negative integer in ASCII digits without leading zeros (an empty value included).
+    """
+    if raw is None:
+        return None
+    rank = index_value(raw)
+    if rank is None:
+        raise LocalRankError(f"accel: {LOCAL_RANK_VAR}={raw!r} is not a non-negative integer (ASCII digits "
+                             "without leading zeros). Launch with torchrun, or set LOCAL_RANK to this process's "
+                             "index on the node (or unset it in a single-process run).")
+    return rank
+
+
+def _rank_device(b: Backend, p: object, rank_raw: str | None, label: str) -> tuple[int | None, str]:
+    """The index ``LOCAL_RANK`` gives on backend ``b`` (``None``: not set, or a shared device), and the
+    reason's suffix. ``p`` is ``b``'s probe result; ``label`` says where the backend came from."""
+    if rank_raw is None or not per_rank_devices(b):
+        return None, ""
+    rank = local_rank_index(rank_raw)
+    count = p.device_count  # type: ignore[attr-defined]
+    if rank is not None and not rank < count:
+        raise DeviceIndexError(
+            f"accel.device: {LOCAL_RANK_VAR}={rank_raw!r} names device {rank} of backend {b.name!r} ({label}), "
+            f"which has {count} visible device(s), so valid indices are 0..{count - 1}. Start at most one process "
+            f"per visible device (torchrun --nproc-per-node={count}), check the visible-devices variables, or pin "
+            f"each process with {ENV_VAR}={b.name}:<index>."
+        )
+    return rank, f"; index {rank} from {LOCAL_RANK_VAR}"
+
+
+def _resolve(spec: object, env: str | None, rank_raw: str | None = None) -> Selection:
+    """The selection for ``spec`` with ``ACCEL_DEVICE=env``; ``rank_raw`` is ``LOCAL_RANK`` (``None``: unset,
+    or not to be consulted: :func:`backend` chooses a vendor, not a device)."""
     if spec is not None:
         source, raw = "argument", spec
     elif env:
@@ -214,7 +263,8 @@ def _resolve(spec: object, env: str | None) -> Selection:
                 f"accel.clear_cache(); or set {ENV_VAR}={b.name} to choose {b.name} on purpose (no warning). "
                 f"`accel doctor` checks this.",
                 HiddenDevicesWarning, stacklevel=4)
-        return Selection(b, b.device(), "best available", reason)
+        index, said = _rank_device(b, p, rank_raw, "best available")
+        return Selection(b, b.device(index), "best available", reason + said)
     label = "argument " if source == "argument" else f"{ENV_VAR}="
     name, index, shown = _parse(raw, label, env)
     p = _probe.probes()[name]
@@ -232,20 +282,30 @@ def _resolve(spec: object, env: str | None) -> Selection:
                "Use a smaller index or check the visible-devices variables.")
         )
     b = _probe.backend_class(name)()
-    return Selection(b, b.device(index), source, f"{source}: {shown!r} -> {name} ({p.reason})")
+    said = ""
+    if index is None and source == ENV_VAR:  # an argument is taken as written; ACCEL_DEVICE's own index wins
+        index, said = _rank_device(b, p, rank_raw, f"{ENV_VAR}={shown!r}")
+    return Selection(b, b.device(index), source, f"{source}: {shown!r} -> {name} ({p.reason}){said}")
 
 
 def selection(spec: object = None, /) -> Selection:
-    """The full :class:`Selection` for ``spec`` (cached), with the reason it was made."""
-    env = os.environ.get(ENV_VAR)
-    key = (spec.__class__, spec, env)  # the class too: 0 == False and 1 == 1.0 must not share an entry
+    """The full :class:`Selection` for ``spec`` (cached), with the reason it was made.
+
+    Raises:
+        The errors of :func:`device`.
+    """
+    return _selection(spec, os.environ.get(ENV_VAR), os.environ.get(LOCAL_RANK_VAR))
+
+
+def _selection(spec: object, env: str | None, rank_raw: str | None) -> Selection:
+    key = (spec.__class__, spec, env, rank_raw)  # the class too: 0 == False and 1 == 1.0 must not share an entry
     try:
         return _CACHE[key]
     except KeyError:
         pass
     except TypeError:  # unhashable spec: not cacheable, and never a valid spec
-        return _resolve(spec, env)
-    sel = _resolve(spec, env)
+        return _resolve(spec, env, rank_raw)
+    sel = _resolve(spec, env, rank_raw)
     _CACHE[key] = sel
     return sel
 
@@ -253,11 +313,20 @@ def selection(spec: object = None, /) -> Selection:
 def device(spec: object = None, /) -> torch.device:
     """The ``torch.device`` to run on.
 
-    Order: ``spec`` if given, else the ``ACCEL_DEVICE`` environment variable (empty
+    The backend: ``spec`` if given, else the ``ACCEL_DEVICE`` environment variable (empty
     means unset), else the best available backend (cuda or rocm, then xpu, then mps,
     then cpu). ``"cuda"`` on a ROCm build of torch selects the ``rocm`` backend
-    (torch calls AMD GPUs ``cuda``). Cached per ``(spec, ACCEL_DEVICE)``; a cached call
-    costs well under 1 µs. :func:`accel.clear_cache` forgets the cache.
+    (torch calls AMD GPUs ``cuda``).
+
+    The index, on a backend with one device per process (CUDA, ROCm, XPU): ``spec``'s
+    when a ``spec`` is given (taken as written: ``"cuda"`` stays the current device); else
+    ``ACCEL_DEVICE``'s when it names one (``ACCEL_DEVICE=cuda:1`` wins over ``LOCAL_RANK``);
+    else ``LOCAL_RANK`` (set by torchrun for each process on a node: process 1 gets
+    ``cuda:1``); else none, the current device (index 0 unless the program changed it). On
+    the CPU and MPS, whose one device every process shares, ``LOCAL_RANK`` is not read.
+
+    Cached per ``(spec, ACCEL_DEVICE, LOCAL_RANK)``; a cached call costs well under 1 µs.
+    :func:`accel.clear_cache` forgets the cache.
 
     Args:
         spec: ``None``, a backend name with an optional index (``"cpu"``, ``"cuda"``,
@@ -266,42 +335,59 @@ def device(spec: object = None, /) -> torch.device:
 
     Returns:
         ``torch.device`` of the backend's torch device type (``cuda`` for ROCm), with
-        the index if one was given, else without (the current device).
+        the index chosen as above, or without one (the current device).
 
     Raises:
         UnknownBackendError: (a ``ValueError``) unknown name; the message lists valid names.
         BackendUnavailableError: (a ``RuntimeError``) the backend is not usable; lists every probe.
-        DeviceIndexError: (a ``ValueError``) index outside ``0 .. device_count - 1``.
+        DeviceIndexError: (a ``ValueError``) index outside ``0 .. device_count - 1``, the
+            ``LOCAL_RANK`` index included (more processes on the node than visible devices).
+        LocalRankError: (a ``ValueError``) ``LOCAL_RANK`` is read (no spec, an accelerator)
+            and is not a non-negative integer.
         InvalidDeviceError: (a ``TypeError``) ``spec`` is not a device spec.
 
     .. note:: Never initialises a device runtime: device counts come from NVML /
-       amd-smi, so ``fork()`` afterwards is safe.
+       amd-smi, so ``fork()`` afterwards is safe. Does not make the device current:
+       :func:`accel.distributed.init_process_group` does that for a rank.
 
     Example:
         >>> import accel
         >>> accel.device("cpu")
         device(type='cpu')
+        >>> import os
+        >>> from unittest import mock
+        >>> from accel.testing import fake_backend
+        >>> with mock.patch.dict(os.environ, {"LOCAL_RANK": "1"}), fake_backend("cuda", device_count=2):
+        ...     accel.device(), accel.device("cuda")
+        (device(type='cuda', index=1), device(type='cuda'))
     """
-    env = _ENV_DATA.get(_ENV_KEY) if _ENV_DATA is not None else os.environ.get(ENV_VAR)
+    if _ENV_DATA is not None:
+        env, rank_raw = _ENV_DATA.get(_ENV_KEY), _ENV_DATA.get(_RANK_KEY)
+    else:
+        env, rank_raw = os.environ.get(ENV_VAR), os.environ.get(LOCAL_RANK_VAR)
     try:
-        return _DEVICES[spec.__class__, spec, env]
+        return _DEVICES[spec.__class__, spec, env, rank_raw]
     except KeyError:
         pass
-    except TypeError:  # unhashable spec: never a valid spec; selection() raises the typed error
-        return selection(spec).device
-    dev = _DEVICES[spec.__class__, spec, env] = selection(spec).device
+    except TypeError:  # unhashable spec: never a valid spec; _resolve raises the typed error
+        return _selection(spec, os.environ.get(ENV_VAR), os.environ.get(LOCAL_RANK_VAR)).device
+    # straight to _selection (not through selection()): the hidden-devices warning's stacklevel names our caller
+    dev = _selection(spec, os.environ.get(ENV_VAR), os.environ.get(LOCAL_RANK_VAR)).device
+    _DEVICES[spec.__class__, spec, env, rank_raw] = dev
     return dev
 
 
 def backend(spec: object = None, /) -> Backend:
     """The active :class:`~accel.backends.Backend` for ``spec``, chosen like :func:`device`.
 
+    ``LOCAL_RANK`` is not read: it picks a device of the backend, not the backend.
+
     Raises:
-        The same errors as :func:`device`.
+        The same errors as :func:`device`, except those of ``LOCAL_RANK``.
 
     Example:
         >>> import accel
         >>> accel.backend("cpu").dispatch_key
         'CPU'
     """
-    return selection(spec).backend
+    return _selection(spec, os.environ.get(ENV_VAR), None).backend
