@@ -35,9 +35,13 @@ are accel's; the causal-LM class itself cannot be reached that way (transformers
 ``from_pretrained`` is called on before its hook applies), so the loss needs :func:`patch` on the built
 model. :func:`disable` undoes :func:`enable`.
 
-On CPU, and wherever no accel kernel is registered, every accel op runs its eager reference (Hugging
-Face's arithmetic op for op): a patched model computes what the unpatched one computes. With kernels
-installed (``accel.kernels.install()`` on a GPU) the same calls run the fused kernels.
+A replaced module calls its accel op only where an accel kernel takes the call (:func:`accel_takes`: the
+registry's own decision, its ``cond``, size floor and tuning table); everywhere else (on CPU, without
+``accel.kernels.install()``, below a kernel's size floor, for a dtype no kernel takes) it runs the model's own
+code, bit for bit what the unpatched model runs (never an op's eager reference, which is slower than Hugging
+Face's code: a custom op's dispatch and autograd cost more). The causal LM's loss then comes from its own
+logits and ``loss_function`` (``logits`` are returned as always). With kernels installed on a GPU the same
+calls run the fused kernels, and the loss is fp32 as Hugging Face's.
 
 Example:
     >>> import torch, transformers
@@ -65,18 +69,23 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from accel.errors import FeatureUnavailableError
+from accel.backends import dispatch_key_for_device_type
+from accel.errors import FeatureUnavailableError, UnknownBackendError
+from accel.kernels.core.slot import SLOTS
 from accel.kernels.ops.rms_norm_hf import op as rms_norm_ops
 from accel.kernels.ops.rms_norm_hf import reference as rms_norm_reference
 from accel.kernels.ops.rope import op as rope_ops
 from accel.kernels.ops.rope import reference as rope_reference
 from accel.kernels.ops.swiglu import op as swiglu_ops
 
-__all__ = ["FAMILIES", "ROUTES", "PatchReport", "disable", "enable", "enabled", "patch", "report", "unpatch"]
+__all__ = ["FAMILIES", "ROUTES", "PatchReport", "accel_takes", "disable", "enable", "enabled", "patch", "report",
+           "unpatch"]
 
 #: Packages this module's docstring examples need (tests/cli/test_docs.py skips them without it).
 __doctest_requires__ = ("transformers",)
 
+RMS_NORM_OP, SWIGLU_OP, ROPE_OP, LCE_OP = ("accel::rms_norm_hf", "accel::swiglu", "accel::rope",
+                                           "accel::linear_cross_entropy")
 #: Ops per role, as the report names them.
 OPS = {"rms_norm": "accel::rms_norm_hf", "mlp": "accel::swiglu", "attention": "accel::rope",
        "causal_lm": "accel.nn.functional.linear_cross_entropy"}
@@ -251,10 +260,13 @@ def patch(model: nn.Module, *, norms: bool = True, mlp: bool = True, rope: bool 
         rope: replace the attention modules' RoPE (``accel::rope``).
         loss: replace the causal LM's loss (``accel.nn.functional.linear_cross_entropy`` when ``labels`` are
             given; ``logits`` are then ``None`` unless the call passes ``return_logits=True``).
-        loss_options: the :class:`accel.nn.LinearCrossEntropyOptions` of the loss (default
-            ``LinearCrossEntropyOptions()``: chunks from the shapes; ``acc_policy="auto"``, on a GPU
-            ``"compact"``: the logits chunk and the head's weight gradient accumulate in the weight's
-            dtype; ``acc_policy="accurate"`` keeps both in fp32 for one ``[vocab, hidden]`` fp32 scratch more).
+        loss_options: the :class:`accel.nn.LinearCrossEntropyOptions` of the loss (torch's own class on
+            torch 2.13+ is read field by field into accel's). Default ``None``: chunks of
+            :func:`accel.nn.linear_cross_entropy.model_chunk_rows` rows (at least 1024 where there are as
+            many tokens, at most 1 GiB of chunk buffers), ``acc_policy="auto"`` (on a GPU ``"compact"``: the
+            logits chunk and the head's weight gradient accumulate in the weight's dtype; ``"accurate"`` keeps
+            both in fp32 for one ``[vocab, hidden]`` fp32 scratch more). The loss is fp32 either way, as
+            Hugging Face's.
 
     Returns:
         ``model`` itself.
@@ -293,6 +305,58 @@ def unpatch(model: nn.Module) -> nn.Module:
                 module.__class__ = original
                 vars(module).pop("accel_loss_options", None)
     return model
+
+
+# ------------------------------------------------------------------------------ kernel or the model's code
+#: device type -> its dispatch key (``None``: no accel backend runs it, e.g. meta).
+_DISPATCH_KEYS: dict[str, str | None] = {}
+
+
+def _dispatch_key(device_type: str) -> str | None:
+    key = _DISPATCH_KEYS.get(device_type, "")
+    if key == "":
+        try:
+            key = dispatch_key_for_device_type(device_type)
+        except UnknownBackendError:
+            key = None
+        _DISPATCH_KEYS[device_type] = key
+    return key
+
+
+def accel_takes(op: str, *args: Any) -> bool:
+    """Whether an accel kernel registered for ``op`` would answer ``op(*args)`` here (not the op's default
+    kernel, its eager reference).
+
+    A replaced module calls its accel op only where this is true and otherwise runs the model's own code,
+    so that accel never makes a model slower by running a reference (a custom op's dispatch, and autograd
+    through it, cost more than Hugging Face's own elementwise code; below the kernels' size floor, on a
+    device with no kernel, for a dtype no kernel takes). Eager: the registry's own per-call decision for the
+    live overrides of ``op`` at the arguments' dispatch key (their ``cond``, the tuning table, a shape that
+    failed before), as the call would get it. Under ``torch.compile`` (the arguments are fake tensors, and a
+    call into the registry would break the graph): a live override at that key is enough, and its ``cond``
+    decides at run time inside the opaque op.
+
+    Args:
+        op: the accel op's qualified name (``"accel::swiglu"``).
+        *args: the op's arguments, tensors first, as the module would pass them.
+
+    Returns:
+        ``True`` where a kernel takes the call, else ``False`` (no registration at this device's key, all
+        of them off, or every ``cond`` declines). A declined call counts in the override's ``declined``.
+    """
+    slot = _live(op, args[0].device.type)
+    if slot is None:
+        return False
+    if torch.compiler.is_compiling():
+        return True
+    return any(ov.take(args, {}) is not None for ov in slot.live)
+
+
+def _live(op: str, device_type: str) -> Any:
+    """The registry's slot of ``op`` at ``device_type``'s dispatch key where it has a live override, else ``None``."""
+    key = _dispatch_key(device_type)
+    slot = SLOTS.get((op, key)) if key is not None else None
+    return slot if slot is not None and slot.live else None
 
 
 # -------------------------------------------------------------------------------------- verification
@@ -398,9 +462,11 @@ def _build_rms_norm(cls: type, variant: str | None) -> tuple[type | None, str | 
 
     def forward_accel(self, hidden_states, *args, **kwargs):
         weight = self.weight
-        if args or kwargs or not (mixed_ok or hidden_states.dtype == weight.dtype):
-            return forward(self, hidden_states, *args, **kwargs)
-        return rms_norm_ops.rms_norm(hidden_states, weight, getattr(self, eps_attr), unit)
+        eps = getattr(self, eps_attr)
+        if (args or kwargs or not (mixed_ok or hidden_states.dtype == weight.dtype)
+                or not accel_takes(RMS_NORM_OP, hidden_states, weight, eps, unit)):
+            return forward(self, hidden_states, *args, **kwargs)  # the model's own code
+        return rms_norm_ops.rms_norm(hidden_states, weight, eps, unit)
 
     forward_accel.__doc__ = forward.__doc__
     return _subclass(cls, "rms_norm", {"forward": forward_accel, "accel_unit_offset": unit}), None
@@ -420,7 +486,10 @@ def _build_mlp(cls: type, variant: str | None) -> tuple[type | None, str | None]
         def forward_accel(self, x, *args, **kwargs):
             if args or kwargs or type(self.act_fn) not in silu:
                 return forward(self, x, *args, **kwargs)
-            gate, up = self.gate_proj(x), self.up_proj(x)
+            gate = self.gate_proj(x)
+            if not accel_takes(SWIGLU_OP, gate, gate):  # (up has gate's shape, dtype and device)
+                return self.down_proj(self.act_fn(gate) * self.up_proj(x))  # the model's own code
+            up = self.up_proj(x)
             if gate.shape != up.shape or gate.dtype != up.dtype:
                 return self.down_proj(self.act_fn(gate) * up)
             return self.down_proj(swiglu_ops.swiglu(gate, up))
@@ -428,9 +497,10 @@ def _build_mlp(cls: type, variant: str | None) -> tuple[type | None, str | None]
         def forward_accel(self, hidden_states, *args, **kwargs):
             if args or kwargs or type(self.activation_fn) not in silu:
                 return forward(self, hidden_states, *args, **kwargs)
-            gate, up = self.gate_up_proj(hidden_states).chunk(2, dim=-1)
-            if gate.shape != up.shape:
-                return self.down_proj(up * self.activation_fn(gate))
+            up_states = self.gate_up_proj(hidden_states)
+            gate, up = up_states.chunk(2, dim=-1)
+            if gate.shape != up.shape or not accel_takes(SWIGLU_OP, gate, up):
+                return self.down_proj(up * self.activation_fn(gate))  # the model's own code
             return self.down_proj(swiglu_ops.swiglu(gate, up))
 
     forward_accel.__doc__ = forward.__doc__
@@ -456,8 +526,9 @@ def _rope_function(original: Any) -> Any:
 
     def apply_rotary_pos_emb(q, k, cos, sin, *args, **kwargs):
         unsqueeze_dim = kwargs.get("unsqueeze_dim", 1)
-        if args or set(kwargs) - {"unsqueeze_dim"} or not rope_reference.accepts(q, k, cos, sin, unsqueeze_dim):
-            return original(q, k, cos, sin, *args, **kwargs)
+        if (args or set(kwargs) - {"unsqueeze_dim"} or not rope_reference.accepts(q, k, cos, sin, unsqueeze_dim)
+                or not accel_takes(ROPE_OP, q, k, cos, sin, unsqueeze_dim)):
+            return original(q, k, cos, sin, *args, **kwargs)  # the model's own code
         return rope_ops.rope(q, k, cos, sin, unsqueeze_dim)
 
     apply_rotary_pos_emb.__doc__ = getattr(original, "__doc__", None)
@@ -516,11 +587,9 @@ def _build_causal_lm(cls: type, variant: str | None) -> tuple[type | None, str |
     if "loss" not in fields or "logits" not in fields:
         return None, "its forward's return annotation is not a ModelOutput with loss and logits"
     try:
-        from accel.nn import LinearCrossEntropyOptions
-        from accel.nn.functional import linear_cross_entropy
+        from accel.nn import linear_cross_entropy as lce
     except ImportError as exc:
         return None, f"accel.nn.functional.linear_cross_entropy is not available here ({exc})"
-    options = LinearCrossEntropyOptions()
     rest = [f for f in fields if f not in ("loss", "logits")]
 
     def forward_accel(self, *args, return_logits: bool = False, **kwargs):
@@ -541,21 +610,49 @@ def _build_causal_lm(cls: type, variant: str | None) -> tuple[type | None, str |
         base_args = {k: v for k, v in a.items() if k not in ("self", *_LM_ARGS)}
         outputs = getattr(self, self.base_model_prefix)(**base_args, **extra)
         hidden = outputs.last_hidden_state
-        loss = _causal_lm_loss(hidden, head, labels, extra, linear_cross_entropy,
-                               getattr(self, "accel_loss_options", None) or options)
-        logits = head(hidden) if return_logits else None
+        loss = _causal_lm_loss(hidden, head, labels, extra, lce, getattr(self, "accel_loss_options", None))
+        if loss is None:  # no accel kernel takes the loss here: the model's own code (logits, loss_function)
+            logits = head(hidden)
+            loss = self.loss_function(logits=logits, labels=labels, vocab_size=self.config.vocab_size, **extra)
+        else:
+            logits = head(hidden) if return_logits else None
         out = out_cls(loss=loss, logits=logits, **{f: getattr(outputs, f, None) for f in rest})
         return out if return_dict else out.to_tuple()
 
-    forward_accel.__doc__ = (f"{cls.__name__}.forward, with the loss from accel.nn.functional.linear_cross_entropy "
-                             f"when labels are given: logits are then None unless return_logits=True.")
+    forward_accel.__doc__ = (f"{cls.__name__}.forward, with the loss from accel's chunked linear cross-entropy "
+                             f"when labels are given and an accel kernel takes it: logits are then None unless "
+                             f"return_logits=True. Elsewhere the model's own logits and loss_function.")
     return _subclass(cls, "causal_lm", {"forward": forward_accel}), None
 
 
+def _loss_options(lce: Any, options: Any, n: int, d: int, c: int, dtype: torch.dtype, device: torch.device) -> Any:
+    """accel's ``LinearCrossEntropyOptions`` for one loss call: ``options`` as given (torch's own class, which
+    :mod:`accel.nn` hands out on torch 2.13+, converted field by field), or, for ``None``, chunks of
+    :func:`accel.nn.linear_cross_entropy.model_chunk_rows` rows (not the aspect-ratio rule's: 64-row chunks
+    for Qwen3's vocabulary)."""
+    ours = lce.LinearCrossEntropyOptions
+    if options is None:
+        return ours(batch_chunk_size=lce.model_chunk_rows(n, d, c, dtype, device), chunking_method=None)
+    if isinstance(options, ours):
+        return options
+    fields = [f.name for f in dataclasses.fields(ours)]
+    try:
+        return ours(**{f: getattr(options, f) for f in fields if hasattr(options, f)})
+    except Exception as exc:  # noqa: BLE001 - said as a typed error with what was passed
+        raise TypeError(f"accel.integrations.transformers: loss_options {options!r} cannot be read as "
+                        f"LinearCrossEntropyOptions ({type(exc).__name__}: {exc}). Pass "
+                        f"accel.nn.LinearCrossEntropyOptions(...).") from exc
+
+
 def _causal_lm_loss(hidden: torch.Tensor, head: nn.Linear, labels: torch.Tensor, extra: dict[str, Any],
-                    linear_cross_entropy: Any, options: Any) -> torch.Tensor:
+                    lce: Any, options: Any) -> torch.Tensor | None:
     """``ForCausalLMLoss`` (transformers' default) on the last hidden states, without the logits: the labels
-    shifted by one (or ``shift_labels``), mean over non-ignored tokens or sum / ``num_items_in_batch``."""
+    shifted by one (or ``shift_labels``), mean over non-ignored tokens or sum / ``num_items_in_batch``. The
+    loss is fp32, as HF's (:func:`accel.nn.linear_cross_entropy.linear_cross_entropy_fp32`: accel's chunked op
+    on every torch, whose loss is computed in fp32 and not rounded to the input's dtype). ``None`` where no accel
+    kernel takes the call (:func:`accel_takes`): the caller runs the model's own loss."""
+    if not _live(LCE_OP, hidden.device.type):  # before any op: the model's own loss runs exactly as without accel
+        return None
     ignore_index = extra.get("ignore_index", -100)
     num_items = extra.get("num_items_in_batch")
     shift_labels = extra.get("shift_labels")
@@ -571,10 +668,15 @@ def _causal_lm_loss(hidden: torch.Tensor, head: nn.Linear, labels: torch.Tensor,
         w, b = w.to(x.dtype), (None if b is None else b.to(x.dtype))
     target = shift_labels.reshape(-1).to(x.device)
     reduction = "sum" if num_items is not None else "mean"
-    loss = linear_cross_entropy(x, w, target, linear_bias=b, reduction=reduction, ignore_index=ignore_index,
-                                options=options)
-    loss = loss.float()  # transformers' loss is fp32 (the chunked loss comes back in the input dtype: its value is
-    # rounded to it; the gradients are not)
+    opts = _loss_options(lce, options, x.shape[0], x.shape[1], w.shape[0], x.dtype, x.device)
+    r = opts.resolve(x.shape[0], x.shape[1], w.shape[0], x.dtype, x.device)
+    grad = torch.is_grad_enabled()
+    if not accel_takes(LCE_OP, x, w, target, b, None, reduction, ignore_index, 0.0, r.batch_chunk_size,
+                       r.acc_policy, r.acc_dtype, r.allow_retain_graph, x.requires_grad and grad,
+                       w.requires_grad and grad, b is not None and b.requires_grad and grad):
+        return None
+    loss = lce.linear_cross_entropy_fp32(x, w, target, linear_bias=b, reduction=reduction, ignore_index=ignore_index,
+                                         options=opts)
     if reduction == "sum":
         loss = loss / (num_items.to(loss.device) if torch.is_tensor(num_items) else num_items)
     return loss

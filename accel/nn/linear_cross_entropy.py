@@ -30,7 +30,8 @@ import torch.nn.functional as F
 from accel.errors import LossInputError, TargetRangeError
 from accel.kernels.ops.linear_cross_entropy import op as _op
 
-__all__ = ["LinearCrossEntropyLoss", "LinearCrossEntropyOptions", "ResolvedOptions", "linear_cross_entropy"]
+__all__ = ["LinearCrossEntropyLoss", "LinearCrossEntropyOptions", "ResolvedOptions", "linear_cross_entropy",
+           "linear_cross_entropy_fp32", "model_chunk_rows"]
 
 _POLICIES = ("auto", "accurate", "compact")
 _ACC_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -172,6 +173,86 @@ class LinearCrossEntropyOptions:
         return ResolvedOptions(max(1, size), policy, acc, self.allow_retain_graph)
 
 
+#: Least rows per chunk :func:`model_chunk_rows` gives (fewer only where there are fewer tokens or the memory
+#: cap says so). Every chunk re-reads the head's weight ``[C, D]`` twice (logits, ``grad_input``) and reads and
+#: writes the ``grad_W`` accumulator: ``t = 2 * e + 2 * a`` bytes per weight element (``e`` the input's element
+#: size, ``a`` the accumulator's: 8 for bf16 with fp32, 4 compact) against ``6 * rows`` FLOPs per weight element
+#: (the three matmuls). The chunk's matmuls stay compute-bound while ``6 * rows / t`` is at least the GPU's
+#: ridge point (peak FLOP/s over memory B/s: H200 bf16 ~206, B200 ~281, MI300X ~247): ``rows >= 300 * 12 / 6
+#: = 600``, rounded up to a power of two. (Qwen3's 64-row chunks from the aspect-ratio rule alone, D 1024 and
+#: C 151936, re-read the 311 MB weight 128 times per step: ~25 ms of traffic on the H200.) To be measured.
+MIN_ROWS = 1024
+#: Most bytes of a chunk's buffers (the logits chunk, and the separate gradient buffer where accurate mode on
+#: cuBLAS has one) :func:`model_chunk_rows` allows: far below the ``[N, C]`` logits the unfused loss holds
+#: (Qwen3-style, 8192 x 151936: 2.5 GB bf16 and 5 GB more for the fp32 copy) and at most ~3x the head's weight
+#: at the vocabularies of today's models. To be measured with the row count.
+MAX_CHUNK_BYTES = 1 << 30
+
+
+def model_chunk_rows(num_tokens: int, in_features: int, num_classes: int, dtype: torch.dtype,
+                     device: torch.device | None = None, *, acc_policy: str = "auto",
+                     min_rows: int = MIN_ROWS, max_chunk_bytes: int = MAX_CHUNK_BYTES) -> int:
+    """Rows per chunk for a model's LM-head loss: large enough that the matmuls stay compute-bound, bounded in
+    memory. What :func:`accel.integrations.transformers.patch` passes as ``batch_chunk_size``.
+
+    The rule (each term's reasoning at :data:`MIN_ROWS` and :data:`MAX_CHUNK_BYTES`)::
+
+        aspect = next_pow2(ceil(N / ceil(C / D)))          # a chunk's logits as large as the input (torch's rule)
+        rows   = min(N, max(aspect, min_rows), prev_pow2(max_chunk_bytes // (C * b)))
+
+    with ``b`` the chunk buffers' bytes per logit: the input's element size under ``"compact"``, the
+    accumulation dtype's (plus the input's where the device has fp32-result low-precision matmuls: a separate
+    gradient buffer) under ``"accurate"``. The aspect-ratio rule alone gives vocabulary-heavy models tiny
+    chunks (Qwen3-style, D 1024, C 151936, N 8192: 64 rows, 128 chunks); this gives 1024 (compact bf16).
+
+    Args:
+        num_tokens: ``N``, rows of the loss (tokens of the batch).
+        in_features: ``D``, the hidden size.
+        num_classes: ``C``, the vocabulary.
+        dtype: the input's dtype.
+        device: the input's device (decides ``"auto"``'s policy and accumulation dtype as
+            :meth:`LinearCrossEntropyOptions.resolve` does).
+        acc_policy: ``"auto"``, ``"compact"`` or ``"accurate"``.
+        min_rows: the compute-bound floor (default :data:`MIN_ROWS`).
+        max_chunk_bytes: the memory cap (default :data:`MAX_CHUNK_BYTES`).
+
+    Returns:
+        Rows per chunk, an int in ``[1, max(N, 1)]``.
+
+    Raises:
+        LossInputError: a size below 1 (``N`` may be 0), an unknown ``acc_policy``.
+
+    Example:
+        >>> import torch
+        >>> from accel.nn.linear_cross_entropy import model_chunk_rows
+        >>> model_chunk_rows(8192, 1024, 151936, torch.bfloat16, torch.device("cuda"))  # Qwen3-style
+        1024
+        >>> model_chunk_rows(8192, 2048, 32000, torch.bfloat16, torch.device("cuda"))   # Llama, d 2048
+        1024
+        >>> model_chunk_rows(100, 64, 320, torch.float32)                                 # fewer tokens: one chunk
+        100
+    """
+    for name, v in (("in_features", in_features), ("num_classes", num_classes), ("min_rows", min_rows),
+                    ("max_chunk_bytes", max_chunk_bytes)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise LossInputError(f"model_chunk_rows: {name}={v!r}. It must be an int >= 1.")
+    if isinstance(num_tokens, bool) or not isinstance(num_tokens, int) or num_tokens < 0:
+        raise LossInputError(f"model_chunk_rows: num_tokens={num_tokens!r}. It must be an int >= 0.")
+    resolved = LinearCrossEntropyOptions(acc_policy=acc_policy).resolve(max(num_tokens, 1), in_features, num_classes,
+                                                                        dtype, device)
+    elem = torch.empty((), dtype=dtype).element_size()
+    if resolved.acc_policy == "accurate" and resolved.acc_dtype != dtype:
+        per = torch.empty((), dtype=resolved.acc_dtype).element_size()
+        per += elem if (device is not None and device.type == "cuda") else 0  # cuBLAS: a gradient buffer too
+    else:
+        per = elem
+    growth = -(-num_classes // in_features)
+    aspect = _next_pow2(-(-max(num_tokens, 1) // growth))
+    cap = max(1, max_chunk_bytes // (num_classes * per))
+    cap = 1 << (cap.bit_length() - 1)
+    return max(1, min(max(num_tokens, 1), max(aspect, min_rows), cap))
+
+
 def _shape(t: torch.Tensor) -> list[int]:
     return list(t.shape)
 
@@ -304,6 +385,21 @@ def _reference(input, linear_weight, target, linear_bias, weight, reduction, ign
                            label_smoothing=label_smoothing)
 
 
+def _reference_fp32(input, linear_weight, target, linear_bias, weight, reduction, ignore_index, label_smoothing):
+    """The reference path with the cross-entropy on fp32 logits (the ``linear`` in the input's dtype)."""
+    num_classes, *out_features = linear_weight.shape[:-1]
+    w2, b1 = linear_weight, linear_bias
+    if out_features:
+        rows = math.prod(out_features) * num_classes
+        w2 = linear_weight.reshape(rows, linear_weight.shape[-1])
+        b1 = None if linear_bias is None else linear_bias.reshape(rows)
+    logits = F.linear(input, w2, b1).float().reshape(*input.shape[:-1], num_classes, *out_features)
+    target = target.float() if target.dtype.is_floating_point else target
+    return F.cross_entropy(logits, target, weight=None if weight is None else weight.float(), reduction=reduction,
+                           ignore_index=-100 if ignore_index is None else ignore_index,
+                           label_smoothing=label_smoothing)
+
+
 def linear_cross_entropy(input: torch.Tensor, linear_weight: torch.Tensor, target: torch.Tensor, *,
                          linear_bias: torch.Tensor | None = None, weight: torch.Tensor | None = None,
                          reduction: str = "mean", ignore_index: int | None = None, label_smoothing: float = 0.0,
@@ -369,9 +465,49 @@ def linear_cross_entropy(input: torch.Tensor, linear_weight: torch.Tensor, targe
         >>> bool(torch.allclose(loss, ref)), x.grad.shape
         (True, torch.Size([6, 4]))
     """
+    return _loss(input, linear_weight, target, linear_bias, weight, reduction, ignore_index, label_smoothing,
+                 options, wide=False)
+
+
+def linear_cross_entropy_fp32(input: torch.Tensor, linear_weight: torch.Tensor, target: torch.Tensor, *,
+                              linear_bias: torch.Tensor | None = None, weight: torch.Tensor | None = None,
+                              reduction: str = "mean", ignore_index: int | None = None, label_smoothing: float = 0.0,
+                              options: LinearCrossEntropyOptions | None = None) -> torch.Tensor:
+    """:func:`linear_cross_entropy` with the loss in fp32 (fp64 for fp64 input), as a training loop reports it.
+
+    The same arguments, checks, paths and gradients as :func:`linear_cross_entropy`; only the returned loss
+    keeps the precision the loss was computed in instead of being rounded to the input's dtype. Hugging
+    Face's ``ForCausalLMLoss`` computes ``cross_entropy`` on ``logits.float()``: its loss is fp32, and a bf16
+    loss differs from it by up to bf16's half spacing (``10.7718`` reads ``10.75``: 2e-3 relative). The
+    reference path here is exactly HF's (``linear`` in the input dtype, ``cross_entropy`` on the fp32 logits);
+    the chunked path returns its op's fp32 loss as it is (the row step computes in fp32).
+
+    Returns:
+        The loss in fp32 (fp64 for fp64 input): a scalar, or ``[N]`` for ``reduction="none"``.
+
+    Raises:
+        As :func:`linear_cross_entropy`.
+
+    Example:
+        >>> import torch
+        >>> from accel.nn.linear_cross_entropy import LinearCrossEntropyOptions, linear_cross_entropy_fp32
+        >>> x, w = torch.ones(4, 3, dtype=torch.bfloat16), torch.zeros(5, 3, dtype=torch.bfloat16)
+        >>> loss = linear_cross_entropy_fp32(x, w, torch.tensor([0, 1, 2, 4]), options=LinearCrossEntropyOptions())
+        >>> loss.dtype, round(loss.item(), 6)   # log(5), not bf16's 1.6094 -> 1.609375
+        (torch.float32, 1.609438)
+    """
+    return _loss(input, linear_weight, target, linear_bias, weight, reduction, ignore_index, label_smoothing,
+                 options, wide=True)
+
+
+def _loss(input, linear_weight, target, linear_bias, weight, reduction, ignore_index, label_smoothing, options,
+          wide: bool) -> torch.Tensor:
     prob = _check_inputs(input, linear_weight, target, linear_bias, weight, reduction, ignore_index, label_smoothing,
                          options)
     if options is None or not _chunked_applies(input, linear_weight, target, reduction, label_smoothing, prob):
+        if wide and input.dtype in (torch.float16, torch.bfloat16):  # HF's ForCausalLMLoss: fp32 logits
+            return _reference_fp32(input, linear_weight, target, linear_bias, weight, reduction, ignore_index,
+                                   label_smoothing)
         return _reference(input, linear_weight, target, linear_bias, weight, reduction, ignore_index, label_smoothing)
     unbatched = input.dim() == 1
     if unbatched:
@@ -390,7 +526,8 @@ def linear_cross_entropy(input: torch.Tensor, linear_weight: torch.Tensor, targe
         float(label_smoothing), resolved.batch_chunk_size, resolved.acc_policy, resolved.acc_dtype, retain,
         input.requires_grad and grad_on, linear_weight.requires_grad and grad_on,
         linear_bias is not None and linear_bias.requires_grad and grad_on)[0]
-    loss = loss.to(input.dtype)
+    if not wide:
+        loss = loss.to(input.dtype)
     return loss.squeeze(0) if unbatched and reduction == "none" else loss
 
 
