@@ -16,7 +16,7 @@ import torch
 from accel import _compat
 from accel.errors import UnknownBackendError
 
-from ._base import Backend, Capabilities, ProbeResult
+from ._base import Backend, Capabilities, KernelLimits, ProbeResult
 from .cpu import CpuBackend
 from .cuda import CudaBackend
 from .mps import MpsBackend
@@ -27,6 +27,7 @@ __all__ = [
     "BUILTIN",
     "Backend",
     "Capabilities",
+    "KernelLimits",
     "ProbeResult",
     "backend_for_device",
     "dispatch_key_for_device_type",

@@ -23,6 +23,7 @@ __all__ = [
     "Capabilities",
     "CompilePlan",
     "GemmTemplate",
+    "KernelLimits",
     "PlanItem",
     "ProbeResult",
     "TELEMETRY_QUERIES",
@@ -93,6 +94,35 @@ class Capabilities:
         d = dataclasses.asdict(self)
         d["dtypes"] = list(self.dtypes)
         return d
+
+
+@dataclass(frozen=True)
+class KernelLimits:
+    """What a hand-written kernel's launch config must respect on one device (the vendor's facts).
+
+    Attributes:
+        arch: the tuning-table arch key (``sm_90``, ``gfx942``, ``gfx1100``, ``pvc``, ...).
+        family: the config family: ``"nvidia"``, ``"cdna"`` (AMD wave64), ``"rdna"`` (AMD wave32),
+            ``"xe"`` (Intel), ``"host"`` (CPU, MPS, interpreter runs). A Triton ``num_warps`` measured
+            for one family is not assumed for another (:func:`accel.kernels.dsl.triton_configs.for_device`).
+        wave_size: threads per warp / wavefront / sub-group (32 NVIDIA, 64 CDNA, 32 RDNA, 32 Intel
+            Triton's default; 1 on the host).
+        shared_memory: bytes of shared memory / LDS one block (work-group) may use, or ``None`` where
+            unknown.
+        fp8: fp8 flavour for kernels that take fp8 (``"ocp"``, ``"fnuz"`` on gfx942, ``None``).
+        source: where the numbers come from (device properties, or the vendor document of the table).
+    """
+
+    arch: str
+    family: str
+    wave_size: int
+    shared_memory: int | None
+    fp8: str | None
+    source: str
+
+    def as_dict(self) -> dict[str, Any]:
+        """The limits as a JSON-ready dict."""
+        return dataclasses.asdict(self)
 
 
 _FP8_DTYPES = {
@@ -615,6 +645,25 @@ class Backend:
             'meta'
         """
         return device.type
+
+    @classmethod
+    def device_kernel_limits(cls, device: torch.device, /) -> KernelLimits:
+        """The :class:`KernelLimits` of a concrete device (kernel launch configs ask this, never a vendor
+        branch of their own). The base answer is the host's: wave size 1, no shared-memory limit known.
+
+        Example:
+            >>> from accel.backends import Backend
+            >>> Backend.device_kernel_limits(torch.device("meta")).family
+            'host'
+        """
+        return KernelLimits(cls.device_arch(device), "host", 1, None, None, "no GPU: host execution")
+
+    def kernel_limits(self, index: int = 0, /) -> KernelLimits:
+        """:meth:`device_kernel_limits` of device ``index`` of this backend.
+
+        .. note:: Initialises the device runtime where reading device properties does (CUDA, HIP, XPU).
+        """
+        return self.device_kernel_limits(self.device(index))
 
     def compile_options(self, *, mode: str | None = None) -> dict[str, Any]:
         """The Inductor options :meth:`compile_plan` would set for ``mode`` (``{key: value}``)."""

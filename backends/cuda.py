@@ -11,7 +11,7 @@ import re
 
 import torch
 
-from ._base import Backend, Capabilities, GemmTemplate, TorchCudaDevices, dtypes_for
+from ._base import Backend, Capabilities, GemmTemplate, KernelLimits, TorchCudaDevices, dtypes_for
 
 __all__ = ["CudaBackend", "cuda_arch", "arch_family", "arch_covered"]
 
@@ -94,6 +94,14 @@ def _blackwell_class(arch: str) -> tuple[bool, str]:
     return False, "torch's CuTeDSL GEMM templates serve sm_100..sm_109 only (torch._inductor.config comment)"
 
 
+#: Shared memory one thread block may opt into, bytes, by compute capability: NVIDIA CUDA C Programming
+#: Guide, "Technical Specifications per Compute Capability" ("Maximum amount of shared memory per thread
+#: block": 163 KB on 8.0/8.7, 99 KB on 8.6/8.9/12.x, 227 KB on 9.0/10.x). Used where the device properties
+#: lack ``shared_memory_per_block_optin``.
+SHARED_MEMORY_OPTIN = {(8, 0): 163 * 1024, (8, 6): 99 * 1024, (8, 7): 163 * 1024, (8, 9): 99 * 1024,
+                       (9, 0): 227 * 1024, (10, 0): 227 * 1024, (10, 3): 227 * 1024, (11, 0): 227 * 1024,
+                       (12, 0): 99 * 1024, (12, 1): 99 * 1024}
+
 #: GEMM template families for Inductor's max-autotune on NVIDIA (vendor facts as data).
 CUDA_GEMM_TEMPLATES = (
     GemmTemplate(
@@ -162,6 +170,24 @@ class CudaBackend(TorchCudaDevices, Backend):
         .. note:: Initialises the CUDA runtime.
         """
         return cuda_arch(*torch.cuda.get_device_capability(device))
+
+    @classmethod
+    def device_kernel_limits(cls, device: torch.device, /) -> KernelLimits:
+        """Warp size 32 (``warp_size`` of the device properties where torch has it), the opt-in shared
+        memory per block (``shared_memory_per_block_optin``, else :data:`SHARED_MEMORY_OPTIN`), fp8 OCP
+        from sm_89.
+
+        .. note:: Initialises the CUDA runtime.
+        """
+        props = torch.cuda.get_device_properties(device)
+        cc = (int(props.major), int(props.minor))
+        smem = getattr(props, "shared_memory_per_block_optin", None)
+        source = "torch.cuda.get_device_properties"
+        if not smem:
+            smem = SHARED_MEMORY_OPTIN.get(cc)
+            source += "; shared memory: CUDA C Programming Guide, compute capability table"
+        return KernelLimits(cuda_arch(*cc), "nvidia", int(getattr(props, "warp_size", 32) or 32), smem,
+                            "ocp" if cc >= (8, 9) else None, source)
 
     def family(self, index: int = 0, /) -> str:
         """NVIDIA family name (``"Hopper"``)."""

@@ -16,9 +16,9 @@ from typing import Any
 
 import torch
 
-from ._base import Backend, Capabilities, CompilePlan, GemmTemplate, TorchCudaDevices, dtypes_for
+from ._base import Backend, Capabilities, CompilePlan, GemmTemplate, KernelLimits, TorchCudaDevices, dtypes_for
 
-__all__ = ["RocmBackend", "gfx_arch", "gfx_family"]
+__all__ = ["RocmBackend", "gfx_arch", "gfx_family", "lds_bytes", "wave_size"]
 
 
 def gfx_arch(gcn_arch_name: str) -> str:
@@ -39,6 +39,28 @@ def gfx_family(arch: str) -> str:
     if arch.startswith("gfx120"):
         return "RDNA4"
     return "unknown"
+
+
+def wave_size(arch: str) -> int:
+    """Threads per wavefront as Triton compiles for ``arch``: 64 on GCN/CDNA (gfx9xx: gfx90a, gfx942,
+    gfx950), 32 on RDNA (gfx10xx, gfx11xx, gfx12xx).
+
+    Sources: AMD "CDNA3 Instruction Set Architecture" (wave64) and "RDNA3 Instruction Set
+    Architecture" (wave32 native); Triton's HIP backend (``third_party/amd/backend``) targets
+    ``GPUTarget("hip", "gfx942", 64)`` and ``("gfx1100", 32)``, as accel's AOT compile of its kernels
+    reported (``.wavefront_size`` in ``.asm["amdgcn"]``, ``/work/shared/DESIGN.md``).
+    """
+    return 32 if arch.startswith(("gfx10", "gfx11", "gfx12")) else 64
+
+
+def lds_bytes(arch: str) -> int:
+    """LDS (shared memory) one work-group may use, bytes: 160 KiB on gfx950 (CDNA4), 64 KiB elsewhere.
+
+    Sources: AMD "AMD Instinct MI300 / CDNA3 ISA" (64 KiB LDS per CU), "AMD CDNA4 ISA" (160 KiB LDS on
+    MI350/MI355X), "RDNA3 ISA" (64 KiB per work-group). Used where the device properties lack
+    ``shared_memory_per_block``.
+    """
+    return 160 * 1024 if arch == "gfx950" else 64 * 1024
 
 
 def _fp8_flavour(arch: str) -> str | None:
@@ -155,6 +177,25 @@ class RocmBackend(TorchCudaDevices, Backend):
         .. note:: Initialises the HIP runtime.
         """
         return gfx_arch(str(torch.cuda.get_device_properties(device).gcnArchName))
+
+    @classmethod
+    def device_kernel_limits(cls, device: torch.device, /) -> KernelLimits:
+        """Wave size by family (:func:`wave_size`: 64 on CDNA, 32 on RDNA; the device properties'
+        ``warp_size`` where torch has it), LDS per work-group (``shared_memory_per_block``, else
+        :func:`lds_bytes`), fp8 flavour (fnuz on gfx942, OCP on gfx950 / gfx12).
+
+        .. note:: Initialises the HIP runtime.
+        """
+        props = torch.cuda.get_device_properties(device)
+        arch = gfx_arch(str(props.gcnArchName))
+        family = "rdna" if gfx_family(arch).startswith("RDNA") or wave_size(arch) == 32 else "cdna"
+        wave = int(getattr(props, "warp_size", 0) or wave_size(arch))
+        lds = getattr(props, "shared_memory_per_block", None)
+        source = "torch.cuda.get_device_properties"
+        if not lds:
+            lds = lds_bytes(arch)
+            source += "; wave size and LDS: AMD ISA documents (accel.backends.rocm.wave_size, lds_bytes)"
+        return KernelLimits(arch, family, wave, int(lds), _fp8_flavour(arch), source)
 
     def family(self, index: int = 0, /) -> str:
         """CDNA2/3/4 or RDNA3/4."""

@@ -1,8 +1,19 @@
 """Intel XPU backend (torch's native XPU build, oneAPI / Level Zero).
 
-Family names follow Intel's code names as the oneAPI device architecture enum and
-``sycl-ls`` print them: ``pvc`` (Data Center GPU Max), ``bmg`` (Arc B-series,
-Battlemage), ``dg2`` (Arc A-series), ``lnl`` (Lunar Lake), ``mtl`` (Meteor Lake).
+Family names (the tuning-table arch keys) follow Intel's code names as the oneAPI device architecture
+enum prints them (``intel_gpu_<name>``): ``pvc`` (Data Center GPU Max, Ponte Vecchio), ``bmg`` (Arc
+B-series, Battlemage), ``acm`` (Arc A-series, Alchemist; the enum's alias is ``dg2``), ``lnl`` (Lunar
+Lake), ``mtl`` (Meteor Lake), ``arl`` (Arrow Lake), ``dg1``. They are read, in order, from what
+``torch.xpu.get_device_properties`` exposes:
+
+1. ``architecture`` (int; "device architecture identifier (experimental)" in torch's
+   ``torch/xpu/__init__.py`` docstring): the ``sycl::ext::oneapi::experimental::architecture`` value,
+   mapped by :data:`SYCL_ARCHITECTURES` (values from intel/llvm
+   ``sycl/include/sycl/ext/oneapi/experimental/architectures.def``);
+2. ``device_id`` (the PCI product id), mapped by :data:`DEVICE_IDS` (torch's own table in
+   ``torch/testing/_internal/common_xpu.py``, from intel-graphics-compiler ``inc/common/igfxfmid.h``);
+3. the device name (:func:`xpu_family`); else ``"xpu"`` (no per-arch table can be keyed: the kernels
+   decline, saying so).
 """
 
 from __future__ import annotations
@@ -13,15 +24,51 @@ import torch
 
 from accel import _compat
 
-from ._base import TELEMETRY_QUERIES, Backend, Capabilities, dtypes_for
+from ._base import TELEMETRY_QUERIES, Backend, Capabilities, KernelLimits, dtypes_for
 
-__all__ = ["XpuBackend", "xpu_family"]
+__all__ = ["DEVICE_IDS", "SYCL_ARCHITECTURES", "XpuBackend", "xpu_arch", "xpu_family"]
 
 _NAME_HINTS = (
     ("max 1", "pvc"), ("data center gpu max", "pvc"), ("b580", "bmg"), ("b570", "bmg"), ("arc(tm) b", "bmg"),
-    ("arc(tm) a", "dg2"), ("a770", "dg2"), ("a750", "dg2"), ("lunar lake", "lnl"), ("arc(tm) 140v", "lnl"),
-    ("meteor lake", "mtl"), ("arc(tm) graphics", "mtl"), ("flex", "dg2"),
+    ("arc(tm) a", "acm"), ("a770", "acm"), ("a750", "acm"), ("lunar lake", "lnl"), ("arc(tm) 140v", "lnl"),
+    ("meteor lake", "mtl"), ("arc(tm) graphics", "mtl"), ("flex", "acm"),
 )
+
+#: ``sycl::ext::oneapi::experimental::architecture`` value -> family (intel/llvm
+#: ``sycl/include/sycl/ext/oneapi/experimental/architectures.def``: ``0x00`` family byte, the GMDID below).
+SYCL_ARCHITECTURES: dict[int, str] = {
+    0x0000000302800000: "dg1",
+    0x000000030DC00800: "acm", 0x000000030E000500: "acm", 0x000000030E400000: "acm",  # Alchemist G10/G11/G12
+    0x000000030F000700: "pvc", 0x000000030F400700: "pvc",  # Ponte Vecchio, Ponte Vecchio VG
+    0x0000000311800400: "mtl", 0x0000000311C00400: "mtl",  # Meteor Lake U/S, H
+    0x0000000312800400: "arl",  # Arrow Lake H
+    0x0000000500400400: "bmg",  # Battlemage G21
+    0x0000000501000400: "lnl",  # Lunar Lake
+}
+
+#: PCI product id -> family: torch's table (``torch/testing/_internal/common_xpu.py``, torch 2.13-2.15).
+DEVICE_IDS: dict[int, str] = {
+    **{i: "pvc" for i in (0x0BD0, 0x0BD4, 0x0BD5, 0x0BD6, 0x0BD7, 0x0BD8, 0x0BD9, 0x0BDA, 0x0BDB, 0x0B69, 0x0B6E)},
+    **{i: "bmg" for i in (0xE202, 0xE20B, 0xE20C, 0xE20D, 0xE210, 0xE211, 0xE212, 0xE215, 0xE216, 0xE220, 0xE221,
+                          0xE222, 0xE223)},
+}
+
+
+def xpu_arch(props: Any) -> str:
+    """The family of an XPU device from its ``torch.xpu.get_device_properties`` (see the module docstring
+    for the order: ``architecture``, ``device_id``, the name); ``"xpu"`` where none of them is known.
+
+    Example:
+        >>> from types import SimpleNamespace
+        >>> xpu_arch(SimpleNamespace(architecture=0x0000000500400400, name="?"))
+        'bmg'
+        >>> xpu_arch(SimpleNamespace(device_id=0x0BD5, name="?"))
+        'pvc'
+    """
+    found = SYCL_ARCHITECTURES.get(getattr(props, "architecture", None))
+    if found is None:
+        found = DEVICE_IDS.get(getattr(props, "device_id", None))
+    return found or xpu_family(str(getattr(props, "name", "")))
 
 
 def xpu_family(device_name: str) -> str:
@@ -95,8 +142,34 @@ class XpuBackend(Backend):
         return str(self._properties(index).name)
 
     def arch(self, index: int = 0, /) -> str:
-        """Intel code name (``pvc``, ``bmg``, ``dg2``, ...) from the device name."""
-        return xpu_family(self.device_name(index))
+        """Intel family (``pvc``, ``bmg``, ``acm``, ``lnl``, ...) from the device properties (:func:`xpu_arch`).
+
+        .. note:: Initialises the XPU runtime.
+        """
+        return xpu_arch(self._properties(index))
+
+    @classmethod
+    def device_arch(cls, device: torch.device, /) -> str:
+        """The family of a concrete XPU device (:func:`xpu_arch`), the tuning-table arch key.
+
+        .. note:: Initialises the XPU runtime.
+        """
+        return xpu_arch(torch.xpu.get_device_properties(device))
+
+    @classmethod
+    def device_kernel_limits(cls, device: torch.device, /) -> KernelLimits:
+        """Sub-group size 32 where the device offers it (Intel's Triton compiles with
+        ``threads_per_warp=32`` by default; ``sub_group_sizes`` of the properties), else the largest it
+        offers; the work-group's local memory (``local_mem_size``); fp8 OCP.
+
+        .. note:: Initialises the XPU runtime.
+        """
+        props = torch.xpu.get_device_properties(device)
+        sizes = [int(s) for s in (getattr(props, "sub_group_sizes", None) or [])]
+        wave = 32 if not sizes or 32 in sizes else max(sizes)
+        local = getattr(props, "local_mem_size", None)
+        return KernelLimits(xpu_arch(props), "xe", wave, int(local) if local else None, "ocp",
+                            "torch.xpu.get_device_properties (sub_group_sizes, local_mem_size)")
 
     def capabilities(self, index: int = 0, /) -> Capabilities:
         """Feature flags from the device properties (``has_fp64``) and the running torch."""

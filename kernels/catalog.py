@@ -20,7 +20,7 @@ from accel.errors import UnknownKernelError
 from accel.kernels import ops
 from accel.kernels.core.override import OVERRIDES
 from accel.kernels.core.registry import unregister
-from accel.kernels.core.spec import OpFamily
+from accel.kernels.core.spec import DSL_BACKEND_NOTES, OpFamily
 
 __all__ = ["Availability", "availability", "builtin", "families", "install"]
 
@@ -42,8 +42,10 @@ def families() -> dict[str, OpFamily]:
 
 
 def builtin() -> tuple[tuple[str, str, str, tuple[str, ...]], ...]:
-    """``(family, DSL, impl module, backends)`` per built-in kernel, families by name, DSLs in preference order."""
-    return tuple((f.name, dsl, f"{f.package}.{f.impls[dsl]}", f.backends)
+    """``(family, DSL, impl module, backends)`` per built-in kernel, families by name, DSLs in preference order;
+    ``backends`` are where that DSL's kernels are registered (Triton: ``cuda``, ``rocm``, ``xpu``; Helion and
+    CuTeDSL: ``cuda``, :data:`accel.kernels.core.spec.DSL_BACKENDS`)."""
+    return tuple((f.name, dsl, f"{f.package}.{f.impls[dsl]}", f.backends_for(dsl))
                  for f in families().values() for dsl in f.dsls)
 
 
@@ -54,7 +56,8 @@ class Availability:
     Attributes:
         kernel: kernel family (``"rms_norm"``, ``"softmax"``, ``"layer_norm"``: forward and backward each).
         dsl: ``"triton"``, ``"helion"``, ``"cutedsl"``.
-        backends: backends it is measured on (``("cuda",)``).
+        backends: backends it is registered for (``("cuda", "rocm", "xpu")`` for Triton, ``("cuda",)`` for
+            Helion and CuTeDSL). On an arch without a tuning table it is installed and declines.
         available: the DSL is installed and one of ``backends`` is usable here.
         reason: one line: the DSL version found, or what is missing.
         installed: registered in this process (by :func:`install` or the impl's ``register``).
@@ -100,6 +103,8 @@ def availability() -> list[Availability]:
             no_hw = "no usable backend among " + ", ".join(
                 f"{b} ({found[b].reason if b in found else 'not registered'})" for b in backends)
             why = no_hw + ("" if ok else f"; also {why}")
+            if dsl in DSL_BACKEND_NOTES:
+                why += f" ({DSL_BACKEND_NOTES[dsl]})"
             ok = False
         installed = f"{kernel}_fwd.{dsl}" in names or f"{kernel}_bwd.{dsl}" in names
         note = getattr(module, "availability_note", None)
@@ -152,7 +157,7 @@ def install(*, dsl: str | Sequence[str] | None = None, kernels: str | Sequence[s
                 continue
             if want_kernel is not None and a.kernel not in want_kernel:
                 continue
-            backends = [b for b in a.backends if found[b].available]
+            backends = [b for b in a.backends if b in found and found[b].available]
             added += known_families[a.kernel].impl(a.dsl).register(backends)
     except BaseException:  # all or nothing: what this call registered goes again
         for name in added:

@@ -141,3 +141,20 @@ def ptxas_spills(tmp_path, ptx: str) -> tuple[int, int]:
     found = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", r.stderr)
     assert found, r.stderr[-2000:]
     return sum(int(a) for a, _ in found), sum(int(b) for _, b in found)
+
+
+@pytest.fixture
+def meta_floors(monkeypatch):
+    """The ``meta`` arch (the cond tests' meta tensors) declares a floor of 2**20 elements for every op, dtype
+    and DSL, as the shipped ``sm_90`` table does: a miss of at least that many elements routes there, a
+    smaller one declines. Every other arch keeps its real declared defaults."""
+    from accel.kernels.tuning import table as _tuning
+
+    real, real_archs = _tuning.defaults, _tuning._table_archs
+    floors = {(op, dtype, dsl): _tuning.Default(1 << 20, "user", "declared for the meta tests")
+              for op in _tuning.OPS for dtype in _tuning.DTYPE_NAMES for dsl in _tuning.IMPLS[1:]}
+    monkeypatch.setattr(_tuning, "defaults", lambda arch: floors if arch == "meta" else real(arch))
+    monkeypatch.setattr(_tuning, "_table_archs", lambda: real_archs() | {"meta"})
+    _tuning.forget_floors()
+    yield floors
+    _tuning.forget_floors()

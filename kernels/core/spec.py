@@ -31,7 +31,26 @@ from accel.kernels.tuning import table
 from .autograd import declare_backward
 from .registry import register, unregister
 
-__all__ = ["OpFamily"]
+__all__ = ["DSL_BACKENDS", "DSL_BACKEND_NOTES", "GPU_BACKENDS", "OpFamily"]
+
+#: The GPU backends an op family's kernels are registered for by default (every vendor Triton runs on).
+GPU_BACKENDS = ("cuda", "rocm", "xpu")
+#: Where each DSL's kernels run at all: a family's kernels of a DSL are registered for the family's
+#: backends that are also listed here.
+DSL_BACKENDS: dict[str, tuple[str, ...]] = {
+    # ROCm builds of torch bring their Triton (pytorch-triton-rocm), Intel's XPU builds Intel's
+    # (pytorch-triton-xpu; torch/_native/triton_utils.py names the triton-xpu distribution too).
+    "triton": ("cuda", "rocm", "xpu"),
+    "helion": ("cuda",),
+    "cutedsl": ("cuda",),
+}
+#: Why a DSL is left off a vendor (``accel kernels`` and the conds' reasons say it).
+DSL_BACKEND_NOTES: dict[str, str] = {
+    "helion": ("Helion kernels are registered for NVIDIA only: torch's native DSL registry says Helion is not "
+               "available on ROCm builds nor on builds without CUDA (torch/_native/helion_utils.py, "
+               "_check_runtime_available, torch 2.15)"),
+    "cutedsl": "CuTeDSL (nvidia-cutlass-dsl) compiles for NVIDIA GPUs only",
+}
 
 
 @dataclass(frozen=True)
@@ -47,7 +66,10 @@ class OpFamily:
         reference: ``(forward, backward)`` eager implementations with the ops' signatures (the oracle of
             the tests; the fallback where ``fallback_to_reference``).
         impls: DSL -> impl module name inside ``package``, in preference order (``{"triton": "triton_impl"}``).
-        backends: the backends the built-in kernels are registered for by :func:`accel.kernels.install`.
+        backends: the backends the built-in kernels are registered for by :func:`accel.kernels.install`
+            (default :data:`GPU_BACKENDS`), each DSL's only where it runs (:data:`DSL_BACKENDS`,
+            :meth:`backends_for`). Without a tuning table for the device's arch they are installed and
+            decline (:mod:`accel.kernels.tuning.table`).
         fallback_to_reference: pass the reference as ``fallback=`` (where ATen has no kernel at a key:
             ``aten::_fused_rms_norm_backward`` on CPU).
         bench: module name inside ``package`` with the benchmark's ``cases`` and ``peers``, or ``None``.
@@ -59,7 +81,7 @@ class OpFamily:
     backward: str | None
     reference: tuple[Callable | None, Callable | None]
     impls: Mapping[str, str]
-    backends: tuple[str, ...] = ("cuda",)
+    backends: tuple[str, ...] = GPU_BACKENDS
     fallback_to_reference: bool = False
     bench: str | None = None
 
@@ -78,6 +100,13 @@ class OpFamily:
         """The DSLs with an impl, in preference order."""
         return tuple(self.impls)
 
+    def backends_for(self, dsl: str) -> tuple[str, ...]:
+        """The backends ``dsl``'s kernels of this family are registered for: :attr:`backends` less the GPU
+        vendors (:data:`GPU_BACKENDS`) that :data:`DSL_BACKENDS` does not list for the DSL (``("cuda",)``
+        for Helion and CuTeDSL); other backends a family names (``"cpu"``, for interpreter runs) stay."""
+        runs = DSL_BACKENDS.get(dsl, GPU_BACKENDS)
+        return tuple(b for b in self.backends if b not in GPU_BACKENDS or b in runs)
+
     def impl(self, dsl: str) -> ModuleType:
         """The impl module of ``dsl`` (imports no DSL runtime: kernels load at their first call).
 
@@ -91,8 +120,8 @@ class OpFamily:
         return None if self.bench is None else importlib.import_module(f"{self.package}.{self.bench}")
 
     def register(self, dsl: str, backends: Sequence[str] | None = None, *, suffix: str = "") -> list[str]:
-        """Register ``dsl``'s kernels of this family for ``backends`` (default :attr:`backends`): the backward
-        first, then the forward; both or neither.
+        """Register ``dsl``'s kernels of this family for ``backends`` (default :meth:`backends_for`): the
+        backward first, then the forward; both or neither.
 
         Returns:
             The registration names, forward first (``rms_norm_fwd.triton<suffix>``, ``rms_norm_bwd.triton<suffix>``).
@@ -102,7 +131,7 @@ class OpFamily:
             KernelRegistrationError: as :func:`accel.kernels.register` (nothing stays registered).
         """
         module = self.impl(dsl)
-        backends = tuple(self.backends if backends is None else backends)
+        backends = tuple(self.backends_for(dsl) if backends is None else backends)
         fwd_cond, bwd_cond = module.conds(backends)
         covers = getattr(module, "covers", None)
         steps = ((self.backward, module.backward, bwd_cond, self.reference[1], self.table_ops[1]),
@@ -124,7 +153,8 @@ class OpFamily:
         return names[::-1]
 
     def registrar(self, dsl: str) -> Callable[..., list[str]]:
-        """``register(backends=family backends, *, suffix="")`` for one DSL: what each impl module exports."""
+        """``register(backends=the DSL's family backends, *, suffix="")`` for one DSL: what each impl module
+        exports."""
 
         def register_dsl(backends: Sequence[str] | None = None, *, suffix: str = "") -> list[str]:
             return self.register(dsl, backends, suffix=suffix)

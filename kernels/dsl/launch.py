@@ -11,11 +11,11 @@ import math
 import torch
 
 from accel._caches import detection_cache
-from accel.backends.cuda import cuda_arch
-from accel.backends.rocm import gfx_arch
+from accel.backends import KernelLimits, backend_for_device
+from accel.errors import UnknownBackendError
 
-__all__ = ["arch", "device_guard", "empty", "empty_like", "lazy_module", "poison_outputs", "row_count", "rows_view",
-           "shaped_like", "sm_count", "vector"]
+__all__ = ["arch", "device_guard", "empty", "empty_like", "kernel_limits", "lazy_module", "poison_outputs",
+           "row_count", "rows_view", "shaped_like", "sm_count", "vector"]
 
 #: Tests set this: every output buffer the impls allocate starts filled with NaN,
 #: so an element a kernel forgets to write cannot pass as a right answer.
@@ -102,16 +102,28 @@ def sm_count(device: torch.device) -> int:
 
 @detection_cache
 def arch(device: torch.device) -> str:
-    """``sm_90`` (NVIDIA), ``gfx942`` (AMD), else the device type: the tuning table's arch key.
+    """The tuning table's arch key of ``device``: ``sm_90`` (NVIDIA), ``gfx942`` / ``gfx1100`` (AMD),
+    ``pvc`` / ``bmg`` / ``acm`` / ``lnl`` (Intel), else the device type (``cpu``, ``meta``, ``mps``).
 
-    Cached per device; :func:`accel.clear_cache` forgets it (a detection cache of :mod:`accel._caches`),
-    so a changed ``CUDA_VISIBLE_DEVICES`` or another faked vendor is seen by the kernels' conds.
-
-    The same naming as :meth:`accel.backends.cuda.CudaBackend.arch` / ``RocmBackend.arch``
-    (one implementation: :func:`~accel.backends.cuda.cuda_arch`, :func:`~accel.backends.rocm.gfx_arch`).
+    Asks the device's backend (:meth:`accel.backends.Backend.device_arch`: the same naming as
+    ``accel.backend().arch()``), so every vendor keys its own tables. Cached per device;
+    :func:`accel.clear_cache` forgets it (a detection cache of :mod:`accel._caches`), so a changed
+    ``CUDA_VISIBLE_DEVICES`` or another faked vendor is seen by the kernels' conds.
     """
-    if device.type == "cuda":
-        if torch.version.hip:
-            return gfx_arch(str(torch.cuda.get_device_properties(device).gcnArchName))
-        return cuda_arch(*torch.cuda.get_device_capability(device))
-    return device.type
+    try:
+        backend = backend_for_device(device)
+    except UnknownBackendError:  # meta and other device types no backend serves
+        return device.type
+    return backend.device_arch(device)
+
+
+@detection_cache
+def kernel_limits(device: torch.device) -> KernelLimits:
+    """The :class:`~accel.backends.KernelLimits` of ``device`` (wave size, shared memory / LDS, fp8 flavour,
+    config family), from its backend; the host's for device types no backend serves (``meta``). Cached
+    per device (a detection cache)."""
+    try:
+        backend = backend_for_device(device)
+    except UnknownBackendError:
+        return KernelLimits(device.type, "host", 1, None, None, "no GPU: host execution")
+    return backend.device_kernel_limits(device)

@@ -61,7 +61,7 @@ def device_types_for(backends: Sequence[str]) -> dict[str, str | None]:
 #: Reason sentences for the keys :func:`device_reason` returns.
 DEVICE_REASONS = {
     "device": "device type {device!r} not served (registered for {devices})",
-    "rocm": "ROCm build: these kernels are measured on NVIDIA only",
+    "rocm": "ROCm build: the {dsl} kernels are registered for NVIDIA only (accel.kernels.core.spec.DSL_BACKENDS)",
     "not_rocm": "not a ROCm build",
     "dtype": "dtype {dtype} not in fp32/bf16/fp16",
 }

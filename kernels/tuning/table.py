@@ -19,12 +19,21 @@ Where the tables come from, in increasing priority:
 
 Both are read once per arch and folded into one dict keyed by
 ``(op, dtype, n_bucket, m_bucket)``: the routed path does one dict lookup per
-call (:func:`lookup`), never a benchmark. A miss (no entry for the bucket)
-means: the DSL kernel with its default config for inputs of at least
-:data:`MIN_NUMEL` elements (the kernels are written to approach copy
-bandwidth; measured so on sm_90: ``benchmarks/results/h200/``), ATen below it (no evidence the
-kernel wins: launch overhead dominates there). An entry naming ``"aten"`` sends
-that bucket to ATen; an entry naming another DSL makes this DSL decline.
+call (:func:`lookup`), never a benchmark.
+
+One routing policy for every vendor and arch (``sm_90``, ``gfx942``, ``gfx1100``, ``pvc``, ...): an
+``(op, arch, dtype, shape bucket)`` routes to a DSL's kernel only
+
+1. where a table entry names that DSL (an entry naming ``"aten"`` sends its bucket to ATen, one naming
+   another DSL makes this DSL decline), or
+2. on a miss, where that arch's table declares a *default* for the op, dtype and DSL: a measured floor
+   ``min_numel`` (the kernel takes misses of at least that many elements; ``defaults`` in the file, each
+   with the ``source`` of its number: :func:`defaults`).
+
+Everything else declines, with the reason (``"no tuning entry for gfx942 fp16 ...: run `accel bench
+--tune`"``): on an arch without a table nothing is guessed, the kernels are installed and decline until
+``accel bench --tune`` on that machine measures ATen against each kernel and writes the user table.
+:data:`MIN_NUMEL` overrides the declared defaults per DSL for this process (tests, diagnostic scripts).
 
 Run time never autotunes: Helion kernels are always built with an explicit config (this table's, or
 the op's fixed default), and ``accel bench --tune`` times an explicit list of configs itself rather than
@@ -51,9 +60,10 @@ from accel import _caches
 from accel._options import check_keys, closest, did_you_mean
 from accel.errors import TuningTableError
 
-__all__ = ["Choice", "ENTRY_KEYS", "FILE_KEYS", "IMPLS", "MIN_NUMEL", "TUNING_DIR_ENV", "bucket", "check_entries",
-           "check_file", "dtype_name", "floor", "lookup", "reload", "config", "route", "takes", "shipped_path", "table",
-           "user_table_path", "write_user_table"]
+__all__ = ["Choice", "DEFAULT_KEYS", "Default", "ENTRY_KEYS", "FILE_KEYS", "IMPLS", "MIN_NUMEL", "MIN_ROUNDS",
+           "MIN_SPEEDUP", "TUNING_DIR_ENV", "arch_state", "bucket", "check_defaults", "check_entries", "check_file",
+           "config", "defaults", "dtype_name", "dtype_short", "floor", "lookup", "miss_floor", "reload", "route",
+           "shipped_path", "table", "takes", "user_table_path", "write_user_table"]
 
 #: Implementations an entry may name.
 IMPLS = ("aten", "triton", "helion", "cutedsl")
@@ -104,15 +114,21 @@ class _Policy(dict):
         return self
 
 
-#: A :data:`MIN_NUMEL` this large means: only where a table routes to the DSL.
+#: A floor this large means: only where a table entry routes to the DSL.
 TABLE_ONLY = 1 << 62
-#: Miss policy: inputs with fewer elements than this run ATen, per DSL (launch
-#: overhead of a Python-launched kernel, several µs, dominates below 2**20
-#: elements = 2 MiB in bf16). CuTeDSL's kernels serve only the buckets a table names
-#: for them (their row-length constraints and 37 µs host cost per launch make a
-#: miss no evidence of a win: ``benchmarks/results/h200/session7/cutedsl_smoke-runA.txt``).
-#: Changing it takes effect at once (conds and router).
-MIN_NUMEL: dict[str, int] = _Policy({"triton": 1 << 20, "helion": 1 << 20, "cutedsl": TABLE_ONLY})
+#: Per-DSL overrides of every arch's declared miss floor (:func:`defaults`), for this process: a DSL named
+#: here takes misses of at least this many elements on every arch, whatever the tables declare. Only
+#: CuTeDSL is named by default, with :data:`TABLE_ONLY`: its kernels serve only the buckets a table names
+#: for them (their row-length constraints and 37 µs host cost per launch make a miss no evidence of a win:
+#: ``benchmarks/results/h200/session7/cutedsl_smoke-runA.txt``). Tests and diagnostic scripts set
+#: ``MIN_NUMEL["triton"] = 0`` to route tiny interpreter shapes. Changing it takes effect at once (conds
+#: and router). Triton's and Helion's floors are the tables' (the 2**20 floor measured on sm_90 is the
+#: ``sm_90`` table's declared default, ``kernels/tuning/sm_90.json``).
+MIN_NUMEL: dict[str, int] = _Policy({"cutedsl": TABLE_ONLY})
+#: What an entry that routes to a kernel must show (``accel bench --tune`` writes no other): the median of
+#: at least :data:`MIN_ROUNDS` rounds, and at least :data:`MIN_SPEEDUP` times ATen's speed in them.
+MIN_ROUNDS = 3
+MIN_SPEEDUP = 1.05
 FORMAT = 1
 
 _DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
@@ -125,6 +141,11 @@ def dtype_name(dtype: torch.dtype) -> str:
     return _DTYPE_NAMES.get(dtype) or str(dtype).removeprefix("torch.")
 
 
+def dtype_short(dtype: str) -> str:
+    """``"float16"`` -> ``"fp16"``, ``"bfloat16"`` -> ``"bf16"``, ``"float32"`` -> ``"fp32"`` (as users say them)."""
+    return {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}.get(dtype, dtype)
+
+
 def bucket(m: int, n: int) -> tuple[int, int]:
     """Shape bucket of ``[m, n]``: ``(next_pow2(n), next_pow2(m))``."""
     return 1 << max(n - 1, 0).bit_length(), 1 << max(m - 1, 0).bit_length()
@@ -134,6 +155,22 @@ def bucket_text(m: int, n: int) -> str:
     """The bucket of ``[m, n]`` as users write shapes, ``MxN``: ``"M<=4096 x N<=4096"``."""
     nb, mb = bucket(m, n)
     return f"M<={mb} x N<={nb}"
+
+
+@dataclass(frozen=True)
+class Default:
+    """One declared default of an arch's table: ``impl`` takes misses of ``op`` in ``dtype`` of at least
+    ``min_numel`` elements.
+
+    Attributes:
+        min_numel: the floor, elements (``>= 0``).
+        source: ``"user"`` or ``"shipped"`` (which file declared it).
+        why: where the number comes from (the file's ``source`` text of the default).
+    """
+
+    min_numel: int
+    source: str = "shipped"
+    why: str = ""
 
 
 @dataclass(frozen=True)
@@ -170,8 +207,11 @@ def user_table_path(arch: str) -> Path:
 
 #: The keys of a table file, and of one entry (``configs`` and ``us`` are the tuner's evidence; ``gbs`` and
 #: ``evidence`` the shipped tables', from ``ci/gpu/table_from_bench.py``; ``source`` says where a table came from).
-FILE_KEYS = ("format", "arch", "source", "entries")
-ENTRY_KEYS = ("op", "dtype", "m", "n", "impl", "config", "configs", "us", "gbs", "evidence")
+FILE_KEYS = ("format", "arch", "source", "entries", "defaults", "sources")
+ENTRY_KEYS = ("op", "dtype", "m", "n", "impl", "config", "configs", "us", "gbs", "evidence", "rounds")
+#: The keys of one declared default (``defaults`` of a table file): ``op``, ``dtype``, ``impl`` (a DSL),
+#: ``min_numel`` (elements) and ``source`` (where the number comes from) are required.
+DEFAULT_KEYS = ("op", "dtype", "impl", "min_numel", "source", "evidence")
 _REQUIRED = ("op", "dtype", "m", "n", "impl")
 #: An arch name as a table file is named after it (``sm_90``, ``gfx942``, ``cpu``): no path separators.
 _ARCH = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*", re.ASCII)
@@ -195,7 +235,62 @@ def _entries(text: str, where: str) -> list[dict[str, Any]]:
     check_keys(data, FILE_KEYS, what=f"accel.kernels tuning table {where}", error=TuningTableError,
                fix="Fix the key, or delete the file and re-run accel bench --tune.")
     check_entries(data["entries"], where)
+    check_defaults(data.get("defaults") or [], where)
     return data["entries"]
+
+
+def _file_defaults(text: str) -> list[dict[str, Any]]:
+    """The ``defaults`` of a table file's text already checked by :func:`_entries`."""
+    return list(json.loads(text).get("defaults") or [])
+
+
+def _source_text(text: str, source: str) -> str:
+    """A default's ``source``: the file's ``sources[source]`` where it names one (shared texts), else itself."""
+    sources = json.loads(text).get("sources") or {}
+    return str(sources.get(source, source)) if isinstance(sources, Mapping) else source
+
+
+def _default_problem(d: object) -> str | None:
+    """What is wrong with one declared default, or ``None``."""
+    if not isinstance(d, Mapping):
+        return f"is {type(d).__name__}, not a dict"
+    unknown = [k for k in d if k not in DEFAULT_KEYS]
+    if unknown:
+        return (f"has unknown key(s) {', '.join(repr(k) for k in unknown)}"
+                f"{did_you_mean(unknown[0], DEFAULT_KEYS)} Valid keys: {', '.join(DEFAULT_KEYS)}")
+    missing = [k for k in DEFAULT_KEYS[:5] if k not in d]
+    if missing:
+        return f"lacks {', '.join(missing)}"
+    for key, valid in (("impl", IMPLS[1:]), ("op", OPS), ("dtype", DTYPE_NAMES)):
+        if valid and d[key] not in valid:
+            return f"has {key} {d[key]!r}, not one of {tuple(valid)}.{did_you_mean(d[key], valid)}"
+    if type(d["min_numel"]) is not int or d["min_numel"] < 0:
+        return f"has min_numel={d['min_numel']!r}, not an integer >= 0 (elements)"
+    if not isinstance(d["source"], str) or not d["source"].strip():
+        return "has an empty source: say where the floor was measured (file, run, GPU)"
+    return None
+
+
+def check_defaults(defaults: Iterable[object], where: str = "defaults", tail: str = "") -> None:
+    """Refuse declared defaults accel cannot use, naming the first bad one and what is wrong with it.
+
+    Each is a dict of :data:`DEFAULT_KEYS`: ``op`` (a declared kernel op), ``dtype`` (:data:`DTYPE_NAMES`),
+    ``impl`` (a DSL, not ``"aten"``: a miss without a default already runs ATen), ``min_numel`` (int
+    elements, ``>= 0``) and ``source`` (non-empty: where the number was measured); ``evidence`` optional.
+
+    Raises:
+        TuningTableError: (a ``ValueError``) the first bad default.
+    """
+    if isinstance(defaults, (Mapping, str, bytes)) or not isinstance(defaults, Iterable):
+        raise TuningTableError(f"accel.kernels tuning table {where}: defaults is {type(defaults).__name__}, not a "
+                               f"list of dicts{tail}.")
+    for i, d in enumerate(defaults):
+        bad = _default_problem(d)
+        if bad is not None:
+            raise TuningTableError(
+                f"accel.kernels tuning table {where}: default {i} {bad}. A default needs op, dtype, impl, "
+                f"min_numel and source (e.g. op='rms_norm_fwd', dtype='bfloat16', impl='triton', "
+                f"min_numel=1048576, source='accel bench on NVIDIA H200, ...'){tail}.")
 
 
 def _entry_problem(e: object) -> str | None:
@@ -284,6 +379,38 @@ def table(arch: str) -> dict[tuple[str, str, int, int], Choice]:
     return out
 
 
+@functools.cache
+def defaults(arch: str) -> dict[tuple[str, str, str], Default]:
+    """The declared defaults of ``arch``: ``(op, dtype name, impl) -> Default``, the user file's over the
+    shipped file's (empty for an arch without a table: there nothing takes a miss).
+
+    Read once per arch (:func:`reload` forgets it). A corrupt user file is ignored (:func:`table` warns).
+
+    Example:
+        >>> from accel.kernels.tuning import table
+        >>> table.defaults("sm_90")[("rms_norm_fwd", "bfloat16", "triton")].min_numel
+        1048576
+        >>> table.defaults("gfx942")
+        {}
+    """
+    out: dict[tuple[str, str, str], Default] = {}
+    for path, source in ((shipped_path(arch), "shipped"), (user_table_path(arch), "user")):
+        if not path.is_file():
+            continue
+        try:
+            text = path.read_text()
+            _entries(text, str(path))
+            found = _file_defaults(text)
+        except Exception:  # noqa: BLE001 - a malformed user file: table() warns and ignores it as a whole
+            if source == "shipped":
+                raise
+            continue
+        for d in found:
+            out[(d["op"], d["dtype"], d["impl"])] = Default(int(d["min_numel"]), source,
+                                                            _source_text(text, str(d["source"])))
+    return out
+
+
 def check_file(path: str | os.PathLike) -> None:
     """Check a tuning-table file as accel reads it (for ``accel doctor`` and your own checks).
 
@@ -304,10 +431,12 @@ def reload() -> None:
     which drops every kernel override's memoised cond answers too.
     """
     _TABLE.cache_clear()  # the cache itself: tests may replace the module's name ``table`` with a stand-in
+    _DEFAULTS.cache_clear()
     forget_floors()
 
 
 _TABLE = _caches.register(table, clear=reload)
+_DEFAULTS = _caches.register(defaults, clear=reload)
 
 
 def lookup(op: str, arch: str, dtype: str, m: int, n: int) -> Choice | None:
@@ -357,6 +486,20 @@ def _named(hit: Choice | None, op: str, dtype: str, n: int) -> Choice | None:
     return hit if any(covers(n, dtype) for covers in COVERAGE.get((op, hit.impl), ())) else None
 
 
+def miss_floor(op: str, dsl: str, arch: str, dtype: str) -> int:
+    """Fewest elements ``dsl``'s kernel of ``op`` takes on a table miss on ``arch`` in ``dtype``.
+
+    :data:`MIN_NUMEL`'s value where it names ``dsl`` (this process's override), else the floor ``arch``'s
+    table declares for ``(op, dtype, dsl)`` (:func:`defaults`), else :data:`TABLE_ONLY` (no declared
+    default: misses decline).
+    """
+    override = MIN_NUMEL.get(dsl)
+    if override is not None:
+        return override
+    d = defaults(arch).get((op, dtype, dsl))
+    return TABLE_ONLY if d is None else d.min_numel
+
+
 def takes(op: str, dsl: str, arch: str, dtype: str, m: int, n: int) -> bool:
     """Whether ``dsl``'s kernel should take ``[m, n]``: :func:`route` without the sentence (the per-call form)."""
     t = table(arch)
@@ -364,28 +507,33 @@ def takes(op: str, dsl: str, arch: str, dtype: str, m: int, n: int) -> bool:
     if hit is not None and hit.impl != dsl:
         hit = _named(hit, op, dtype, n)
     if hit is None:
-        return m * n >= MIN_NUMEL.get(dsl, 0)
+        return m * n >= miss_floor(op, dsl, arch, dtype)
     return hit.impl == dsl
 
 
 def floor(op: str, dsl: str) -> int:
     """Fewest elements ``dsl``'s kernel of ``op`` may take on any arch: below it :func:`takes` is false.
 
-    ``min(MIN_NUMEL[dsl], smallest input of any table bucket naming dsl)`` over every
-    shipped and user table on disk, so a cond can reject small inputs with one
-    ``numel()`` before it looks at anything else (the 8-element call costs almost
-    nothing over the router itself). Cached; :func:`reload` forgets it.
+    The least of: the smallest input of any table bucket naming ``dsl``, and :data:`MIN_NUMEL`'s override
+    where it names ``dsl``, else every arch's declared default floor for ``(op, *, dsl)`` (:func:`defaults`),
+    over every shipped and user table on disk; :data:`TABLE_ONLY` where none routes ``dsl`` at all. A cond
+    rejects smaller inputs with one ``numel()`` before it looks at anything else (the 8-element call costs
+    almost nothing over the router itself). Cached; :func:`reload` forgets it.
     """
     least = _FLOORS.get((op, dsl))
     if least is None:
-        least = 1 << 62
+        least = TABLE_ONLY
         for arch in _table_archs():
             for (e_op, _dtype, n_b, m_b), choice in table(arch).items():
                 if e_op == op and choice.impl == dsl:  # the bucket holds m > m_b/2, n > n_b/2
                     least = min(least, max(1, m_b // 2) * max(1, n_b // 2))
+            if dsl not in MIN_NUMEL:
+                for (d_op, _dtype, impl), d in defaults(arch).items():
+                    if d_op == op and impl == dsl:
+                        least = min(least, d.min_numel)
         _FLOORS[(op, dsl)] = least
-    policy = MIN_NUMEL.get(dsl, 0)
-    return least if least < policy else policy
+    override = MIN_NUMEL.get(dsl)
+    return least if override is None or least < override else override
 
 
 def _table_archs() -> set[str]:
@@ -411,27 +559,72 @@ def forget_floors() -> None:
     GENERATION += 1
 
 
+#: The command that measures a table on the machine it runs on (said in every "not tuned" reason).
+TUNE_COMMAND = "accel bench --tune"
+
+
 def route(op: str, dsl: str, arch: str, dtype: str, m: int, n: int) -> str | None:
     """Whether ``dsl``'s kernel should take ``[m, n]``: ``None`` (yes) or the reason it should not.
 
-    Hit: yes iff the entry names ``dsl``. Miss: yes iff ``m * n >= MIN_NUMEL[dsl]``. An entry naming
-    another DSL whose kernels cannot take rows of ``n`` (:data:`PARTIAL_DSLS`) counts as a miss.
+    Hit: yes iff the entry names ``dsl``. Miss: yes iff ``m * n >= miss_floor(...)`` (:func:`miss_floor`:
+    this process's :data:`MIN_NUMEL` override, else ``arch``'s declared default). An entry naming another
+    DSL whose kernels cannot take rows of ``n`` (:data:`PARTIAL_DSLS`) counts as a miss.
+
+    Example:
+        >>> from accel.kernels.tuning import table
+        >>> print(table.route("rms_norm_fwd", "triton", "gfx942", "float16", 4096, 4096))  # doctest: +ELLIPSIS
+        no tuning entry for gfx942 fp16 (rms_norm_fwd, bucket M<=4096 x N<=4096) and no declared default for triton: run `accel bench --tune` on this GPU ...
     """
     hit = lookup(op, arch, dtype, m, n)
     if hit is not None and hit.impl != dsl:
         hit = _named(hit, op, dtype, n)
     if hit is None:
-        if MIN_NUMEL.get(dsl, 0) >= TABLE_ONLY:
-            return (f"no tuning-table entry for {op} {dtype} bucket {bucket_text(m, n)} on {arch}: {dsl} kernels run "
-                    f"only where a table routes them (tuning.MIN_NUMEL[{dsl!r}] is 2**62; accel bench --tune "
-                    f"measures a table for this GPU)")
-        if m * n < MIN_NUMEL.get(dsl, 0):
-            return (f"{m * n} elements < tuning.MIN_NUMEL[{dsl!r}]={MIN_NUMEL.get(dsl, 0)} and no table entry "
-                    f"(ATen is faster)")
+        override = MIN_NUMEL.get(dsl)
+        if override is not None:
+            if override >= TABLE_ONLY:
+                return (f"no tuning-table entry for {op} {dtype} bucket {bucket_text(m, n)} on {arch}: {dsl} kernels "
+                        f"run only where a table routes them (tuning.MIN_NUMEL[{dsl!r}] is 2**62; {TUNE_COMMAND} "
+                        f"measures a table for this GPU)")
+            if m * n < override:
+                return (f"{m * n} elements < tuning.MIN_NUMEL[{dsl!r}]={override} (this process's override of the "
+                        f"tables' floors) and no table entry")
+            return None
+        d = defaults(arch).get((op, dtype, dsl))
+        if d is None:
+            return (f"no tuning entry for {arch} {dtype_short(dtype)} ({op}, bucket {bucket_text(m, n)}) and no "
+                    f"declared default for {dsl}: run `{TUNE_COMMAND}` on this GPU (it measures ATen against each "
+                    f"kernel and writes the user table {user_table_path(arch)}); until then ATen runs")
+        if m * n < d.min_numel:
+            return (f"{m * n} elements < {d.min_numel}, the {d.source} {arch} table's default floor for {op} "
+                    f"{dtype_short(dtype)} ({dsl}; {d.why.split(':')[0]}) and no entry for bucket {bucket_text(m, n)}")
         return None
     if hit.impl == dsl:
         return None
     return f"the {hit.source} tuning table for {arch} picks {hit.impl} for {op} {dtype} bucket {bucket_text(m, n)}"
+
+
+def arch_state(op: str, dsl: str, arch: str) -> str:
+    """One line on how ``arch``'s tables route ``dsl``'s kernel of ``op`` (``accel kernels`` shows it).
+
+    ``"tuned for sm_90: 12 entries (shipped), default floors for bfloat16, float16, float32"``, or
+    ``"installed, not tuned for gfx942: run `accel bench --tune`"`` where no entry names ``dsl`` and no
+    default is declared for it (every call declines). Reads the table files (cached).
+    """
+    entries = [(c.source, key[1]) for key, c in table(arch).items() if key[0] == op and c.impl == dsl]
+    floors = sorted({k[1] for k, d in defaults(arch).items() if k[0] == op and k[2] == dsl})
+    if dsl in MIN_NUMEL and MIN_NUMEL[dsl] < TABLE_ONLY:
+        return f"tuning.MIN_NUMEL[{dsl!r}]={MIN_NUMEL[dsl]} set in this process: takes misses on every arch"
+    if not entries and not floors:
+        return f"installed, not tuned for {arch}: run `{TUNE_COMMAND}`"
+    parts = []
+    if entries:
+        sources = ", ".join(sorted({s for s, _ in entries}))
+        parts.append(f"{len(entries)} entr{'y' if len(entries) == 1 else 'ies'} ({sources}) naming it")
+    if floors:
+        parts.append("default floors for " + ", ".join(dtype_short(f) for f in floors))
+    else:
+        parts.append("no default floor (misses decline)")
+    return f"tuned for {arch}: " + "; ".join(parts)
 
 
 def config(op: str, dsl: str, arch: str, dtype: str, m: int, n: int) -> Mapping[str, Any] | None:
@@ -440,18 +633,23 @@ def config(op: str, dsl: str, arch: str, dtype: str, m: int, n: int) -> Mapping[
     return hit.config if hit is not None and hit.impl == dsl else None
 
 
-def write_user_table(arch: str, entries: Iterable[Mapping[str, Any]], *, path: Path | None = None) -> Path:
-    """Merge ``entries`` into the user table of ``arch`` and write it atomically, under a file lock.
+def write_user_table(arch: str, entries: Iterable[Mapping[str, Any]], *, path: Path | None = None,
+                     defaults: Iterable[Mapping[str, Any]] | None = None) -> Path:
+    """Merge ``entries`` (and declared ``defaults``) into the user table of ``arch`` and write it atomically,
+    under a file lock.
 
-    Entries with the same ``(op, dtype, bucket)`` as an existing one replace it.
+    Entries with the same ``(op, dtype, bucket)`` as an existing one replace it; defaults with the same
+    ``(op, dtype, impl)`` likewise (:func:`check_defaults` says what one holds).
     Safe under concurrent writers: the read-merge-write runs under
     ``filelock.FileLock(<path>.lock)`` and the new file replaces the old with
     ``os.replace`` (readers see the old or the new file, never a torn one).
 
     Args:
         arch: ``"sm_90"`` etc.
-        entries: dicts with ``op``, ``dtype``, ``m``, ``n``, ``impl`` and optionally ``config``, ``us``.
+        entries: dicts with ``op``, ``dtype``, ``m``, ``n``, ``impl`` and optionally ``config``, ``us``,
+            ``rounds``.
         path: the file (default :func:`user_table_path`).
+        defaults: declared miss floors, dicts of :data:`DEFAULT_KEYS` (``None``: keep the file's).
 
     Returns:
         The path written.
@@ -473,19 +671,29 @@ def write_user_table(arch: str, entries: Iterable[Mapping[str, Any]], *, path: P
     new = list(entries)
     check_entries(new, f"write_user_table({arch!r})", "; nothing was written")
     new = [dict(e) for e in new]
+    new_defaults = [] if defaults is None else list(defaults)
+    check_defaults(new_defaults, f"write_user_table({arch!r})", "; nothing was written")
     path = Path(path) if path is not None else user_table_path(arch)
     path.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(path) + ".lock"):
         merged: dict[tuple, dict] = {}
+        merged_defaults: dict[tuple, dict] = {}
         if path.is_file():
             try:
-                for e in _entries(path.read_text(), str(path)):
+                text = path.read_text()
+                for e in _entries(text, str(path)):
                     merged[(e["op"], e["dtype"], *bucket(int(e["m"]), int(e["n"])))] = e
+                for d in _file_defaults(text):
+                    merged_defaults[(d["op"], d["dtype"], d["impl"])] = d
             except (ValueError, KeyError, TypeError, OSError):
-                merged = {}  # a corrupt file is replaced (TuningTableError is a ValueError)
+                merged, merged_defaults = {}, {}  # a corrupt file is replaced (TuningTableError is a ValueError)
         for e in new:
             merged[(e["op"], e["dtype"], *bucket(int(e["m"]), int(e["n"])))] = e
-        data = {"format": FORMAT, "arch": arch, "entries": list(merged.values())}
+        for d in new_defaults:
+            merged_defaults[(d["op"], d["dtype"], d["impl"])] = dict(d)
+        data: dict[str, Any] = {"format": FORMAT, "arch": arch, "entries": list(merged.values())}
+        if merged_defaults:
+            data["defaults"] = list(merged_defaults.values())
         fd, tmp = tempfile.mkstemp(prefix=path.name, suffix=".tmp", dir=path.parent)
         try:
             with os.fdopen(fd, "w") as f:

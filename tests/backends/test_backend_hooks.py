@@ -77,12 +77,31 @@ def test_rocm_device_arch_from_gcn_arch_name(gcn, arch):
         assert backend_for_device(dev).device_arch(dev) == arch == accel.backend().arch(0)
 
 
-@pytest.mark.parametrize("device_type", ["cpu", "xpu", "mps", "meta"])
+@pytest.mark.parametrize("device_type", ["cpu", "mps", "meta"])
 def test_other_device_arch_is_the_device_type(device_type):
     dev = torch.device(device_type)
     assert Backend.device_arch(dev) == device_type
     if device_type != "meta":
         assert backend_for_device(dev).device_arch(dev) == device_type
+
+
+@pytest.mark.parametrize("props, arch", [
+    ({"architecture": 0x000000030F000700}, "pvc"), ({"architecture": 0x0000000500400400}, "bmg"),
+    ({"architecture": 0x0000000501000400}, "lnl"), ({"architecture": 0x000000030DC00800}, "acm"),
+    ({"device_id": 0xE20B}, "bmg"), ({"device_id": 0x0BD5}, "pvc"),
+    ({"architecture": 0x0300000000000000, "device_id": 0x1234}, "pvc"),  # unknown ids: the name decides
+])
+def test_xpu_arch_is_the_intel_family_from_the_device_properties(props, arch):
+    """The tuning-table key of an Intel GPU is its family (not just ``xpu``): from the SYCL ``architecture``
+    enum, then the PCI ``device_id``, then the device name (the faked one is a Max 1550)."""
+    from accel.testing import fake_backend
+
+    with fake_backend("xpu", extra_properties=props):
+        dev = torch.device("xpu", 0)
+        assert backend_for_device(dev).device_arch(dev) == arch == accel.backend().arch(0)
+        from accel.kernels.dsl import launch
+
+        assert launch.arch(dev) == arch
 
 
 # -- dispatch keys ----------------------------------------------------------------------------------------------

@@ -81,7 +81,7 @@ def test_rocm_arch_supported():
 
 @pytest.mark.parametrize("name,family", [("Intel(R) Data Center GPU Max 1550", "pvc"),
                                          ("Intel(R) Arc(TM) B580 Graphics", "bmg"),
-                                         ("Intel(R) Arc(TM) A770 Graphics", "dg2"), ("Something", "xpu")])
+                                         ("Intel(R) Arc(TM) A770 Graphics", "acm"), ("Something", "xpu")])
 def test_xpu_family(name, family):
     with fake_backend("xpu", device_name=name):
         assert accel.backend().arch() == family

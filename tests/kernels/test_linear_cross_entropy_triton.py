@@ -20,6 +20,13 @@ import torch
 
 from accel.kernels.ops import conds as ops_conds
 from accel.kernels.ops.linear_cross_entropy import conditions
+from _kernel_helpers import meta_floors  # noqa: F401 (fixture)
+
+
+@pytest.fixture(autouse=True)
+def _meta_floors(meta_floors):
+    """The meta arch declares the 2**20 floors (:func:`_kernel_helpers.meta_floors`)."""
+    return meta_floors
 
 pytestmark = pytest.mark.cpu
 

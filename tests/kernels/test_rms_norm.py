@@ -24,6 +24,13 @@ from accel import _compat
 from accel.kernels.tuning import table as tuning
 from accel.kernels.ops.rms_norm import conditions, helion_impl, triton_impl
 from accel.testing.pytest_plugin import importorskip_dsl, require_dsl
+from _kernel_helpers import meta_floors  # noqa: F401 (fixture)
+
+
+@pytest.fixture(autouse=True)
+def _meta_floors(meta_floors):
+    """The meta arch declares the 2**20 floors (:func:`_kernel_helpers.meta_floors`)."""
+    return meta_floors
 
 IMPLS = {"triton": triton_impl, "helion": helion_impl}
 PATHS = ["accel"] + (["native"] if _compat.native_dsl_registry() is not None else [])
@@ -70,7 +77,7 @@ def test_cond_rejects_with_reasons_on_meta(impl, conds):
         ((_meta(BIG[0] * n + 1)[1:].view(*BIG), [n], w), "not 16-byte aligned"),
         ((_meta(4096, 4095), [4095], _meta(4095)), "not 16-byte aligned"),
         ((_meta(64, too_long), [too_long], _meta(too_long)), f"> {impl.LIMITS.max_n_fwd}"),
-        ((_meta(4, n), [n], w), "tuning.MIN_NUMEL"),
+        ((_meta(4, n), [n], w), "default floor"),
         ((x, [n // 2], w), "does not match"),
         ((torch.empty(*BIG, dtype=torch.bfloat16), [n], torch.empty(n, dtype=torch.bfloat16)), "device type 'cpu'"),
     ]

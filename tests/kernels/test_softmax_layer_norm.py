@@ -20,6 +20,13 @@ import pytest
 import torch
 
 from accel import _compat
+from _kernel_helpers import meta_floors  # noqa: F401 (fixture)
+
+
+@pytest.fixture(autouse=True)
+def _meta_floors(meta_floors):
+    """The meta arch declares the 2**20 floors (:func:`_kernel_helpers.meta_floors`)."""
+    return meta_floors
 from accel.kernels.ops import conds as _conds
 from accel.kernels.tuning import table as _tuning
 from accel.kernels.ops.layer_norm import conditions as ln_conds
@@ -79,7 +86,7 @@ def test_cond_rejects_with_reasons_on_meta(kernel):
                  ((x, -1, True), "half_to_float"),
                  ((_meta(4096, 4096).t(), -1, False), "not contiguous"),
                  ((_meta(64, long), -1, False), f"> {impl.LIMITS.max_n_fwd}"),
-                 ((_meta(4, 64), -1, False), "tuning.MIN_NUMEL"),
+                 ((_meta(4, 64), -1, False), "default floor"),
                  ((cpu, -1, False), "device type 'cpu'")]
         assert "grad_output differs" in bwd.why_not(_meta(4096, 4096).t(), x, -1, torch.bfloat16)
         assert "grad_output differs" in bwd.why_not(x, x, -1, torch.float32)
@@ -91,7 +98,7 @@ def test_cond_rejects_with_reasons_on_meta(kernel):
                  ((_meta(4096, 4096).t(), [4096], w, w, 1e-5), "not contiguous"),
                  ((_meta(4096, 4095), [4095], _meta(4095), _meta(4095), 1e-5), "not 16-byte aligned"),
                  ((_meta(64, long), [long], _meta(long), _meta(long), 1e-5), f"> {impl.LIMITS.max_n_fwd}"),
-                 ((_meta(4, 64), [64], _meta(64), _meta(64), 1e-5), "tuning.MIN_NUMEL"),
+                 ((_meta(4, 64), [64], _meta(64), _meta(64), 1e-5), "default floor"),
                  ((cpu, [4096], None, None, 1e-5), "device type 'cpu'")]
         stat = torch.empty(4096, 1, device="meta")
         assert "grad_out differs" in bwd.why_not(_meta(4096, 4096).t(), x, [4096], stat, stat, w, w, [True] * 3)

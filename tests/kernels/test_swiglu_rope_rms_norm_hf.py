@@ -32,6 +32,13 @@ from accel.kernels.ops.swiglu import reference as sw_reference
 from accel.kernels.tuning import table as tuning
 
 from accel import _compat
+from _kernel_helpers import meta_floors  # noqa: F401 (fixture)
+
+
+@pytest.fixture(autouse=True)
+def _meta_floors(meta_floors):
+    """The meta arch declares the 2**20 floors (:func:`_kernel_helpers.meta_floors`)."""
+    return meta_floors
 
 pytestmark = pytest.mark.cpu
 
@@ -70,7 +77,7 @@ def test_swiglu_cond_rejects_with_reasons_on_meta():
     cases = [((a, _meta(4096, 4096, dtype=torch.float32)), "differ in shape, dtype"),
              ((_meta(4096, 4096, dtype=torch.float64),) * 2, "not in fp32/bf16/fp16"),
              ((a.t(), a.t()), "not rows of unit stride"),
-             ((_meta(4, 64), _meta(4, 64)), "tuning.MIN_NUMEL"),
+             ((_meta(4, 64), _meta(4, 64)), "default floor"),
              ((torch.empty(2048, 1024), torch.empty(2048, 1024)), "device type 'cpu'")]
     for args, reason in cases:
         assert fwd(*args) is False and reason in fwd.why_not(*args), reason
@@ -90,7 +97,7 @@ def test_rope_cond_accepts_hf_layouts_and_rejects_with_reasons_on_meta():
              ((q, k, cos, cos, 2), "do not have the shapes"),
              ((q, k, cos.float(), cos.float(), 1), "do not have the shapes"),
              ((strided_d, strided_d, cos, cos, 1), "unit stride on its last dim"),
-             ((_meta(1, 1, 8, 8), _meta(1, 1, 8, 8), _meta(1, 8, 8), _meta(1, 8, 8), 1), "tuning.MIN_NUMEL")]
+             ((_meta(1, 1, 8, 8), _meta(1, 1, 8, 8), _meta(1, 8, 8), _meta(1, 8, 8), 1), "default floor")]
     for args, reason in cases:
         assert fwd(*args) is False and reason in fwd.why_not(*args), reason
 
@@ -107,7 +114,7 @@ def test_rms_norm_hf_cond_accepts_and_rejects_with_reasons_on_meta():
              ((x, _meta(1024), 1e-6), "not [N] for input"),
              ((_meta(2048, 8192).t(), w, 1e-6), "not contiguous"),
              ((_meta(64, 32768), _meta(32768), 1e-6), "N > 16384"),
-             ((_meta(4, 64), _meta(64), 1e-6), "tuning.MIN_NUMEL")]
+             ((_meta(4, 64), _meta(64), 1e-6), "default floor")]
     for args, reason in cases:
         assert fwd(*args) is False and reason in fwd.why_not(*args), reason
     assert "rstd" in bwd.why_not(x, x, w, rstd.to(torch.bfloat16), False, True, True)

@@ -43,11 +43,22 @@ def test_shipped_sm_90_table_is_package_data_and_folds():
 
 
 def test_miss_policy_and_hits_route_per_dsl():
-    assert _tuning.route("softmax_fwd", "triton", "sm_999", "bfloat16", 4096, 4096) is None
-    assert "MIN_NUMEL" in _tuning.route("softmax_fwd", "triton", "sm_999", "bfloat16", 4, 64)
+    # an arch without a table: nothing is guessed, every call declines with the command that tunes
+    for m, n in ((4096, 4096), (4, 64)):
+        why = _tuning.route("softmax_fwd", "triton", "sm_999", "bfloat16", m, n)
+        assert why.startswith("no tuning entry for sm_999 bf16 (softmax_fwd, bucket ") and "`accel bench --tune`" in why
+        assert not _tuning.takes("softmax_fwd", "triton", "sm_999", "bfloat16", m, n)
     _tuning.write_user_table("sm_999", [
         dict(op="softmax_fwd", dtype="bfloat16", m=4096, n=4096, impl="helion", config={"num_warps": 4}),
-        dict(op="softmax_fwd", dtype="bfloat16", m=64, n=64, impl="triton")])
+        dict(op="softmax_fwd", dtype="bfloat16", m=64, n=64, impl="triton")],
+        defaults=[dict(op="softmax_fwd", dtype="bfloat16", impl="triton", min_numel=1 << 20, source="test run")])
+    # a declared default: misses of at least its floor route, smaller ones decline with its source
+    assert _tuning.route("softmax_fwd", "triton", "sm_999", "bfloat16", 8192, 8192) is None
+    why = _tuning.route("softmax_fwd", "triton", "sm_999", "bfloat16", 4, 1024)
+    assert why.startswith("4096 elements < 1048576, the user sm_999 table's default floor for softmax_fwd bf16 "
+                          "(triton; test run)"), why
+    assert "no declared default for triton" in _tuning.route("softmax_fwd", "triton", "sm_999", "float16", 8192, 8192)
+    assert "no declared default for helion" in _tuning.route("softmax_fwd", "helion", "sm_999", "bfloat16", 8192, 8192)
     assert "picks helion" in _tuning.route("softmax_fwd", "triton", "sm_999", "bfloat16", 4000, 4096)
     assert _tuning.route("softmax_fwd", "helion", "sm_999", "bfloat16", 4000, 4096) is None
     assert _tuning.config("softmax_fwd", "helion", "sm_999", "bfloat16", 4000, 4096) == {"num_warps": 4}
@@ -154,7 +165,7 @@ def test_floor_follows_a_table_loaded_after_it(tmp_path, monkeypatch):
     monkeypatch.setenv(_tuning.TUNING_DIR_ENV, str(tmp_path))
     _tuning.reload()
     try:
-        assert _tuning.floor("softmax_fwd", "triton") == _tuning.MIN_NUMEL["triton"]
+        assert _tuning.floor("softmax_fwd", "triton") == 1 << 20  # the shipped sm_90 table's declared default
         (tmp_path / "sm_999.json").write_text(json.dumps({"format": 1, "entries": [
             {"op": "softmax_fwd", "dtype": "bfloat16", "m": 64, "n": 64, "impl": "triton"}]}))
         assert _tuning.route("softmax_fwd", "triton", "sm_999", "bfloat16", 64, 64) is None  # loads sm_999
