@@ -406,6 +406,112 @@ def time_ops(*, quick: bool, reps: int, device_spec: str | None) -> list[dict[st
     return rows
 
 
+# ------------------------------------------------------------------------------------------ op counts
+#: Models whose op counts ``--op-counts`` records (the Hugging Face ones: what the patch changes).
+COUNTED = ("hf_llama", "qwen3", "gpt2")
+
+
+def _cpu_reference_kernels() -> list[str]:
+    """Each accel op's eager reference registered at the CPU key, standing in for a GPU kernel: the registry
+    takes the calls, so a patched model runs accel's ops (each one ATen-level call under a dispatch mode)."""
+    import accel.kernels as ak
+    import accel.integrations.transformers  # noqa: F401 - defines the accel ops
+    import accel.nn  # noqa: F401 - defines accel::linear_cross_entropy
+    from accel.kernels.ops.linear_cross_entropy import reference as lce
+    from accel.kernels.ops.rms_norm_hf import reference as rn
+    from accel.kernels.ops.rope import reference as rp
+    from accel.kernels.ops.swiglu import reference as sw
+
+    plan = {"accel::swiglu": sw.swiglu, "accel::rope": rp.rope, "accel::rms_norm_hf": rn.rms_norm_hf,
+            "accel::linear_cross_entropy": lce.forward}
+    return [ak.register(op, impl=fn, backends=["cpu"], dsl="triton", name=f"opcount_{op[7:]}.cpu")
+            for op, fn in plan.items()]
+
+
+def count_ops(model_name: str, variant: str) -> dict[str, int]:
+    """ATen (and accel) ops of one training step's forward and backward (no optimizer step) of ``--quick``'s
+    ``model_name`` on CPU in fp32, counted with a ``TorchDispatchMode``: ``{op name: calls}``.
+
+    ``variant``: ``"eager"`` (the model as written), ``"patched"`` (``patch(model)`` with no accel kernel at the
+    CPU key: every replaced module declines to the model's own code) or ``"patched+kernels"`` (the ops'
+    references registered at the CPU key as stand-ins for GPU kernels: accel's ops run, each one call).
+    """
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    import accel.kernels as ak
+
+    class Count(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.calls: dict[str, int] = {}
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            name = str(func.overloadpacket._qualified_op_name if hasattr(func, "overloadpacket") else func)
+            self.calls[name] = self.calls.get(name, 0) + 1
+            return func(*args, **(kwargs or {}))
+
+    names = _cpu_reference_kernels() if variant == "patched+kernels" else []
+    try:
+        torch.manual_seed(0)
+        bench = BUILDERS[model_name](True, torch.device("cpu"), torch.float32)
+        if variant != "eager":
+            from accel.integrations import transformers as accel_hf
+
+            accel_hf.patch(bench.model)
+        bench.model.train()
+        bench.loss(bench.model, bench.batch).backward()  # warm-up: lazy buffers, caches
+        bench.model.zero_grad(set_to_none=True)
+        mode = Count()
+        with mode:
+            bench.loss(bench.model, bench.batch).backward()
+        return dict(sorted(mode.calls.items()))
+    finally:
+        for n in names:
+            ak.unregister(n)
+
+
+def op_counts(models: list[str]) -> list[dict[str, Any]]:
+    """Per model: op counts of :func:`count_ops`'s three variants, their totals, and the ops a patched variant
+    calls more often than eager (``more_than_eager``: must be empty, accel's own ops aside)."""
+    rows = []
+    for model_name in models:
+        counts = {v: count_ops(model_name, v) for v in ("eager", "patched", "patched+kernels")}
+        eager = counts["eager"]
+        row = {"model": model_name, "device": "cpu", "dtype": "float32", "quick": True,
+               "totals": {v: sum(c.values()) for v, c in counts.items()}, "counts": counts, "more_than_eager": {}}
+        for v in ("patched", "patched+kernels"):
+            more = {op: [eager.get(op, 0), n] for op, n in counts[v].items()
+                    if n > eager.get(op, 0) and not op.startswith("accel::")}
+            row["more_than_eager"][v] = more
+        rows.append(row)
+    return rows
+
+
+def op_counts_markdown(rows: list[dict[str, Any]]) -> str:
+    """The op-count table (totals, accel's ops, the ATen ops the patch removes most)."""
+    lines = ["# ATen ops per training step (forward + backward), CPU, fp32, `--quick` configs", "",
+             "Counted with a `TorchDispatchMode` by `python benchmarks/real_models.py --op-counts` (one step after a",
+             "warm-up step; no optimizer). `patched`: `patch(model)` with no accel kernel at the CPU key (every",
+             "replaced module runs the model's own code). `patched+kernels`: the accel ops' references registered",
+             "at the CPU key as stand-ins for GPU kernels (each accel op is one call).", "",
+             "| model | eager | patched | patched+kernels | accel ops | ATen ops above eager |",
+             "|---|---:|---:|---:|---|---|"]
+    for r in rows:
+        t = r["totals"]
+        ours = {op: n for op, n in r["counts"]["patched+kernels"].items() if op.startswith("accel::")}
+        more = {v: m for v, m in r["more_than_eager"].items() if m}
+        named = ", ".join(f"{k.split('::')[1]} {v}" for k, v in ours.items())
+        lines.append(f"| {r['model']} | {t['eager']} | {t['patched']} | {t['patched+kernels']} | {named} | "
+                     f"{json.dumps(more) if more else 'none'} |")
+    lines += ["", "Largest reductions (eager -> patched+kernels):", ""]
+    for r in rows:
+        e, k = r["counts"]["eager"], r["counts"]["patched+kernels"]
+        drop = sorted(((e[op] - k.get(op, 0), op) for op in e), reverse=True)[:8]
+        lines.append(f"- {r['model']}: " + ", ".join(f"{op} {e[op]}->{k.get(op, 0)}" for d, op in drop if d > 0))
+    return "\n".join(lines) + "\n"
+
+
 # -------------------------------------------------------------------------------------------- driver
 def _parse_list(text: str | None, known: tuple[str, ...], what: str) -> list[str]:
     if text is None:
@@ -471,7 +577,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--loss-chunk", type=int, help="accel modes: rows per chunk of the fused loss (default: "
                                                   "LinearCrossEntropyOptions' own choice)")
     p.add_argument("--ops", action="store_true", help="time each accel op alone (fwd+bwd) at hf_llama's shapes")
+    p.add_argument("--op-counts", action="store_true",
+                   help="count the ATen ops of one training step on CPU (--quick configs): eager, patched, patched "
+                        "with kernels; JSON to --out (and a .md beside it)")
     args = p.parse_args(argv)
+    if args.op_counts:
+        with contextlib.redirect_stdout(sys.stderr):
+            rows = op_counts(_parse_list(args.models, COUNTED, "models"))
+        if args.out is not None:
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps(rows, indent=1) + "\n")
+            args.out.with_suffix(".md").write_text(op_counts_markdown(rows))
+        print(op_counts_markdown(rows))
+        return 1 if any(m for r in rows for m in r["more_than_eager"].values()) else 0
     if args.ops:
         for row in time_ops(quick=args.quick, reps=max(args.steps, 5), device_spec=args.device):
             print("RESULT " + json.dumps(row), flush=True)

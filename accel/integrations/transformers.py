@@ -675,8 +675,10 @@ def _causal_lm_loss(hidden: torch.Tensor, head: nn.Linear, labels: torch.Tensor,
                        r.acc_policy, r.acc_dtype, r.allow_retain_graph, x.requires_grad and grad,
                        w.requires_grad and grad, b is not None and b.requires_grad and grad):
         return None
+    # no host-side range check (a device-to-host read per step: a stall); a label outside the vocabulary gives a
+    # NaN loss (HF's eager cross_entropy asserts on the device)
     loss = lce.linear_cross_entropy_fp32(x, w, target, linear_bias=b, reduction=reduction, ignore_index=ignore_index,
-                                         options=opts)
+                                         options=opts, check_target_range=False)
     if reduction == "sum":
         loss = loss / (num_items.to(loss.device) if torch.is_tensor(num_items) else num_items)
     return loss

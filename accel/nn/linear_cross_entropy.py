@@ -240,9 +240,9 @@ def model_chunk_rows(num_tokens: int, in_features: int, num_classes: int, dtype:
         raise LossInputError(f"model_chunk_rows: num_tokens={num_tokens!r}. It must be an int >= 0.")
     resolved = LinearCrossEntropyOptions(acc_policy=acc_policy).resolve(max(num_tokens, 1), in_features, num_classes,
                                                                         dtype, device)
-    elem = torch.empty((), dtype=dtype).element_size()
+    elem = dtype.itemsize
     if resolved.acc_policy == "accurate" and resolved.acc_dtype != dtype:
-        per = torch.empty((), dtype=resolved.acc_dtype).element_size()
+        per = resolved.acc_dtype.itemsize
         per += elem if (device is not None and device.type == "cuda") else 0  # cuBLAS: a gradient buffer too
     else:
         per = elem
@@ -259,7 +259,7 @@ def _shape(t: torch.Tensor) -> list[int]:
 
 def _check_inputs(input: torch.Tensor, linear_weight: torch.Tensor, target: torch.Tensor,
                   linear_bias: torch.Tensor | None, weight: torch.Tensor | None, reduction: str,
-                  ignore_index: int | None, label_smoothing: float, options: object) -> bool:
+                  ignore_index: int | None, label_smoothing: float, options: object, check_range: bool = True) -> bool:
     """Typed errors for input the loss cannot take, before anything runs; returns whether ``target`` holds
     probabilities. Torch's own errors for the same input are ``RuntimeError``/``ValueError``/``IndexError``,
     all of which these errors also are."""
@@ -334,7 +334,8 @@ def _check_inputs(input: torch.Tensor, linear_weight: torch.Tensor, target: torc
     if target.dtype not in (torch.int64, torch.uint8):
         raise LossInputError(f"{where}: class-index target is {target.dtype}. It must be torch.int64 (torch.long): "
                              f"target.long().")
-    _check_target_range(target, num_classes, -100 if ignore_index is None else ignore_index)
+    if check_range:
+        _check_target_range(target, num_classes, -100 if ignore_index is None else ignore_index)
     return False
 
 
@@ -472,7 +473,8 @@ def linear_cross_entropy(input: torch.Tensor, linear_weight: torch.Tensor, targe
 def linear_cross_entropy_fp32(input: torch.Tensor, linear_weight: torch.Tensor, target: torch.Tensor, *,
                               linear_bias: torch.Tensor | None = None, weight: torch.Tensor | None = None,
                               reduction: str = "mean", ignore_index: int | None = None, label_smoothing: float = 0.0,
-                              options: LinearCrossEntropyOptions | None = None) -> torch.Tensor:
+                              options: LinearCrossEntropyOptions | None = None,
+                              check_target_range: bool = True) -> torch.Tensor:
     """:func:`linear_cross_entropy` with the loss in fp32 (fp64 for fp64 input), as a training loop reports it.
 
     The same arguments, checks, paths and gradients as :func:`linear_cross_entropy`; only the returned loss
@@ -481,6 +483,13 @@ def linear_cross_entropy_fp32(input: torch.Tensor, linear_weight: torch.Tensor, 
     loss differs from it by up to bf16's half spacing (``10.7718`` reads ``10.75``: 2e-3 relative). The
     reference path here is exactly HF's (``linear`` in the input dtype, ``cross_entropy`` on the fp32 logits);
     the chunked path returns its op's fp32 loss as it is (the row step computes in fp32).
+
+    Args:
+        check_target_range: check the class indices on the host before anything runs (default; one
+            device-to-host read, which on a GPU waits for every queued kernel: a stall per training step).
+            ``False`` skips it: on the chunked path an index outside ``[0, C)`` other than ``ignore_index``
+            gives a NaN loss instead of :class:`TargetRangeError` (the reference path's ``cross_entropy``
+            raises its own error or asserts on the device). The other arguments: :func:`linear_cross_entropy`.
 
     Returns:
         The loss in fp32 (fp64 for fp64 input): a scalar, or ``[N]`` for ``reduction="none"``.
@@ -497,13 +506,13 @@ def linear_cross_entropy_fp32(input: torch.Tensor, linear_weight: torch.Tensor, 
         (torch.float32, 1.609438)
     """
     return _loss(input, linear_weight, target, linear_bias, weight, reduction, ignore_index, label_smoothing,
-                 options, wide=True)
+                 options, wide=True, check_range=check_target_range)
 
 
 def _loss(input, linear_weight, target, linear_bias, weight, reduction, ignore_index, label_smoothing, options,
-          wide: bool) -> torch.Tensor:
+          wide: bool, check_range: bool = True) -> torch.Tensor:
     prob = _check_inputs(input, linear_weight, target, linear_bias, weight, reduction, ignore_index, label_smoothing,
-                         options)
+                         options, check_range)
     if options is None or not _chunked_applies(input, linear_weight, target, reduction, label_smoothing, prob):
         if wide and input.dtype in (torch.float16, torch.bfloat16):  # HF's ForCausalLMLoss: fp32 logits
             return _reference_fp32(input, linear_weight, target, linear_bias, weight, reduction, ignore_index,

@@ -430,3 +430,49 @@ def test_default_loss_chunks_come_from_model_chunk_rows(cpu_kernels, monkeypatch
     hf.patch(model)
     model(**_inputs("qwen3"))
     assert seen == [24]  # 2 x 12 tokens: fewer than MIN_ROWS, one chunk
+
+
+def _op_counts(model, inputs) -> dict:
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Count(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.calls = {}
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            name = func.overloadpacket._qualified_op_name
+            self.calls[name] = self.calls.get(name, 0) + 1
+            return func(*args, **(kwargs or {}))
+
+    model.train()
+    model(**inputs).loss.backward()  # warm-up
+    model.zero_grad(set_to_none=True)
+    mode = Count()
+    with mode:
+        model(**inputs).loss.backward()
+    return mode.calls
+
+
+#: The one ATen op a patched step may call more often than eager: accel::linear_cross_entropy's backward reads
+#: the loss's gradient on the host (op.py _host_scale: a scale of 1 then multiplies nothing).
+_ALLOWED_MORE = {"aten::_local_scalar_dense": 1}
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen3", "gpt2"])
+def test_a_patched_step_runs_no_aten_op_more_often_than_eager(family, request):
+    """Per ATen op, a patched training step (forward + backward) calls it at most as often as the unpatched one:
+    no extra casts, copies, zero-filled gradients or host reads; with accel's ops taking the calls, far fewer."""
+    ref, model = _build(family)
+    inputs = _inputs(family)
+    eager = _op_counts(ref, inputs)
+    hf.patch(model)
+    declined = _op_counts(model, inputs)
+    assert all(n <= eager.get(op, 0) for op, n in declined.items()), declined
+    names = request.getfixturevalue("cpu_kernels")
+    taken = _op_counts(model, inputs)
+    more = {op: n - eager.get(op, 0) for op, n in taken.items()
+            if not op.startswith("accel::") and n > eager.get(op, 0)}
+    assert more == _ALLOWED_MORE, more
+    assert sum(taken.values()) < sum(eager.values())
+    assert all(n > 0 for op, n in _routed(names).items() if op == "accel::linear_cross_entropy")

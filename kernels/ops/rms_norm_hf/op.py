@@ -57,12 +57,13 @@ def _setup_context(ctx, inputs, output):
     ctx.save_for_backward(input, weight, output[1])
     ctx.unit_offset = unit_offset
     ctx.mark_non_differentiable(output[1])
+    ctx.set_materialize_grads(False)  # no zero-filled gradient of rstd (a launch per norm per step) is ever made
 
 
 def _backward(ctx, grad_y, grad_rstd):
     input, weight, rstd = ctx.saved_tensors
     need_x, need_w = ctx.needs_input_grad[:2]
-    if not (need_x or need_w):
+    if grad_y is None or not (need_x or need_w):
         return None, None, None, None
     gx, gw = torch.ops.accel.rms_norm_hf_backward(grad_y, input, weight, rstd, ctx.unit_offset, need_x, need_w)
     return (gx if need_x else None), (gw if need_w else None), None, None
