@@ -3,23 +3,23 @@
 Every size is in bytes. The functions are resolved once for the active backend
 (:func:`accel.backend`) at first use; :func:`accel.clear_cache` resolves them again.
 
-==================================  ==================================================
-function                            meaning
-==================================  ==================================================
-``allocated(device=None, /)``       bytes occupied by live tensors (caching allocator)
-``reserved(device=None, /)``        bytes held by the caching allocator (live + cached)
-``max_allocated(device=None, /)``   peak of ``allocated`` since start or ``reset_peak``
-``max_reserved(device=None, /)``    peak of ``reserved`` since start or ``reset_peak``
-``reset_peak(device=None, /)``      restart the peaks at the current values
+====================================  ==================================================
+function                              meaning
+====================================  ==================================================
+``allocated(device=None, /)``         bytes occupied by live tensors (caching allocator)
+``reserved(device=None, /)``          bytes held by the caching allocator (live + cached)
+``max_allocated(device=None, /)``     peak of ``allocated`` since start or ``reset_peak``
+``max_reserved(device=None, /)``      peak of ``reserved`` since start or ``reset_peak``
+``reset_peak(device=None, /)``        restart the peaks at the current values
 ``reset_accumulated(device=None,/)``  zero the accumulated counters (``*.allocated``,
-                                    ``*.freed``, ``num_alloc_retries``, ...)
-``empty_cache()``                   return cached, unused device memory to the driver
-``empty_host_cache()``              return cached, unused pinned host memory
-``get_memory_info(device=None, /)``  ``(free, total)`` bytes of the device, all processes
-``stats(device=None, /)``           ``{"allocated_bytes.all.current": ..., ...}`` flat,
-                                    sorted, with torch's ``memory_stats`` keys
-``telemetry(device=None, /)``       :class:`Telemetry` from NVML / amd-smi / Level Zero
-==================================  ==================================================
+                                      ``*.freed``, ``num_alloc_retries``, ...)
+``empty_cache()``                     return cached, unused device memory to the driver
+``empty_host_cache()``                return cached, unused pinned host memory
+``get_memory_info(device=None, /)``   ``(free, total)`` bytes of the device, all processes
+``stats(device=None, /)``             ``{"allocated_bytes.all.current": ..., ...}`` flat,
+                                      sorted, with torch's ``memory_stats`` keys
+``telemetry(device=None, /)``         :class:`Telemetry` from NVML / amd-smi / Level Zero
+====================================  ==================================================
 
 Per backend:
 

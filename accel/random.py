@@ -665,7 +665,7 @@ def fork_rng(devices: Iterable[object] | None = None, enabled: bool = True, *,
     Raises:
         DeviceMismatchError: (a ``ValueError``) ``devices`` mixes accelerator types.
         InvalidDeviceError: (a ``TypeError``) ``devices`` is not a list of device specs.
-        The errors of :func:`accel.device` for a bad device spec, before any state is read.
+        AccelError: the errors of :func:`accel.device` for a bad device spec, before any state is read.
 
     .. note:: Initialises the runtime of the forked devices.
 

@@ -409,6 +409,7 @@ def disable(*, op: object = None, dsl: str | None = None, backend: str | None = 
        torch's dispatcher does not support swapping a Python kernel under a concurrent call
        (seen as an INTERNAL ASSERT in ``SafePyObject`` or a crash). The same holds for
        :func:`register`, :func:`unregister` and :func:`disabled`.
+
     Registrations stay; :func:`enable` switches them back on. Affects accel's
     registrations only (``torch.backends.python_native`` also reaches them on
     the native path).
