@@ -111,6 +111,8 @@ class KernelLimits:
             unknown.
         fp8: fp8 flavour for kernels that take fp8 (``"ocp"``, ``"fnuz"`` on gfx942, ``None``).
         source: where the numbers come from (device properties, or the vendor document of the table).
+        cache_bytes: the last-level cache the device properties report, bytes (``None``: not reported);
+            the benchmark flushes twice this before each timed rep.
     """
 
     arch: str
@@ -119,6 +121,7 @@ class KernelLimits:
     shared_memory: int | None
     fp8: str | None
     source: str
+    cache_bytes: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """The limits as a JSON-ready dict."""

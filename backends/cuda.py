@@ -187,7 +187,8 @@ class CudaBackend(TorchCudaDevices, Backend):
             smem = SHARED_MEMORY_OPTIN.get(cc)
             source += "; shared memory: CUDA C Programming Guide, compute capability table"
         return KernelLimits(cuda_arch(*cc), "nvidia", int(getattr(props, "warp_size", 32) or 32), smem,
-                            "ocp" if cc >= (8, 9) else None, source)
+                            "ocp" if cc >= (8, 9) else None, source,
+                            int(getattr(props, "L2_cache_size", 0) or 0) or None)
 
     def family(self, index: int = 0, /) -> str:
         """NVIDIA family name (``"Hopper"``)."""

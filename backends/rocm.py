@@ -195,7 +195,8 @@ class RocmBackend(TorchCudaDevices, Backend):
         if not lds:
             lds = lds_bytes(arch)
             source += "; wave size and LDS: AMD ISA documents (accel.backends.rocm.wave_size, lds_bytes)"
-        return KernelLimits(arch, family, wave, int(lds), _fp8_flavour(arch), source)
+        return KernelLimits(arch, family, wave, int(lds), _fp8_flavour(arch), source,
+                            int(getattr(props, "L2_cache_size", 0) or 0) or None)
 
     def family(self, index: int = 0, /) -> str:
         """CDNA2/3/4 or RDNA3/4."""

@@ -169,7 +169,8 @@ class XpuBackend(Backend):
         wave = 32 if not sizes or 32 in sizes else max(sizes)
         local = getattr(props, "local_mem_size", None)
         return KernelLimits(xpu_arch(props), "xe", wave, int(local) if local else None, "ocp",
-                            "torch.xpu.get_device_properties (sub_group_sizes, local_mem_size)")
+                            "torch.xpu.get_device_properties (sub_group_sizes, local_mem_size)",
+                            int(getattr(props, "last_level_cache_size", 0) or 0) or None)
 
     def capabilities(self, index: int = 0, /) -> Capabilities:
         """Feature flags from the device properties (``has_fp64``) and the running torch."""

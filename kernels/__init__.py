@@ -24,7 +24,7 @@ regions, and every eager model, is routed.
 
 from __future__ import annotations
 
-from .catalog import Availability, availability, families, install
+from .catalog import Availability, availability, families, install, tuning_state
 from .core.explain import Explanation, explain
 from .core.override import OverrideInfo, set_verify
 from .core.registry import (
@@ -58,6 +58,7 @@ __all__ = [
     "registry_mode",
     "registry_path",
     "reset_counters",
+    "tuning_state",
     "set_verify",
     "unregister",
     "use_registry",

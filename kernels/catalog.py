@@ -21,8 +21,9 @@ from accel.kernels import ops
 from accel.kernels.core.override import OVERRIDES
 from accel.kernels.core.registry import unregister
 from accel.kernels.core.spec import DSL_BACKEND_NOTES, OpFamily
+from accel.kernels.tuning import table
 
-__all__ = ["Availability", "availability", "builtin", "families", "install"]
+__all__ = ["Availability", "availability", "builtin", "families", "install", "tuning_state", "tuning_states"]
 
 
 def families() -> dict[str, OpFamily]:
@@ -111,6 +112,40 @@ def availability() -> list[Availability]:
         if note is not None:  # where the kernels run and how they are called: the package metadata says neither
             why += f" ({note()})"
         out.append(Availability(kernel, dsl, backends, ok, why, installed))
+    return out
+
+
+def tuning_state(kernel: str, dsl: str, arch: str) -> str:
+    """How ``arch``'s tuning tables route ``dsl``'s kernels of family ``kernel``, in one line: the forward's
+    and backward's :func:`accel.kernels.tuning.table.arch_state`, once where they agree
+    (``"not tuned for gfx942: run `accel bench --tune`"``).
+
+    Raises:
+        UnknownKernelError: ``kernel`` is no built-in family.
+    """
+    known = families()
+    if kernel not in known:
+        raise UnknownKernelError(f"accel.kernels.tuning_state: unknown kernel family {kernel!r}; the built-in "
+                                 f"kernels have {', '.join(sorted(known))}.")
+    states = {op: table.arch_state(op, dsl, arch) for op in known[kernel].table_ops}
+    if len(set(states.values())) == 1:
+        return next(iter(states.values()))
+    return "; ".join(f"{op.rpartition('_')[2]}: {state}" for op, state in states.items())
+
+
+def tuning_states(arch: str, backend: str) -> dict[tuple[str, str], str | None]:
+    """``(kernel, dsl) -> state`` for every built-in kernel on ``arch`` of backend ``backend`` (``"rocm"``):
+    :func:`tuning_state` prefixed ``"installed, "`` where the kernel is registered in this process; ``None``
+    where the kernel is not registered for ``backend`` at all (its DSL does not run there)."""
+    names = _installed_names()
+    out: dict[tuple[str, str], str | None] = {}
+    for kernel, dsl, _module, backends in builtin():
+        if backend not in backends:
+            out[(kernel, dsl)] = None
+            continue
+        state = tuning_state(kernel, dsl, arch)
+        installed = f"{kernel}_fwd.{dsl}" in names or f"{kernel}_bwd.{dsl}" in names
+        out[(kernel, dsl)] = f"installed, {state}" if installed else state
     return out
 
 

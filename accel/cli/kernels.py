@@ -23,16 +23,36 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def _arch() -> tuple[str | None, str]:
+    """``(arch, backend name)`` of the active backend's current device where it is a GPU backend some built-in
+    kernel is registered for (``("gfx942", "rocm")``), else ``(None, name)``. Initialises that runtime."""
+    import accel
+    from accel.kernels import catalog
+
+    backend = accel.backend()
+    if not any(backend.name in backends for *_rest, backends in catalog.builtin()):
+        return None, backend.name
+    return backend.arch(accel.device().index or 0), backend.name
+
+
 def report() -> dict:
-    """``{"registry_path", "native_registry", "overrides": [...], "builtin": [...]}`` (JSON-ready)."""
+    """``{"registry_path", "native_registry", "arch", "backend", "overrides": [...], "builtin": [...]}``
+    (JSON-ready). Each built-in row carries ``tuning``: how the active GPU's arch's tables route it
+    (``"installed, not tuned for gfx942: run `accel bench --tune`"``), ``null`` where the active backend
+    is no GPU it is registered for."""
     import accel.kernels as ak
     from accel import _compat
+    from accel.kernels import catalog
 
+    arch, backend = _arch()
+    states = catalog.tuning_states(arch, backend) if arch is not None else {}
     return {
         "registry_path": ak.registry_path(),
         "native_registry": _compat.native_dsl_registry_reason(),
+        "arch": arch,
+        "backend": backend,
         "overrides": [o.as_dict() for o in ak.overrides()],
-        "builtin": [a.as_dict() for a in ak.availability()],
+        "builtin": [dict(a.as_dict(), tuning=states.get((a.kernel, a.dsl))) for a in ak.availability()],
     }
 
 
@@ -64,8 +84,9 @@ def run(args: argparse.Namespace) -> int:
         t.caption = ("none registered: no built-in kernel can be installed here (reasons below)" if args.install
                      else "none registered in this process (accel.kernels.install() or accel kernels --install)")
     out.print(t)
-    out.print(table("built-in kernels", ["kernel", "DSL", "backends", "available", "installed", "reason"],
+    tuned = f"tuning ({data['arch']})" if data["arch"] else "tuning"
+    out.print(table("built-in kernels", ["kernel", "DSL", "backends", "available", "installed", tuned, "reason"],
                     [[a["kernel"], a["dsl"], ",".join(a["backends"]), "yes" if a["available"] else "no",
-                      "yes" if a["installed"] else "no", a["reason"]] for a in data["builtin"]]))
+                      "yes" if a["installed"] else "no", a["tuning"], a["reason"]] for a in data["builtin"]]))
     out.print(f"native DSL registry: {cell(data['native_registry'])}")
     return args.exit_code

@@ -19,7 +19,6 @@ import torch
 
 import accel.kernels as ak
 from accel._compat import module_version
-from accel.errors import KernelUnavailableError
 from accel.kernels.catalog import families
 from accel.kernels.core.spec import OpFamily
 from accel.kernels.tuning.tolerance import compare
@@ -163,7 +162,9 @@ def run(shapes=None, dtypes=("bf16",), reps: int = 30, budget_s: float = 150.0,
         dtypes: names among ``bf16``, ``fp16``, ``fp32`` (a repeated name, op or shape is measured once).
         reps: timed repetitions per candidate and round.
         budget_s: shapes reached when this many seconds have passed are skipped (listed in ``skipped``).
-        device: default the current CUDA device; a CPU device only smoke-tests the benchmark.
+        device: default the active accel backend's current device (NVIDIA, AMD or Intel: timed with that
+            vendor's events through accel, :mod:`~accel.kernels.bench.timing`); a CPU device only smoke-tests
+            the benchmark.
         ops: op family names, in the order measured (``None``: every family of
             :func:`accel.kernels.catalog.families`, by name), each with forward and backward rows.
         rounds: rounds per row; each times ATen and every candidate once, in turn, and the report gives each
@@ -171,7 +172,7 @@ def run(shapes=None, dtypes=("bf16",), reps: int = 30, budget_s: float = 150.0,
             about ``rounds`` times as long; ``1`` times each candidate once, one after another.
 
     Returns:
-        ``{"device", "arch", "torch", "versions", "copy_ceiling_gbs", "installed", "rounds", "peers", "rows",
+        ``{"device", "arch", "backend", "torch", "versions", "copy_ceiling_gbs", "installed", "rounds", "peers", "rows",
         "aten_faster", "skipped", "router_overhead", "routed_counts", "elapsed_s"}``; one row per family, dtype,
         shape and direction: ``{"op", "dtype", "shape", "direction", "bytes", "routed_to", "errors", "impls"}``,
         ``impls`` name -> ``{"us", "gbs", "pct_ceiling", "vs_aten", "vs_best_peer"}``.
@@ -179,7 +180,7 @@ def run(shapes=None, dtypes=("bf16",), reps: int = 30, budget_s: float = 150.0,
     Raises:
         BenchArgumentError: ``reps``, ``rounds``, ``budget_s`` or a shape out of range
             (:func:`~accel.kernels.bench.arguments.check_arguments`), or ``ops`` empty or unknown.
-        KernelUnavailableError: no device given and no usable CUDA device.
+        KernelUnavailableError: no device given and the active backend is no GPU accel's kernels run on.
     """
     check_arguments(reps=reps, budget_s=budget_s, shapes=shapes, rounds=rounds)
     known = families()
@@ -189,10 +190,8 @@ def run(shapes=None, dtypes=("bf16",), reps: int = 30, budget_s: float = 150.0,
     shapes = None if shapes is None else tuple(dict.fromkeys(tuple(s) for s in shapes))
 
     if device is None:
-        if not torch.cuda.is_available():
-            raise KernelUnavailableError("accel bench: no CUDA device (torch.cuda.is_available() is False). "
-                                         "The kernel benchmark needs an NVIDIA GPU; run it on one.")
-        device = torch.device("cuda", torch.cuda.current_device())
+        device = timing.bench_device("accel bench", "The kernel benchmark needs an NVIDIA, AMD or Intel GPU; "
+                                                    "run it on one.")
     started = time.perf_counter()
     timer = timing.Timer(device, reps)
     ceiling = timing.copy_ceiling(timer, device)
@@ -202,12 +201,9 @@ def run(shapes=None, dtypes=("bf16",), reps: int = 30, budget_s: float = 150.0,
     peer_dists = [d for mod in modules if mod is not None for d in getattr(mod, "PEER_DISTRIBUTIONS", ())]
     installed = ak.install(kernels=list(ops))
     try:  # the overrides installed here are removed whatever happens
-        if device.type == "cuda":
-            name, arch = torch.cuda.get_device_name(device), "sm_%d%d" % torch.cuda.get_device_capability(device)
-        else:
-            name, arch = "cpu", "cpu"
+        facts = timing.device_facts(device)
         report: dict[str, Any] = {
-            "device": name, "arch": arch, "torch": torch.__version__,
+            "device": facts["device"], "arch": facts["arch"], "backend": facts["backend"], "torch": torch.__version__,
             "versions": {d: module_version(d) for d in dict.fromkeys((*DSL_DISTRIBUTIONS, *peer_dists))},
             "copy_ceiling_gbs": ceiling, "installed": installed, "rounds": rounds, "peers": {},
             "rows": [], "aten_faster": [], "skipped": skipped,

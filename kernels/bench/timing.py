@@ -1,4 +1,9 @@
-"""How the benchmark times: :class:`Timer` (CUDA events, L2 flushed), the copy ceiling, the router's cost.
+"""How the benchmark times: :class:`Timer` (the vendor's events, L2 flushed), the copy ceiling, the router's cost.
+
+Device-agnostic: events are ``accel.Event(device, enable_timing=True)`` (``torch.Event`` of the device's type:
+CUDA and HIP events, XPU events, ...), waiting is ``accel.synchronize(device)``; no ``torch.cuda`` call is
+made for a device of another vendor. The active accel backend must be the device's (``accel bench`` times
+the active backend's current device).
 
 :class:`Timer` times one call at a time with the L2 cache flushed before it, so each kernel reads its
 inputs from HBM as in a model; :meth:`Timer.interleaved` alternates the candidates of a row round by round.
@@ -18,21 +23,87 @@ import torch
 
 import accel.kernels as ak
 
-__all__ = ["Timer", "bare_router", "copy_ceiling", "router_overhead", "sync", "time_bare"]
+__all__ = ["Timer", "bare_router", "copy_ceiling", "device_facts", "flush_bytes", "has_events", "router_overhead",
+           "sync", "time_bare"]
 
 #: The op whose dispatch :func:`router_overhead` times: one call on 8 elements is almost all host cost.
 PROBE_OP = "aten::_fused_rms_norm"
 _PROBE_EPS = 1e-6
 
 
+def has_events(device: torch.device) -> bool:
+    """Whether ``device``'s backend has timing events (every GPU backend; not the CPU)."""
+    from accel.backends import backend_for_device
+
+    return backend_for_device(device).has_events
+
+
 def sync(device: torch.device) -> None:
-    """Wait for ``device``'s queued work (CUDA); nothing on other devices."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+    """Wait for ``device``'s queued work through ``accel.synchronize`` (any vendor); nothing on the CPU."""
+    if has_events(device):
+        import accel
+
+        accel.synchronize(device)
+
+
+#: The backends a benchmark device may be of: where accel's built-in kernels are registered.
+GPU_BACKENDS = ("cuda", "rocm", "xpu")
+
+
+def bench_device(command: str, fix: str) -> torch.device:
+    """The current device of the active accel backend, for ``accel bench`` (``command``) to time.
+
+    Raises:
+        KernelUnavailableError: the active backend is none of :data:`GPU_BACKENDS` (a CPU or MPS machine);
+            the message ends with ``fix``.
+    """
+    import accel
+    from accel.errors import KernelUnavailableError
+
+    backend = accel.backend()
+    if backend.name not in GPU_BACKENDS:
+        raise KernelUnavailableError(
+            f"{command}: no GPU device: the active backend is {backend.name!r}, and accel's kernels run on "
+            f"{', '.join(GPU_BACKENDS)} (an NVIDIA, AMD or Intel GPU). {fix}")
+    return accel.device()
+
+
+def device_facts(device: torch.device) -> dict[str, str]:
+    """``{"device": name, "arch": tuning-table arch key, "backend": accel backend name}`` of ``device``, from its
+    backend (``{"device": "NVIDIA H200", "arch": "sm_90", "backend": "cuda"}``; ``gfx942`` / ``rocm``;
+    ``pvc`` / ``xpu``; ``cpu`` for smoke runs).
+
+    .. note:: Initialises the device's runtime (device properties).
+    """
+    from accel.backends import backend_for_device
+    from accel.kernels.dsl.launch import arch
+
+    if not has_events(device):
+        return {"device": device.type, "arch": device.type, "backend": device.type}
+    backend = backend_for_device(device)
+    return {"device": backend().device_name(device.index or 0), "arch": arch(device), "backend": backend.name}
+
+
+#: Bytes zeroed before each timed rep to evict the last-level cache, at least: 256 MiB (the H200's L2 is
+#: 50 MiB; an MI300X's Infinity Cache is 256 MiB, hence :func:`flush_bytes` takes twice a cache the device
+#: properties report).
+FLUSH_BYTES = 256 * 2**20
+
+
+def flush_bytes(device: torch.device) -> int:
+    """Bytes of the cache-flush buffer on ``device``: ``max(FLUSH_BYTES, 2 x the last-level cache)`` where the
+    device properties give its size (``L2_cache_size`` on CUDA/HIP, ``last_level_cache_size`` on XPU); 1 on the
+    CPU (no flush)."""
+    if not has_events(device):
+        return 1
+    from accel.kernels.dsl.launch import kernel_limits
+
+    return max(FLUSH_BYTES, 2 * (kernel_limits(device).cache_bytes or 0))
 
 
 class Timer:
-    """CUDA-event timing with an L2 flush (zeroing a 256 MiB buffer) before every rep.
+    """Device-event timing (``accel.Event``, any vendor) with a cache flush (zeroing :func:`flush_bytes`) before
+    every rep.
 
     On a CPU device (smoke tests of the benchmark only) wall-clock time per call.
 
@@ -47,7 +118,8 @@ class Timer:
 
     def __init__(self, device: torch.device, reps: int) -> None:
         self.device, self.reps = device, reps
-        self.flush = torch.empty(256 * 2**20 if device.type == "cuda" else 1, dtype=torch.uint8, device=device)
+        self.events = has_events(device)
+        self.flush = torch.empty(flush_bytes(device), dtype=torch.uint8, device=device)
 
     def __call__(self, fn: Callable[[], Any]) -> float:
         """Median µs of ``fn()`` over :attr:`reps` reps, after at least 3 calls and 20 ms of warm-up calls.
@@ -64,23 +136,25 @@ class Timer:
         until = time.perf_counter() + 0.02
         while time.perf_counter() < until:
             fn()
-        if self.device.type != "cuda":
+        if not self.events:
             times = []
             for _ in range(self.reps):
                 t0 = time.perf_counter()
                 fn()
                 times.append((time.perf_counter() - t0) * 1e6)
             return statistics.median(times)
-        torch.cuda.synchronize(self.device)
-        starts = [torch.cuda.Event(enable_timing=True) for _ in range(self.reps)]
-        ends = [torch.cuda.Event(enable_timing=True) for _ in range(self.reps)]
+        import accel
+
+        sync(self.device)
+        starts = [accel.Event(self.device, enable_timing=True) for _ in range(self.reps)]
+        ends = [accel.Event(self.device, enable_timing=True) for _ in range(self.reps)]
         for s, e in zip(starts, ends):
             self.flush.zero_()
             s.record()
             fn()
             e.record()
-        torch.cuda.synchronize(self.device)
-        return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends)) * 1e3
+        sync(self.device)
+        return statistics.median(accel.elapsed_time(s, e) for s, e in zip(starts, ends)) * 1e3
 
     def interleaved(self, fns: dict[str, Callable[[], Any]], rounds: int,
                     errors: dict[str, str]) -> dict[str, float]:
@@ -186,16 +260,16 @@ def router_overhead(device: torch.device, calls: int = 2000, rounds: int = 5) ->
         live accel override of the op (``--ops`` without its family, no DSL installed) there is no router to
         time: ``{"skipped": why}``.
     """
-    if not any(o.op == PROBE_OP and o.active and device.type in o.backends for o in ak.overrides()):
-        return {"skipped": f"no accel override of {PROBE_OP} is active on {device.type}: no router to time"}
+    from accel.backends import backend_for_device
+
+    backend = backend_for_device(device)  # the backend's own dispatch key (CUDA serves rocm too)
+    if not any(o.op == PROBE_OP and o.active and backend.name in o.backends for o in ak.overrides()):
+        return {"skipped": f"no accel override of {PROBE_OP} is active on {backend.name}: no router to time"}
 
     x = torch.randn(1, 8, device=device)
     w = torch.randn(8, device=device)
     op = torch.ops.aten._fused_rms_norm.default
-    from accel.backends import registered
-
-    backend = registered().get(device.type)  # the backend's own dispatch key (CUDA serves rocm too)
-    key = backend.dispatch_key if backend is not None else None
+    key = backend.dispatch_key
 
     def per_call() -> float:
         for _ in range(50):

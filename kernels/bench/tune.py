@@ -3,12 +3,17 @@
 For each op family (forward and backward), dtype and benchmark shape: time ATen, then every candidate config
 of each DSL kernel that the family's bench module offers (``tune_candidates``; the kernel's default config
 first). Each config is launched explicitly (Triton launch parameters, or a ``helion.Config`` bound with
-:func:`accel.kernels.dsl.helion_utils.bind`), checked against ATen's result, and timed with
-``triton.testing.do_bench`` (median, converted to µs); a config that fails to compile, launch or agree is
-reported and skipped. Helion's own autotuner is never entered (why: :mod:`accel.kernels.tuning.table`). The
-fastest implementation per bucket is written with :func:`accel.kernels.tuning.table.write_user_table` —
-``"aten"`` where ATen won, so the routed call is never slower than ATen on a measured bucket. Stops at
-``--budget`` seconds; progress is shown with ``rich``.
+:func:`accel.kernels.dsl.helion_utils.bind`), checked against ATen's result, and timed with the vendor's
+events through accel (:class:`~accel.kernels.bench.timing.Timer`: CUDA, HIP or XPU events, cache flushed,
+median of the reps; no ``torch.cuda`` call on another vendor); a config that fails to compile, launch or
+agree is reported and skipped. Helion's own autotuner is never entered (why: :mod:`accel.kernels.tuning.table`).
+Then ATen and each DSL's fastest config are timed again in :data:`~accel.kernels.tuning.table.MIN_ROUNDS`
+(or more) interleaved rounds; an entry names a kernel only where its median over those rounds is at least
+:data:`~accel.kernels.tuning.table.MIN_SPEEDUP` times ATen's speed, else ``"aten"`` (the one routing policy of
+every vendor: :mod:`accel.kernels.tuning.table`). Entries are written with
+:func:`accel.kernels.tuning.table.write_user_table` into the table of the device's arch (``sm_90``,
+``gfx942``, ``pvc``, ...), after which that arch's kernels route where they won. Stops at ``--budget``
+seconds; progress is shown with ``rich``.
 
 The search knows no op by name: the families come from :func:`accel.kernels.catalog.families`.
 """
@@ -17,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -24,7 +30,6 @@ from typing import Any
 import torch
 
 import accel.kernels as ak
-from accel.errors import KernelUnavailableError
 from accel.kernels.catalog import families
 from accel.kernels.dsl.launch import arch
 from accel.kernels.tuning import table
@@ -36,13 +41,18 @@ from .runner import aten_directions
 __all__ = ["jobs", "run_from_args", "timer_for", "tune"]
 
 
-def timer_for(device: torch.device) -> Callable[[Callable[[], Any]], float]:
-    """µs of one call as the tuner times it: ``triton.testing.do_bench``'s median on CUDA; on other devices
-    (smoke runs of this code only) the wall time of one call after one warm-up call."""
-    if device.type == "cuda":
-        from triton.testing import do_bench
+#: Timed reps per config and round on a GPU (the median is kept).
+REPS = 10
 
-        return lambda fn: float(do_bench(fn, warmup=5, rep=20, return_mode="median")) * 1e3
+
+def timer_for(device: torch.device) -> Callable[[Callable[[], Any]], float]:
+    """µs of one call as the tuner times it: on a GPU of any vendor the median of :data:`REPS` event-timed
+    reps with the cache flushed (:class:`~accel.kernels.bench.timing.Timer`); on the CPU (smoke runs of this
+    code only) the wall time of one call after one warm-up call."""
+    from . import timing
+
+    if timing.has_events(device):
+        return timing.Timer(device, REPS)
 
     def wall(fn):
         fn()
@@ -77,11 +87,15 @@ def jobs(ops, dtypes, device: torch.device, shapes=None,
 
 
 def tune(ops=None, dtypes=("bf16",), budget_s: float = 600.0, device: torch.device | None = None,
-         progress: Callable[[str], None] | None = None, write: bool = True, shapes=None) -> dict[str, Any]:
-    """Measure the table; returns ``{"arch", "entries", "errors", "skipped", "path", "elapsed_s", "trials"}``.
+         progress: Callable[[str], None] | None = None, write: bool = True, shapes=None,
+         rounds: int = table.MIN_ROUNDS) -> dict[str, Any]:
+    """Measure the table; returns ``{"arch", "device", "backend", "entries", "errors", "skipped", "path",
+    "elapsed_s", "trials"}``.
 
-    ``entries``: one per job, ``{"op", "dtype", "m", "n", "impl", "config", "configs", "us"}`` (``configs``:
-    each DSL's fastest config; ``us``: ATen's and each DSL's best time). ``trials``: one
+    ``entries``: one per job, ``{"op", "dtype", "m", "n", "impl", "config", "configs", "us", "rounds",
+    "evidence"}`` (``configs``: each DSL's fastest config; ``us``: ATen's and each DSL's median µs over the
+    ``rounds`` confirmation rounds; ``impl`` a DSL only where it is at least
+    :data:`~accel.kernels.tuning.table.MIN_SPEEDUP` x ATen there, else ``"aten"``). ``trials``: one
     ``{"op", "dtype", "m", "n", "dsl", "config", "us"}`` per config timed (ATen too, config ``None``), fastest
     first per job - the evidence behind each entry (``--json`` prints it).
 
@@ -89,24 +103,34 @@ def tune(ops=None, dtypes=("bf16",), budget_s: float = 600.0, device: torch.devi
         ops: op family names (``None``: every family of :func:`accel.kernels.catalog.families`, by name).
         dtypes: names among ``bf16``, ``fp16``, ``fp32``.
         budget_s: stop starting new jobs and configs after this many seconds.
-        device: default the current CUDA device (a CPU device only smoke-tests this code).
+        device: default the active accel backend's current device (NVIDIA, AMD or Intel; a CPU device only
+            smoke-tests this code).
         progress: called with one line per finished job.
         write: write the entries to the user cache (:func:`accel.kernels.tuning.table.write_user_table`).
         shapes: ``[M, N]`` pairs for every family (``None``: each family's benchmark shapes).
+        rounds: confirmation rounds of ATen against each DSL's best config (at least
+            :data:`~accel.kernels.tuning.table.MIN_ROUNDS`).
 
     Raises:
-        BenchArgumentError: ``budget_s`` or a shape out of range, or ``ops`` empty or unknown.
-        KernelUnavailableError: no device given and no usable CUDA device.
+        BenchArgumentError: ``budget_s`` or a shape out of range, ``rounds`` below
+            :data:`~accel.kernels.tuning.table.MIN_ROUNDS`, or ``ops`` empty or unknown.
+        KernelUnavailableError: no device given and the active backend is no GPU accel's kernels run on.
     """
     check_arguments(budget_s=budget_s, shapes=shapes)
     known = families()
     ops = check_ops(known if ops is None else ops, known)
 
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < table.MIN_ROUNDS:
+        from accel.errors import BenchArgumentError
+
+        raise BenchArgumentError(f"accel bench --tune: rounds={rounds!r} is fewer than {table.MIN_ROUNDS}: a table "
+                                 f"entry is the median of at least {table.MIN_ROUNDS} rounds. Pass rounds >= "
+                                 f"{table.MIN_ROUNDS}.")
     if device is None:
-        if not torch.cuda.is_available():
-            raise KernelUnavailableError("accel bench --tune: no CUDA device (torch.cuda.is_available() is False). "
-                                         "Tuning measures kernels on the GPU it is for; run it there.")
-        device = torch.device("cuda", torch.cuda.current_device())
+        from . import timing
+
+        device = timing.bench_device("accel bench --tune", "Tuning measures kernels on the GPU it is for; run it "
+                                                           "there.")
     where = arch(device)
     bench = timer_for(device)
     started = time.perf_counter()
@@ -139,14 +163,46 @@ def tune(ops=None, dtypes=("bf16",), budget_s: float = 600.0, device: torch.devi
                 timed.append(dict(job, dsl=dsl, config=cfg, us=us))
                 if us < times.get(dsl, float("inf")):
                     times[dsl], best_cfg[dsl] = us, cfg
-        winner = min(times, key=times.get)
+        medians = _confirm(bench, aten, {d: (cands[d][0], c) for d, c in best_cfg.items()}, rounds)
+        winner, evidence = _winner(medians)
         trials += sorted(timed, key=lambda t: t["us"])
-        entries.append(dict(job, impl=winner, config=best_cfg.get(winner), configs=best_cfg, us=times))
+        times = medians
+        entries.append(dict(job, impl=winner, config=best_cfg.get(winner), configs=best_cfg, us=medians,
+                            rounds=rounds, evidence=evidence))
         if progress is not None:
             progress(f"{op} {dname} {m}x{n}: {winner} " + " ".join(f"{k}={v:.1f}us" for k, v in times.items()))
     path = table.write_user_table(where, entries) if write and entries else None
-    return {"arch": where, "entries": entries, "errors": errors, "skipped": skipped,
+    from . import timing
+
+    facts = timing.device_facts(device)
+    return {"arch": where, "device": facts["device"], "backend": facts["backend"], "entries": entries, "errors": errors, "skipped": skipped,
             "path": str(path) if path else None, "elapsed_s": time.perf_counter() - started, "trials": trials}
+
+
+def _confirm(bench: Callable[[Callable[[], Any]], float], aten: Callable[[], Any],
+             best: dict[str, tuple[Callable[[Any], Any], Any]], rounds: int) -> dict[str, float]:
+    """Median µs of ATen (overrides disabled) and of each DSL's best config over ``rounds`` interleaved rounds
+    (each round times every one once, in turn: a drift of clocks shifts all alike)."""
+    times: dict[str, list[float]] = {"aten": [], **{d: [] for d in best}}
+    for _ in range(rounds):
+        with ak.disabled():
+            times["aten"].append(bench(aten))
+        for dsl, (launch, cfg) in best.items():
+            times[dsl].append(bench(lambda launch=launch, cfg=cfg: launch(cfg)))
+    return {name: statistics.median(ts) for name, ts in times.items()}
+
+
+def _winner(medians: dict[str, float]) -> tuple[str, str]:
+    """``(impl, evidence)``: the fastest DSL where it is at least ``MIN_SPEEDUP`` x ATen's speed, else ATen."""
+    aten = medians["aten"]
+    kernels = {k: v for k, v in medians.items() if k != "aten"}
+    if not kernels:
+        return "aten", "no kernel config ran correctly"
+    best = min(kernels, key=kernels.get)
+    speedup = aten / kernels[best] if kernels[best] > 0 else float("inf")
+    if speedup >= table.MIN_SPEEDUP:
+        return best, f"{best} {speedup:.2f}x ATen (median of the rounds)"
+    return "aten", f"{best} only {speedup:.2f}x ATen (< {table.MIN_SPEEDUP}x): ATen"
 
 
 def run_from_args(args: argparse.Namespace, ops, dtypes, shapes=None) -> int:

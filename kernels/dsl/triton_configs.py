@@ -7,7 +7,12 @@ winners per arch live in the tuning table (:mod:`accel.kernels.tuning.table`).
 
 from __future__ import annotations
 
-__all__ = ["next_power_of_2", "warps", "row_config", "row_candidates", "unique_configs", "wide", "split_part"]
+__all__ = ["next_power_of_2", "warps", "row_config", "row_candidates", "unique_configs", "wide", "split_part",
+           "for_wave", "WAVE"]
+
+#: Threads per warp the heuristics here are written for (NVIDIA; RDNA's wave32 and Intel Triton's default
+#: ``threads_per_warp=32`` alike). A CDNA wavefront is 64 (:func:`for_wave`).
+WAVE = 32
 
 #: Elements per program above which 8, then 16 warps are used (enough loads in flight to
 #: cover HBM latency without spilling registers; the usual Triton row-kernel choice).
@@ -63,6 +68,26 @@ def row_candidates(block_n: int, *, max_elements: int, warp_choices: tuple[int, 
             if per_thread[0] <= elements // (32 * nw) <= per_thread[1]:
                 out.append({"looped": False, "block_n": block_n, "rows": rows, "num_warps": nw})
     return out
+
+
+def for_wave(cfg: dict, wave: int) -> dict:
+    """``cfg`` (a default launch config with ``num_warps``) for a device of ``wave`` threads per warp.
+
+    The defaults here size a program by threads (``num_warps`` x :data:`WAVE`: elements per thread); on a
+    wave64 device (AMD CDNA: gfx90a, gfx942, gfx950) Triton's ``num_warps`` counts 64-thread wavefronts, so
+    the same program has half the warps (at least 1). Wave32 devices (NVIDIA, AMD RDNA, Intel) keep ``cfg``:
+    a CDNA count is never assumed for RDNA. Only a tuning-table miss's default is adapted; a table's config
+    was measured on its arch and is used as it is.
+
+    Example:
+        >>> for_wave({"block_n": 4096, "rows": 1, "num_warps": 8}, 64)
+        {'block_n': 4096, 'rows': 1, 'num_warps': 4}
+        >>> for_wave({"block_n": 4096, "rows": 1, "num_warps": 8}, 32)
+        {'block_n': 4096, 'rows': 1, 'num_warps': 8}
+    """
+    if wave <= WAVE or not isinstance(cfg, dict) or "num_warps" not in cfg:
+        return cfg
+    return {**cfg, "num_warps": max(1, int(cfg["num_warps"]) * WAVE // wave)}
 
 
 def unique_configs(configs: list[dict]) -> list[dict]:

@@ -14,7 +14,8 @@ from typing import Any
 
 import torch
 
-from accel.kernels.dsl.launch import arch
+from accel.kernels.dsl.launch import arch, kernel_limits
+from accel.kernels.dsl.triton_configs import for_wave
 from accel.kernels.tuning import table
 
 __all__ = ["ALIGN", "DTYPES", "Limits", "arch", "device_reason", "device_types_for", "entry_reason",
@@ -171,8 +172,12 @@ def floors(fwd, bwd, family: str, dsl: str):
 def tuned_config(op: str, dsl: str, t: torch.Tensor, m: int, n: int, default: Any) -> Any:
     """The tuning table's kernel config of ``dsl`` for ``op`` on ``t``'s arch and dtype at ``[m, n]``
     (:func:`accel.kernels.table.config`), else ``default``: a config, or a callable of ``n``
-    returning one (called only on a miss). One O(1) lookup; the impls call it per launch."""
+    returning one (called only on a miss), adapted to the device's wave size
+    (:func:`accel.kernels.dsl.triton_configs.for_wave`: half the warps on AMD CDNA's wave64, as is on
+    wave32 devices). One O(1) lookup; the impls call it per launch."""
     cfg = table.config(op, dsl, arch(t.device), table.dtype_name(t.dtype), m, n)
     if cfg is not None:
         return cfg
-    return default(n) if callable(default) else default
+    cfg = default(n) if callable(default) else default
+    wave = kernel_limits(t.device).wave_size
+    return for_wave(cfg, wave) if wave > 32 else cfg

@@ -606,16 +606,22 @@ def route(op: str, dsl: str, arch: str, dtype: str, m: int, n: int) -> str | Non
 def arch_state(op: str, dsl: str, arch: str) -> str:
     """One line on how ``arch``'s tables route ``dsl``'s kernel of ``op`` (``accel kernels`` shows it).
 
-    ``"tuned for sm_90: 12 entries (shipped), default floors for bfloat16, float16, float32"``, or
-    ``"installed, not tuned for gfx942: run `accel bench --tune`"`` where no entry names ``dsl`` and no
-    default is declared for it (every call declines). Reads the table files (cached).
+    ``"tuned for sm_90: 5 entries (shipped) naming it; default floors for bf16, fp16, fp32"``, or
+    ``"not tuned for gfx942: run `accel bench --tune`"`` where no entry names ``dsl`` and no default is
+    declared for it (every call declines). Reads the table files (cached).
+
+    Example:
+        >>> from accel.kernels.tuning import table
+        >>> table.arch_state("softmax_fwd", "triton", "gfx942")
+        'not tuned for gfx942: run `accel bench --tune`'
+
     """
     entries = [(c.source, key[1]) for key, c in table(arch).items() if key[0] == op and c.impl == dsl]
     floors = sorted({k[1] for k, d in defaults(arch).items() if k[0] == op and k[2] == dsl})
     if dsl in MIN_NUMEL and MIN_NUMEL[dsl] < TABLE_ONLY:
         return f"tuning.MIN_NUMEL[{dsl!r}]={MIN_NUMEL[dsl]} set in this process: takes misses on every arch"
     if not entries and not floors:
-        return f"installed, not tuned for {arch}: run `{TUNE_COMMAND}`"
+        return f"not tuned for {arch}: run `{TUNE_COMMAND}`"
     parts = []
     if entries:
         sources = ", ".join(sorted({s for s, _ in entries}))

@@ -101,7 +101,7 @@ def test_an_unavailable_backend_lists_every_probe_and_the_fix(capsys, monkeypatc
 
 
 @pytest.mark.parametrize("argv, fix", [
-    (["bench"], "needs an NVIDIA GPU"),
+    (["bench"], "needs an NVIDIA, AMD or Intel GPU"),
     (["bench", "--tune", "--ops", "rms_norm"], "run it there"),
     (["kernels", "--install"], "the built-in table says why"),
 ])
