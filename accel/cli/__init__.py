@@ -116,6 +116,7 @@ def _report(exc: Exception, head: str, command: str | None, as_json: bool, code:
     """Report ``exc`` through :func:`accel.cli._output.report_error` (``head: error: message`` on stderr, every
     probe for a detection error; the JSON error object on stdout with ``--json``); return ``code``."""
     from accel.cli._output import print_json, report_error
+    from accel.cli.schemas import stamp
 
     msg = str(exc)
     source, sep, rest = msg.partition(": ")
@@ -123,7 +124,7 @@ def _report(exc: Exception, head: str, command: str | None, as_json: bool, code:
         head, msg = source, rest
     error = report_error(head, command, type(exc).__name__.lstrip("_"), msg)
     if as_json:  # machines reading stdout get the error as JSON too
-        print_json({"error": error})
+        print_json(stamp("accel.error", {"error": error}))
     return code
 
 

@@ -1,10 +1,14 @@
-"""``accel bench``: the kernel benchmark (:mod:`accel.kernels.bench`) on the current CUDA device."""
+"""``accel bench``: the kernel benchmark (:mod:`accel.kernels.bench`) on the current GPU; ``--json`` prints its
+report stamped with the versioned schema ``accel.bench``; ``--plot PATH`` also draws it (:mod:`accel.cli.plot`)."""
 
 from __future__ import annotations
 
 import argparse
+import json
+import time
+from pathlib import Path
 
-__all__ = ["add_parser"]
+__all__ = ["add_parser", "run"]
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -13,7 +17,54 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
     p = subparsers.add_parser("bench", help="benchmark accel's kernels against ATen and peers (needs a GPU)",
                               description=bench.__doc__.splitlines()[0],
-                              epilog="Exit status: 0; 1 when this machine has no NVIDIA GPU (the error lists every "
-                                     "probe); 2 for a bad option value (--shapes, --ops, --dtypes, ...).")
+                              epilog="Exit status: 0; 1 when this machine has no GPU the kernels run on (the error "
+                                     "lists every probe) or --plot lacks matplotlib; 2 for a bad option value "
+                                     "(--shapes, --ops, --dtypes, --plot, ...).")
     bench.add_arguments(p)
-    p.set_defaults(func=bench.run_from_args)
+    p.add_argument("--plot", metavar="PATH.png", default=None,
+                   help="also draw the results as a PNG: GB/s per shape for ATen, each DSL, the routed call and the "
+                        "peers, the copy ceiling as a line (needs matplotlib: pip install '.[plot]')")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the benchmark (or ``--tune``) with parsed options; every option, ``--plot`` included, is checked before
+    any device is used. Returns the exit code, 0.
+
+    Raises:
+        BenchArgumentError: a malformed option, or ``--plot`` with ``--tune``.
+        KernelUnavailableError: no GPU accel's kernels run on.
+        FeatureUnavailableError: ``--plot`` without matplotlib.
+    """
+    from accel.cli.plot import check_plot, plot_bench
+    from accel.cli.schemas import stamp
+    from accel.errors import BenchArgumentError
+    from accel.kernels import bench
+    from accel.kernels.catalog import families
+
+    plot = getattr(args, "plot", None)
+    if plot is not None:
+        if args.tune:
+            raise BenchArgumentError("--plot draws the benchmark's results; --tune measures a tuning table "
+                                     "instead: pass one of them.")
+        check_plot(plot)
+    if args.tune:
+        return bench.run_from_args(args)
+    shapes = bench.arguments.parse_shapes(args.shapes)
+    dtypes = bench.arguments.parse_dtypes(args.dtypes)
+    ops = bench.arguments.parse_ops(args.ops, families())
+    bench.check_arguments(reps=args.reps, budget_s=args.budget_s, shapes=shapes, rounds=args.rounds)
+    bench.arguments.check_out(args.out)
+    report = stamp("accel.bench", bench.run(shapes, dtypes, reps=args.reps, budget_s=args.budget_s, ops=ops,
+                                            rounds=args.rounds))
+    md = bench.to_markdown(report)
+    print(json.dumps(report, indent=2) if args.json else md)
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        stamp_ = time.strftime("%Y%m%d-%H%M%S")
+        (out / f"kernels-{stamp_}.json").write_text(json.dumps(report, indent=2))
+        (out / f"kernels-{stamp_}.md").write_text(md + "\n")
+    if plot is not None:
+        print(f"picture: {plot_bench(report, plot)}")
+    return 0

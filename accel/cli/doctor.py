@@ -7,6 +7,7 @@ import argparse
 from dataclasses import asdict
 
 from accel.cli._output import command_error, console, print_json, table
+from accel.cli.schemas import stamp
 
 __all__ = ["add_parser", "run"]
 
@@ -18,7 +19,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                               "line on stderr names each failed check and its fix); 2 when the device spec "
                               "(--device or ACCEL_DEVICE) is misspelt.")
     p.add_argument("--device", default=None, help="device spec to check (default: ACCEL_DEVICE, else best)")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--json", action="store_true", help="machine-readable output (JSON schema accel.doctor)")
     p.set_defaults(func=run)
 
 
@@ -57,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     if failed:
         report["error"] = command_error("doctor", *failure_message(failed, sel))
     if args.json:
-        print_json(report)
+        print_json(stamp("accel.doctor", report))
     else:
         out = console()
         out.print(table("accel doctor", ["check", "result", "detail", "fix"],

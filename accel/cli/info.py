@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from accel.cli._output import command_error, console, print_json, table
+from accel.cli.schemas import stamp
 
 __all__ = ["add_parser", "run"]
 
@@ -15,7 +16,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                               "spec is misspelt (a misspelt --device prints only the error; an unavailable backend "
                               "or a misspelt ACCEL_DEVICE prints every other fact too).")
     p.add_argument("--device", default=None, help="device spec to inspect (default: ACCEL_DEVICE, else best)")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--json", action="store_true", help="machine-readable output (JSON schema accel.info, versioned: "
+                                                       "see the docs' JSON page)")
     p.set_defaults(func=run)
 
 
@@ -30,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
     if rc:
         info["error"] = command_error("info", sel["error_type"], sel["error"])
     if args.json:
-        print_json(info)
+        print_json(stamp("accel.info", info))
         return rc
     out = console()
     t = info["torch"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from accel.cli._output import cell, command_error, console, print_json, table
+from accel.cli.schemas import stamp
 
 __all__ = ["add_parser", "run"]
 
@@ -16,7 +17,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                               epilog="Exit status: 0; 1 with --install when no built-in kernel could be installed "
                                      "(the built-in table says why).")
     p.add_argument("--json", action="store_true",
-                   help="print JSON instead of tables (its 'installed' lists what --install registered: null "
+                   help="print JSON instead of tables (schema accel.kernels; its 'installed' lists what --install registered: null "
                         "without --install, [] when it registered nothing)")
     p.add_argument("--install", action="store_true",
                    help="register every available built-in kernel first (accel.kernels.install())")
@@ -72,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
             "--install registered no built-in kernel: none can be installed here; the built-in table says why "
             "for each (no accelerator this torch serves, or a DSL not installed)."))
     if args.json:
-        print_json(dict(data, installed=added))
+        print_json(stamp("accel.kernels", dict(data, installed=added)))
         return args.exit_code
     out = console()
     rows = [[o["name"], o["op"], o["dsl"], ",".join(o["backends"]), ",".join(sorted(set(o["paths"].values()))),

@@ -1,0 +1,96 @@
+"""``accel info|doctor|kernels|bench --json`` (issue 25): each report names its schema and version, and the real
+output of each command validates against the published schema (:mod:`accel.cli.schemas`), in success and in
+failure; so does the error-only report."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import accel
+from accel import _probe
+from accel.cli import main
+from accel.cli.schemas import SCHEMAS, VERSIONS
+
+jsonschema = pytest.importorskip("jsonschema")  # a test dependency ('.[test]')
+
+pytestmark = pytest.mark.cpu
+
+
+def _report(capsys, argv, code=0):
+    assert main(argv) == code
+    return json.loads(capsys.readouterr().out)
+
+
+def _valid(report):
+    name = report["schema"]
+    assert report["schema_version"] == VERSIONS[name]
+    jsonschema.Draft202012Validator(SCHEMAS[name]).validate(report)
+    return name
+
+
+@pytest.mark.parametrize("name", sorted(SCHEMAS))
+def test_each_schema_is_a_valid_draft_2020_12_schema(name):
+    jsonschema.Draft202012Validator.check_schema(SCHEMAS[name])
+    assert SCHEMAS[name]["properties"]["schema"] == {"const": name}
+
+
+@pytest.mark.parametrize("argv, schema", [(["info", "--json"], "accel.info"), (["doctor", "--json"], "accel.doctor"),
+                                          (["kernels", "--json"], "accel.kernels")])
+def test_the_real_reports_validate(capsys, argv, schema):
+    assert _valid(_report(capsys, argv)) == schema
+
+
+def test_failure_reports_validate_and_carry_the_error(capsys, monkeypatch):
+    missing = next((n for n, p in _probe.probes().items() if not p.available), None)
+    if missing is None:
+        pytest.skip("every backend is available here")
+    monkeypatch.setenv("ACCEL_DEVICE", missing)
+    accel.clear_cache()
+    for command, schema in (("info", "accel.info"), ("doctor", "accel.doctor")):
+        report = _report(capsys, [command, "--json"], 1)
+        assert _valid(report) == schema and report["error"]["type"] == "BackendUnavailableError"
+    monkeypatch.delenv("ACCEL_DEVICE")
+    accel.clear_cache()
+    if not any(p.available for n, p in _probe.probes().items() if n != "cpu"):
+        report = _report(capsys, ["kernels", "--install", "--json"], 1)
+        assert _valid(report) == "accel.kernels" and report["installed"] == []
+        report = _report(capsys, ["bench", "--json"], 1)  # no GPU: the error report alone
+        assert _valid(report) == "accel.error" and report["error"]["command"] == "bench"
+
+
+def test_a_usage_error_is_an_error_report(capsys):
+    report = _report(capsys, ["info", "--json", "--bogus"], 2)
+    assert _valid(report) == "accel.error" and report["error"]["type"] == "UsageError"
+
+
+def test_a_bench_report_validates():
+    """The rows of a bench report as accel.kernels.bench.run builds them (tests/cli/test_plot.py's fabricated
+    report, in runner.py's row shape); a report missing a row field does not validate."""
+    from test_plot import fabricated_report
+
+    report = fabricated_report()
+    assert _valid(report) == "accel.bench"
+    broken = json.loads(json.dumps(report))
+    del broken["rows"][0]["impls"]
+    with pytest.raises(jsonschema.ValidationError):
+        _valid(broken)
+
+
+@pytest.mark.slow
+@pytest.mark.once
+def test_a_real_bench_run_on_the_cpu_validates_and_plots(tmp_path):
+    """The benchmark's own CPU smoke run (accel.kernels.bench.run with a CPU device), stamped as ``accel bench
+    --json`` stamps it: its rows validate, and the picture draws them."""
+    import torch
+
+    from accel.cli.plot import plot_bench
+    from accel.cli.schemas import stamp
+    from accel.kernels import bench
+
+    report = stamp("accel.bench", bench.run([(64, 128)], ("fp32",), reps=2, budget_s=120,
+                                            device=torch.device("cpu"), ops=("rms_norm",)))
+    assert report["rows"] and _valid(report) == "accel.bench"
+    pytest.importorskip("matplotlib")
+    assert plot_bench(report, tmp_path / "b.png").stat().st_size > 0
