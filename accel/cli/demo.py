@@ -11,6 +11,7 @@ import contextlib
 from collections.abc import Callable, Iterator
 
 from accel.cli._output import console, print_json, table
+from accel.demo import BATCH, CPU_THREADS, MIN_EPOCHS, SHORT_BATCH, SHORT_EPOCHS
 
 __all__ = ["add_parser", "run", "ACCURACY_TARGET"]
 
@@ -27,8 +28,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                               "1 when either fails, the device is not available or scikit-learn is missing; 2 for "
                               "bad input (--epochs < 2, a misspelt --device).")
     p.add_argument("--device", default=None, help="device spec, e.g. cpu, cuda, cuda:1, rocm, xpu, mps")
-    p.add_argument("--epochs", type=int, default=12, help="training epochs (default 12; >= 2)")
+    p.add_argument("--epochs", type=int, default=12,
+                   help=f"training epochs (default 12; >= {MIN_EPOCHS}, the quickest run that passes; under "
+                        f"{SHORT_EPOCHS} epochs the batch is {SHORT_BATCH} instead of {BATCH})")
     p.add_argument("--seed", type=int, default=0, help="seed for accel.random.manual_seed (default 0)")
+    p.add_argument("--threads", type=int, default=None,
+                   help=f"CPU threads torch uses during the run (default {CPU_THREADS} on the CPU: the model is too "
+                        "small to gain from more, and shared cores make extra threads wait; torch's own elsewhere)")
     p.add_argument("--json", action="store_true", help="machine-readable output (no progress bar)")
     p.add_argument("--kernels", choices=("on", "off"), default="on",
                    help="route RMSNorm/softmax/LayerNorm through accel's kernels on GPUs (default on)")
@@ -91,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
 
     with _progress(not args.json) as progress:
         result = demo.run(args.device, epochs=args.epochs, seed=args.seed, progress=progress,
-                          kernels=args.kernels == "on")
+                          kernels=args.kernels == "on", threads=args.threads)
     result["accuracy_target"] = ACCURACY_TARGET
     failures = []
     if not result["accuracy"] > ACCURACY_TARGET:
@@ -110,7 +116,8 @@ def run(args: argparse.Namespace) -> int:
             ["device", f"{result['device']} ({result['vendor']}, {result['arch']})"],
             ["held-out accuracy", f"{result['accuracy']:.4f} (target > {ACCURACY_TARGET})"],
             ["time per step", f"{result['step_ms']:.2f} ms (median of the {result['steps'] - result['steps'] // result['epochs']} "
-                              f"steps after the first epoch)"],
+                              f"steps after the first epoch, batch {result['batch']}, {result['threads']} CPU "
+                              f"thread{'s' if result['threads'] != 1 else ''})"],
             ["final loss", f"{result['final_loss']:.4f}"],
             ["resume check", f"{'equal' if r['equal'] else 'DIFFERENT'}: {r['compared']} losses after the epoch-"
                              f"{r['checkpoint_epoch']} checkpoint, max |diff| {r['max_abs_diff']:.3g}"],

@@ -177,7 +177,7 @@ def test_unknown_device_is_a_clean_cli_error(capsys):
 def test_demo_rejects_bad_epochs(capsys):
     assert main(["demo", "--epochs", "1", "--json"]) == 2
     err = capsys.readouterr().err
-    assert "epochs=1: need >= 2" in err and "batch" not in err  # only what is wrong, in CLI terms
+    assert "epochs=1: need >= 3" in err and "batch" not in err  # only what is wrong, in CLI terms
 
 
 @pytest.mark.parametrize("argv, command, message", [
@@ -229,6 +229,28 @@ def test_demo_json_trains_and_resumes_exactly():
     assert res["ok"] and res["accuracy"] > 0.90
     assert res["resume"]["equal"] and res["resume"]["compared"] > 0 and res["resume"]["max_abs_diff"] == 0.0
     assert res["device"] == "cpu" and res["backend"] == "cpu" and res["step_ms"] > 0
+    assert res["threads"] == 1 and res["batch"] == 64  # the CPU default: one thread (accel.demo.CPU_THREADS)
+
+
+@pytest.mark.slow
+@pytest.mark.once
+@pytest.mark.parametrize("seed", [0, 1])
+def test_the_smallest_demo_run_passes_its_accuracy_check(seed):
+    """``accel demo --epochs 3`` (the smallest value --help allows) passes the same > 0.90 check honestly (a
+    batch of 16 below 6 epochs), with two seeds; --epochs 2 is bad input that names the minimum."""
+    from accel import demo
+
+    r = subprocess.run([sys.executable, "-m", "accel.cli", "demo", "--json", "--device", "cpu", "--seed", str(seed),
+                        "--epochs", str(demo.MIN_EPOCHS), "--threads", "2"],
+                       capture_output=True, text=True, timeout=600, check=False)
+    assert r.returncode == 0, r.stderr + r.stdout
+    res = json.loads(r.stdout)
+    assert res["ok"] and res["accuracy"] > 0.90 and res["accuracy_target"] == 0.90
+    assert res["resume"]["equal"] and res["batch"] == demo.SHORT_BATCH and res["threads"] == 2
+    assert res["epochs"] == 3 and res["steps"] == 3 * -(-1437 // demo.SHORT_BATCH)
+    r = subprocess.run([sys.executable, "-m", "accel.cli", "demo", "--epochs", "2"], capture_output=True,
+                       text=True, timeout=300, check=False)
+    assert r.returncode == 2 and "epochs=2: need >= 3" in r.stderr
 
 
 @pytest.mark.once
