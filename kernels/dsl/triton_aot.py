@@ -238,6 +238,7 @@ class Exclusion:
         kind: ``"unfit"`` (cannot launch there: the router must never pick it) or ``"spills"`` (runs, but
             spills registers to local memory: route it only where a measured table entry says it wins).
         reason: the sentence ``accel kernels`` shows.
+        tritons: the Triton versions (``(major, minor)``) the misfit was seen with; empty: every version.
     """
 
     op: str
@@ -246,12 +247,27 @@ class Exclusion:
     when: Mapping[str, int]
     kind: str
     reason: str
+    tritons: tuple[tuple[int, int], ...] = ()
 
-    def matches(self, op: str, arch: str, config: Mapping[str, Any], kernel: str | None = None) -> bool:
-        """Whether this exclusion covers ``op`` (its ``kernel``, if given) with launch ``config`` on ``arch``."""
+    def matches(self, op: str, arch: str, config: Mapping[str, Any], kernel: str | None = None,
+                triton: tuple[int, int] | None = None) -> bool:
+        """Whether this exclusion covers ``op`` (its ``kernel``, if given) with launch ``config`` on ``arch``
+        with Triton version ``triton`` (``(major, minor)``; ``None``: the installed one, read from its
+        package metadata)."""
         if op != self.op or arch not in self.targets or kernel not in (None, self.kernel):
             return False
+        if self.tritons and (triton or _triton_version()) not in self.tritons:
+            return False
         return all(int(config.get(k) or 0) >= v for k, v in self.when.items())
+
+
+def _triton_version() -> tuple[int, int]:
+    """The installed Triton's ``(major, minor)`` from package metadata (no import); ``(0, 0)`` without one."""
+    from accel._compat import module_version
+
+    v = module_version("triton")
+    parts = [int(p) for p in re.findall(r"\d+", v or "")[:2]]
+    return (parts + [0, 0])[0], (parts + [0, 0])[1]
 
 
 _NV = ("sm_80", "sm_90", "sm_100", "sm_120")
@@ -274,6 +290,19 @@ EXCLUSIONS: tuple[Exclusion, ...] = (
     Exclusion("softmax_bwd", "softmax_bwd_rows", ("sm_80", "sm_90"), {"block_n": 32768}, "spills",
               "rows of 32768 y and dy values in registers (64 of each per thread at 16 warps) spill on sm_80/sm_90; "
               "a looped config does not"),
+    # the sm_90 table's split config (2 parts of 8192, 8 warps): 32 elements per thread of x, dy, their
+    # prefetched next rows, w, dW and dB partials. Wave32 RDNA: triton 3.8 and 3.9 fit it in 244-246 VGPRs,
+    # 3.5.1 needs 256 and spills 4-7. sm_90: triton 3.5.1 and 3.9 fit it; 3.8's ptxas spills 24 bytes.
+    Exclusion("layer_norm_bwd", "layer_norm_bwd_split", ("gfx1100", "gfx1201"), {"split": 2, "block_n": 8192},
+              "spills", "a part of 8192 columns over 256 work-items needs more than the 256 VGPRs a lane may address "
+              "(triton 3.5)", tritons=((3, 5),)),
+    Exclusion("layer_norm_bwd", "layer_norm_bwd_split", ("sm_90",), {"split": 2, "block_n": 8192}, "spills",
+              "a part of 8192 columns over 256 threads spills 24 bytes with triton 3.8's ptxas (3.5, 3.6 and 3.9 "
+              "fit it; the H200 table was measured with 3.6)", tritons=((3, 8),)),
+    # triton 3.5.1's ptxas spills 16 bytes for the looped forward's online max/sum at 16 values per thread on
+    # sm_120; triton 3.8's and 3.9's do not
+    Exclusion("softmax_fwd", "softmax_fwd_looped", ("sm_120",), {"block_n": 4096, "num_warps": 8}, "spills",
+              "the looped forward spills 16 bytes on sm_120 with triton 3.5's ptxas", tritons=((3, 5),)),
     # 32 warps of 64 are 2048 work-items, twice what an AMD workgroup may have
     *(Exclusion(op, kernel, _CDNA, {"num_warps": 32}, "unfit",
                 "num_warps=32 is 2048 work-items per workgroup on a wave64 GPU; at most 1024 are allowed")
@@ -282,9 +311,10 @@ EXCLUSIONS: tuple[Exclusion, ...] = (
 )
 
 
-def excluded(op: str, arch: str, config: Mapping[str, Any], kernel: str | None = None) -> Exclusion | None:
+def excluded(op: str, arch: str, config: Mapping[str, Any], kernel: str | None = None,
+             triton: tuple[int, int] | None = None) -> Exclusion | None:
     """The :class:`Exclusion` covering ``op`` (optionally its ``kernel`` function) with launch ``config``
-    (``block_n``, ``num_warps``, ...) on ``arch``, or ``None``.
+    (``block_n``, ``num_warps``, ...) on ``arch`` with Triton ``triton`` (default: the installed one), or ``None``.
 
     >>> excluded("softmax_fwd", "gfx942", {"num_warps": 32, "block_n": 4096}).kind
     'unfit'
@@ -292,7 +322,7 @@ def excluded(op: str, arch: str, config: Mapping[str, Any], kernel: str | None =
     True
     """
     for ex in EXCLUSIONS:
-        if ex.matches(op, arch, config, kernel):
+        if ex.matches(op, arch, config, kernel, triton):
             return ex
     return None
 
