@@ -275,6 +275,7 @@ def patch(model: nn.Module, *, norms: bool = True, mlp: bool = True, rope: bool 
         TypeError: ``model`` is not an ``nn.Module``.
     """
     _check_module(model, "patch")
+    _dispatch_keys()
     wanted = {"rms_norm": norms, "mlp": mlp, "attention": rope, "causal_lm": loss}
     with _LOCK:
         for module in model.modules():
@@ -310,6 +311,15 @@ def unpatch(model: nn.Module) -> nn.Module:
 # ------------------------------------------------------------------------------ kernel or the model's code
 #: device type -> its dispatch key (``None``: no accel backend runs it, e.g. meta).
 _DISPATCH_KEYS: dict[str, str | None] = {}
+
+
+def _dispatch_keys() -> None:
+    """Fill :data:`_DISPATCH_KEYS` for every device type accel's backends run (once, eagerly: the lookup reads
+    entry points, which ``torch.compile`` cannot trace; a model moved to another device after :func:`patch`
+    finds its key here)."""
+    if not _DISPATCH_KEYS:
+        for device_type in ("cpu", "cuda", "xpu", "mps"):
+            _dispatch_key(device_type)
 
 
 def _dispatch_key(device_type: str) -> str | None:
@@ -536,6 +546,21 @@ def _rope_function(original: Any) -> Any:
     return apply_rotary_pos_emb
 
 
+def _scope(globals_: dict[str, Any], replace: dict[str, Any]) -> dict[str, Any]:
+    """A copy of a modeling module's globals with ``replace`` in it, as the ``__dict__`` of a module of its own in
+    ``sys.modules`` (``accel.integrations.transformers.scopes.<modeling module>``): the modeling module's globals
+    stay as they are, and ``torch.compile`` (which names a function's globals by their module's ``__name__`` and
+    re-imports it for its guards) finds the copy's objects, not the modeling module's."""
+    name = f"{__name__}.scopes.{globals_['__name__']}"
+    module = sys.modules.get(name)
+    if module is None:
+        module = types.ModuleType(name, globals_.get("__doc__"))
+        sys.modules[name] = module
+    module.__dict__.update({k: v for k, v in globals_.items() if k not in ("__name__", "__spec__", "__loader__")})
+    module.__dict__.update(replace)
+    return module.__dict__
+
+
 def _build_attention(cls: type, variant: str | None) -> tuple[type | None, str | None]:
     forward = _plain_forward(cls)
     if forward is None or "apply_rotary_pos_emb" not in forward.__code__.co_names:
@@ -544,8 +569,7 @@ def _build_attention(cls: type, variant: str | None) -> tuple[type | None, str |
     if original is None or not _rope_probe(original):
         return None, ("its module's apply_rotary_pos_emb is not Hugging Face's rotate-half RoPE (checked against "
                       "accel::rope's reference)")
-    scope = dict(forward.__globals__)  # a copy: the modeling module's own globals stay as they are
-    scope["apply_rotary_pos_emb"] = _rope_function(original)
+    scope = _scope(forward.__globals__, {"apply_rotary_pos_emb": _rope_function(original)})
     forward_accel = types.FunctionType(forward.__code__, scope, forward.__name__, forward.__defaults__,
                                        forward.__closure__)
     forward_accel.__kwdefaults__ = forward.__kwdefaults__
@@ -730,6 +754,7 @@ def enable(*, families: Iterable[str] | None = None, norms: bool = True, mlp: bo
         ValueError: ``families`` names a family accel does not know.
     """
     mp = _monkey_patching()
+    _dispatch_keys()
     chosen = list(FAMILIES) if families is None else list(families)
     unknown = sorted(set(chosen) - set(FAMILIES))
     if unknown:

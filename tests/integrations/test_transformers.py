@@ -476,3 +476,44 @@ def test_a_patched_step_runs_no_aten_op_more_often_than_eager(family, request):
     assert more == _ALLOWED_MORE, more
     assert sum(taken.values()) < sum(eager.values())
     assert all(n > 0 for op, n in _routed(names).items() if op == "accel::linear_cross_entropy")
+
+
+def _graph_ops(explained) -> set:
+    return {str(n.target) for g in explained.graphs for n in g.graph.nodes
+            if n.op == "call_function" and str(n.target).startswith("accel.")}
+
+
+@needs_lce
+def test_a_compiled_patched_model_keeps_accel_ops_in_one_graph_and_trains_like_eager(cpu_kernels):
+    """Under torch.compile the four accel ops are nodes of one graph (fake kernels; no graph break from the
+    integration's kernel-or-own-code decision), and accel.compile(fullgraph=True) trains as eager does."""
+    import accel
+
+    ref, model = _build("llama")
+    hf.patch(model)
+    inputs = _inputs("llama")
+    torch._dynamo.reset()
+    explained = torch._dynamo.explain(lambda **kw: model(**kw).loss)(**inputs)
+    assert explained.graph_break_count == 0 and explained.graph_count == 1, explained.break_reasons
+    assert {"accel.linear_cross_entropy.default", "accel.rms_norm_hf", "accel.rope.default",
+            "accel.swiglu.default"} <= _graph_ops(explained)
+    compiled = accel.compile(model, fullgraph=True, backend="aot_eager")
+    ref_out, ref_grads = _loss_and_grads(ref, inputs)
+    out, grads = _loss_and_grads(compiled, inputs)
+    torch.testing.assert_close(out.loss, ref_out.loss, rtol=1e-5, atol=1e-6)
+    grads = {n.removeprefix("_orig_mod."): g for n, g in grads.items()}
+    assert grads.keys() == ref_grads.keys()
+    for name in ref_grads:
+        torch.testing.assert_close(grads[name], ref_grads[name], rtol=1e-4, atol=1e-6, msg=name)
+    torch._dynamo.reset()
+
+
+def test_a_compiled_patched_model_without_kernels_is_the_models_own_graph():
+    """No accel kernel: the compiled patched model traces the model's own code (Inductor fuses it), no accel op."""
+    ref, model = _build("qwen3")
+    hf.patch(model)
+    inputs = _inputs("qwen3")
+    torch._dynamo.reset()
+    explained = torch._dynamo.explain(lambda **kw: model(**kw).loss)(**inputs)
+    assert explained.graph_break_count == 0 and _graph_ops(explained) == set()
+    torch._dynamo.reset()
