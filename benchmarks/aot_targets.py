@@ -6,10 +6,10 @@ report: registers, spills, scratch / local memory, LDS / shared memory and the w
     python benchmarks/aot_targets.py --set ci --targets gfx942,sm_90 --kernels rms_norm
     python benchmarks/aot_targets.py --set sample --json /tmp/aot.json --no-write
 
-``--set full`` (default): every tuner candidate config at each row-length class, bf16 and fp32, plus the
-shipped tables' configs; ``ci``: the shipped tables' configs plus one default per row-length class, bf16
-(what ``tests/kernels/test_aot_targets.py`` asserts where ``ACCEL_TEST_ONCE=1``); ``sample``: one case per
-kernel function (the per-env test). The script re-runs itself without ``TRITON_INTERPRET`` when that is
+``--set full`` (default): the CI set in bf16 and fp32 plus, in bf16, every tuner candidate config at the
+swept row lengths (``_SWEPT`` in ``kernels/ops/triton_aot_cases.py``); ``ci``: the shipped tables' configs
+plus one default per row-length class, bf16 (what ``tests/kernels/test_aot_targets.py`` asserts where
+``ACCEL_TEST_ONCE=1``); ``sample``: one case per kernel function (the per-env test). The script re-runs itself without ``TRITON_INTERPRET`` when that is
 set. Exit status 1 when any case fails :func:`~accel.kernels.dsl.triton_aot.check` outside
 :data:`~accel.kernels.dsl.triton_aot.EXCLUSIONS`.
 """

@@ -3,8 +3,8 @@
 Every ``@triton.jit`` kernel of ``kernels/ops/*/triton_kernel.py``, forward and backward, specialized as the
 op's impl would launch it: the configs the shipped tuning tables name (``kernels/tuning/<arch>.json``,
 ``impl: "triton"``; an entry without a config runs the default for its row length), one default config
-per row-length class (:data:`ROW_CLASSES`), and with ``full=True`` every config ``accel bench --tune``
-may time (each op's ``candidate_configs``) and fp32 as well as bf16. Every flag that adds work is on
+per row-length class (:data:`ROW_CLASSES`), and with ``full=True`` the configs ``accel bench --tune``
+may time (each op's ``candidate_configs``, at the row lengths of :data:`_SWEPT`) and fp32 as well as bf16. Every flag that adds work is on
 (weight, bias, every gradient): the heaviest variant of each kernel. Pointers and row lengths / strides
 are marked 16-divisible, as Triton's launcher marks them for 16-byte aligned rows of a multiple of 16
 elements.
@@ -48,10 +48,11 @@ KERNEL_OPS: dict[str, tuple[str, ...]] = {
     "linear_cross_entropy": ("linear_cross_entropy_fwd", "linear_cross_entropy_bwd"),
 }
 _ESIZE = {"bf16": 2, "fp16": 2, "fp32": 4}
-#: Row lengths whose every tuner candidate the full matrix compiles (the others: their default only). The
-#: candidates of the short-row classes are few-element-per-thread variants of the 1024 ones.
-_SWEPT = {"rms_norm": (4096, 16384), "softmax": (4096, 32768), "layer_norm": (4096, 16384),
-          "swiglu": (5632,)}
+#: Row lengths whose every tuner candidate the full matrix compiles (the others: their default only), so that
+#: it runs within an hour on two shared cores: a shorter row's candidates are fewer-elements-per-thread
+#: variants of the swept ones; softmax is swept at 32768, its longest rows in registers and where its looped
+#: candidates (32 warps, software pipelining) are; SwiGLU's tiles (elementwise) only as its defaults.
+_SWEPT = {"rms_norm": (4096, 16384), "softmax": (32768,), "layer_norm": (4096, 16384), "swiglu": ()}
 
 
 def _k(family: str) -> Any:
@@ -271,7 +272,8 @@ def cases(families: Sequence[str] | None = None, *, full: bool = False) -> list[
 
     ``full=False`` (CI): bf16; the shipped tables' Triton configs; the default config of each
     :data:`ROW_CLASSES` row length and of each table entry's row length; LayerNorm's partials kernel.
-    ``full=True``: also every tuner candidate at each row length, and all of it in fp32 too.
+    ``full=True``: also every tuner candidate at the row lengths of :data:`_SWEPT` in bf16 (an L2-hint twin
+    of another candidate left out), and the tables' configs and the defaults in fp32 too.
     Duplicates (same kernel, signature, constexprs and options) are dropped, the first source kept.
 
     Raises:
