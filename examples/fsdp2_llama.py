@@ -443,6 +443,10 @@ def train_rank(opts: Options, phase: str, ckpt: Path, rank: int, world: int, ini
     kwargs: dict[str, Any] = {"timeout": datetime.timedelta(seconds=max(60, int(opts.timeout)))}
     if init_method is not None:
         kwargs.update(init_method=init_method, rank=rank, world_size=world)
+    else:  # torchrun: its store, under a prefix of this phase's own (a second group in the same processes
+        # must not read the first one's keys: the ranks then wait on each other's stale addresses)
+        store, _, _ = next(dist.rendezvous("env://", rank=rank, world_size=world))
+        kwargs.update(store=dist.PrefixStore(f"fsdp2_llama/{phase}/", store), rank=rank, world_size=world)
     device = ad.init_process_group(**kwargs)  # accel.device(): LOCAL_RANK's index on CUDA/ROCm/XPU
     result: dict[str, Any] = {"rank": rank, "world_size": world, "phase": phase, "device": str(device),
                               "backend": dist.get_backend(), "torch": torch.__version__}
@@ -592,7 +596,8 @@ def main(argv: list[str] | None = None) -> int:
     if opts.ckpt:
         ckpt = Path(opts.ckpt)
     elif launch.launched:  # every rank must name the same folder (on one node; several nodes need --ckpt)
-        ckpt = Path(tempfile.gettempdir()) / f"fsdp2-ckpt-{os.environ.get('TORCHELASTIC_RUN_ID', launch.master_port)}"
+        run_id = os.environ.get("TORCHELASTIC_RUN_ID", "none")
+        ckpt = Path(tempfile.gettempdir()) / f"fsdp2-ckpt-{run_id}-{launch.master_addr}-{launch.master_port}"
     else:
         ckpt = Path(tempfile.mkdtemp(prefix="fsdp2-ckpt-"))
     ckpt.mkdir(parents=True, exist_ok=True)
