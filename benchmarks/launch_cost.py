@@ -118,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
                 if info.op == aten._schema.name and info.name.split(".")[0].endswith("_fwd"):
                     cond = ak.kcore.override.OVERRIDES[info.name].cond
                     add(op, f"{info.dsl} cond", lambda: cond(*a))
+            _tuning.MIN_NUMEL.clear()
             _tuning.MIN_NUMEL.update(saved)
             _tuning.reload()
         x8, w8 = torch.randn(1, 8, device=dev), torch.randn(8, device=dev)
@@ -134,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         add("other", "torch.empty_like(x)", lambda: torch.empty_like(x))
         add("other", "torch.cuda.current_device()", torch.cuda.current_device)
     finally:
+        _tuning.MIN_NUMEL.clear()
         _tuning.MIN_NUMEL.update(saved)
         _tuning.reload()
 

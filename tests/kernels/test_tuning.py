@@ -135,6 +135,8 @@ def test_tune_on_cpu_in_the_interpreter_writes_winners(cache_dir):
     assert r["arch"] == "cpu" and [e["op"] for e in r["entries"]] == ["softmax_fwd", "softmax_bwd"]
     for e in r["entries"]:
         assert set(e["us"]) == {"aten", "triton"} and e["impl"] in ("aten", "triton")
+        assert e["rounds"] == 3  # medians of the confirmation rounds; a kernel only at >= 1.05x ATen
+        assert (e["impl"] == "triton") == (e["us"]["aten"] / e["us"]["triton"] >= 1.05), e
         assert (e["config"] is None) == (e["impl"] == "aten")
         assert set(e["configs"]) == {"triton"}  # every DSL's best config, for the table builder
     written = json.loads((cache_dir / "cpu.json").read_text())["entries"]

@@ -82,11 +82,12 @@ def table_text(op: str, dsl: str, input: torch.Tensor, linear_weight: torch.Tens
     """The sentence for reason key ``"table"``: under the size floor (the input's elements), or what the tuning
     table says for ``[tokens, classes]``."""
     least = table.floor(op, dsl)
-    if input.numel() < least:
-        return (f"{input.numel()} input elements < {least}, the {dsl} kernel's floor (tuning.MIN_NUMEL): the op's "
-                f"eager chunked loop runs")
     n, c = input.shape[0], linear_weight.shape[0]
-    return table.route(op, dsl, arch(input.device), table.dtype_name(input.dtype), n, c) or "tuning table"
+    why = table.route(op, dsl, arch(input.device), table.dtype_name(input.dtype), n, c)
+    if input.numel() < least:
+        return (f"{input.numel()} input elements < {least}, the {dsl} kernel's least floor over every arch's tuning "
+                f"table (tuning.floor): the op's eager chunked loop runs" + (f"; here: {why}" if why else ""))
+    return why or "tuning table"
 
 
 def make_conds(dsl: str, backends: Sequence[str]) -> tuple[Callable[..., bool], Callable[..., bool]]:
