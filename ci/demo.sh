@@ -6,6 +6,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m venv .venv
-echo "demo.sh: installing ${ACCEL_TORCH:-torch==2.13.0} and accel[demo] into .venv (about 30-80 s)..." >&2
+echo "demo.sh: installing ${ACCEL_TORCH:-torch==2.13.0} and accel[demo] into .venv (the first time about 2-3 minutes on two cores; pip prints nothing meanwhile)..." >&2
 .venv/bin/python -m pip install --quiet --disable-pip-version-check "${ACCEL_TORCH:-torch==2.13.0}" ".[demo]"
 exec .venv/bin/accel demo "$@"
