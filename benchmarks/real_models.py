@@ -241,8 +241,12 @@ def _versions() -> dict[str, str | None]:
 
 
 def run_one(model_name: str, mode: str, *, quick: bool, steps: int, warmup: int, device_spec: str | None,
-            eager_ms: float | None, loss_chunk: int | None = None) -> dict[str, Any]:
-    """One model x mode in this process: the JSON-ready result (``skipped`` with a reason where it cannot run)."""
+            eager_ms: float | None, loss_chunk: int | None = None, curve_steps: int = 50,
+            compile_backend: str = "inductor") -> dict[str, Any]:
+    """One model x mode in this process: the JSON-ready result (``skipped`` with a reason where it cannot run).
+
+    Runs ``max(warmup + steps, curve_steps)`` training steps on the fixed batch: the ``steps`` after ``warmup``
+    are timed (median ``ms``), every step's loss is kept (``losses``: the loss curve)."""
     import torch
 
     import accel
@@ -284,9 +288,11 @@ def run_one(model_name: str, mode: str, *, quick: bool, steps: int, warmup: int,
         patch_report = accel_hf.report(model).as_dict()
     model.train()
     if mode == "compile":
-        model = torch.compile(model)
+        model = torch.compile(model, backend=compile_backend)
     elif mode == "accel_compile":
-        model = accel.compile(model)
+        model = accel.compile(model, backend=compile_backend)
+    if mode in ("compile", "accel_compile"):
+        base["compile_backend"] = compile_backend
     fused = device.type == "cuda"
     opt = torch.optim.AdamW(bench.model.parameters(), lr=1e-4, fused=fused)
 
@@ -304,19 +310,22 @@ def run_one(model_name: str, mode: str, *, quick: bool, steps: int, warmup: int,
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     losses, times = [], []
-    for i in range(warmup + steps):
-        sync()
-        start = time.perf_counter()
+    for i in range(max(warmup + steps, curve_steps)):
+        timed = warmup <= i < warmup + steps
+        if timed:
+            sync()
+            start = time.perf_counter()
         losses.append(step())
-        sync()
-        if i >= warmup:
+        if timed:
+            sync()
             times.append((time.perf_counter() - start) * 1e3)
     ms = statistics.median(times)
     peak = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None
     values = [float(v) for v in losses]
-    result = {**base, "ms": round(ms, 3), "speedup_vs_eager": None if not eager_ms else round(eager_ms / ms, 4),
+    speedup = 1.0 if mode == "eager" else None if not eager_ms else round(eager_ms / ms, 4)
+    result = {**base, "ms": round(ms, 3), "speedup_vs_eager": speedup,
               "peak_gib": None if peak is None else round(peak, 3), "loss": values[0], "losses": values,
-              "steps": steps, "warmup": warmup, "ms_all": [round(t, 3) for t in times]}
+              "steps": steps, "warmup": warmup, "curve_steps": len(values), "ms_all": [round(t, 3) for t in times]}
     if patch_report is not None:
         result["patch"] = patch_report
     if mode in ("accel", "accel_compile"):
@@ -523,17 +532,48 @@ def _parse_list(text: str | None, known: tuple[str, ...], what: str) -> list[str
     return names
 
 
+def compare_to_eager(result: dict[str, Any], eager: dict[str, Any] | None) -> None:
+    """Add ``loss_rel_vs_eager`` (first-step loss, relative; target <= 1e-3) and ``curve_max_rel_vs_eager`` (the
+    largest relative difference of the loss curves, step by step) to ``result`` where eager's run has them."""
+    if not eager or not eager.get("losses") or not result.get("losses"):
+        return
+    a, b = result["losses"], eager["losses"]
+    result["loss_rel_vs_eager"] = abs(a[0] - b[0]) / max(abs(b[0]), 1e-30)
+    result["curve_max_rel_vs_eager"] = max(abs(x - y) / max(abs(y), 1e-30) for x, y in zip(a, b))
+
+
 def drive(models: list[str], modes: list[str], out: Path, *, quick: bool, steps: int, warmup: int,
-          device_spec: str | None, timeout: float, loss_chunk: int | None = None) -> list[dict[str, Any]]:
-    """Each model x mode in a fresh process (eager first); one JSON line per run appended to ``out``."""
+          device_spec: str | None, timeout: float, loss_chunk: int | None = None, curve_steps: int = 50,
+          compile_backend: str = "inductor", eager_from: Path | None = None) -> list[dict[str, Any]]:
+    """Each model x mode in a fresh process (eager first); one JSON line per run appended to ``out``.
+
+    A mode that cannot run is a ``skipped`` line with the reason, never left out: Liger for a model it has no
+    function for is decided here without a process, a missing package (liger_kernel, timm) in the child.
+    ``eager_from``: a results file whose eager lines give ``speedup_vs_eager`` and the loss comparison when
+    ``modes`` has no eager (a batch split over two GPU calls)."""
     out.parent.mkdir(parents=True, exist_ok=True)
     ordered = (["eager"] if "eager" in modes else []) + [m for m in modes if m != "eager"]
+    earlier: dict[str, dict[str, Any]] = {}
+    if eager_from is not None and eager_from.exists():
+        for line in eager_from.read_text().splitlines():
+            row = json.loads(line) if line.strip() else {}
+            if row.get("mode") == "eager" and row.get("ms") and row.get("loss_chunk") is None:
+                earlier[row["model"]] = row
     results = []
     for model in models:
-        eager_ms = None
+        eager = earlier.get(model)
         for mode in ordered:
+            eager_ms = eager.get("ms") if eager else None
+            if mode == "liger" and LIGER[model] is None:
+                result = {"model": model, "mode": mode, "quick": quick,
+                          "skipped": f"Liger-Kernel has no patch function for {model}"}
+                results.append(result)
+                with out.open("a") as f:
+                    f.write(json.dumps(result) + "\n")
+                print(f"{model:12s} {mode:14s} {result['skipped']}", flush=True)
+                continue
             cmd = [sys.executable, os.path.abspath(__file__), "--model", model, "--mode", mode, "--steps", str(steps),
-                   "--warmup", str(warmup)]
+                   "--warmup", str(warmup), "--curve-steps", str(curve_steps), "--compile-backend", compile_backend]
             cmd += ["--quick"] if quick else []
             cmd += ["--device", device_spec] if device_spec else []
             cmd += ["--eager-ms", str(eager_ms)] if eager_ms else []
@@ -551,13 +591,74 @@ def drive(models: list[str], modes: list[str], out: Path, *, quick: bool, steps:
                 result = {"model": model, "mode": mode, "error": f"no result within {timeout:.0f} s"}
             result["wall_s"] = round(time.time() - began, 1)
             if mode == "eager" and result.get("ms"):
-                eager_ms = result["ms"]
+                eager = result
+            elif mode != "eager":
+                compare_to_eager(result, eager)
             results.append(result)
             with out.open("a") as f:
                 f.write(json.dumps(result) + "\n")
             shown = result.get("ms", result.get("skipped", result.get("error", "")))
             print(f"{model:12s} {mode:14s} {str(shown)[:100]}", flush=True)
     return results
+
+
+def load_results(path: Path) -> list[dict[str, Any]]:
+    """The JSON lines of ``path`` (a results file of :func:`drive`), the last line per (model, mode, loss_chunk)."""
+    rows: dict[tuple, dict[str, Any]] = {}
+    for line in path.read_text().splitlines():
+        if line.strip():
+            row = json.loads(line)
+            rows[(row.get("model"), row.get("mode"), row.get("loss_chunk"))] = row
+    return list(rows.values())
+
+
+def plot(results: list[dict[str, Any]], png: Path) -> Path:
+    """One PNG: a bar chart of ``speedup_vs_eager`` per model and mode (skipped and failed runs named under the
+    bars), and per model the loss curves of every mode on the fixed batch. matplotlib is imported here only.
+
+    Raises:
+        ImportError: matplotlib is not installed (``pip install matplotlib``; the JSON lines are complete without it).
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    models = [m for m in MODELS if any(r.get("model") == m for r in results)]
+    plain = [r for r in results if r.get("loss_chunk") is None]
+    fig, axes = plt.subplots(1, 1 + len(models), figsize=(5 * (1 + len(models)), 4.2), squeeze=False)
+    bars = axes[0][0]
+    width = 0.8 / len(MODES)
+    for j, mode in enumerate(MODES):
+        xs, ys = [], []
+        for i, m in enumerate(models):
+            row = next((r for r in plain if r.get("model") == m and r.get("mode") == mode), None)
+            value = (row or {}).get("speedup_vs_eager") if (row or {}).get("ms") else None
+            if value:
+                xs.append(i + (j - len(MODES) / 2 + 0.5) * width)
+                ys.append(value)
+        bars.bar(xs, ys, width, label=mode)
+    bars.axhline(1.0, color="k", lw=0.6)
+    bars.set_xticks(range(len(models)), models, rotation=20)
+    bars.set_ylabel("speedup vs eager (one training step)")
+    bars.legend(fontsize=7)
+    missing = [f"{r['model']}/{r['mode']}: {'skipped' if 'skipped' in r else 'error'}" for r in plain
+               if "ms" not in r]
+    if missing:
+        bars.set_title("; ".join(missing)[:160], fontsize=6)
+    for ax, m in zip(axes[0][1:], models):
+        for r in plain:
+            if r.get("model") == m and r.get("losses"):
+                ax.plot(range(1, len(r["losses"]) + 1), r["losses"], label=r["mode"], lw=1)
+        ax.set_title(f"{m}: loss on the fixed batch")
+        ax.set_xlabel("step")
+        if ax.lines:
+            ax.legend(fontsize=7)
+    fig.tight_layout()
+    png.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+    return png
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -576,11 +677,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=1500.0, help="seconds per child run (with --all)")
     p.add_argument("--loss-chunk", type=int, help="accel modes: rows per chunk of the fused loss (default: "
                                                   "LinearCrossEntropyOptions' own choice)")
+    p.add_argument("--curve-steps", type=int, default=50,
+                   help="steps run in all (at least --warmup + --steps): every step's loss is the loss curve")
+    p.add_argument("--compile-backend", default="inductor", help="torch.compile backend of the compile modes")
+    p.add_argument("--eager-from", type=Path, help="with --all and no eager mode: eager's lines in this results "
+                                                   "file give speedup_vs_eager and the loss comparison")
+    p.add_argument("--plot", type=Path, metavar="JSONL", help="write a PNG of a results file (bar chart of the "
+                                                              "speedups, loss curves per model): --png FILE")
+    p.add_argument("--png", type=Path, help="the PNG --plot writes (default: the results file with .png)")
     p.add_argument("--ops", action="store_true", help="time each accel op alone (fwd+bwd) at hf_llama's shapes")
     p.add_argument("--op-counts", action="store_true",
                    help="count the ATen ops of one training step on CPU (--quick configs): eager, patched, patched "
                         "with kernels; JSON to --out (and a .md beside it)")
     args = p.parse_args(argv)
+    if args.plot is not None:
+        print(plot(load_results(args.plot), args.png or args.plot.with_suffix(".png")))
+        return 0
     if args.op_counts:
         with contextlib.redirect_stdout(sys.stderr):
             rows = op_counts(_parse_list(args.models, COUNTED, "models"))
@@ -601,13 +713,15 @@ def main(argv: list[str] | None = None) -> int:
             p.error("--all needs --out FILE")
         drive(_parse_list(args.models, MODELS, "models"), _parse_list(args.modes, MODES, "modes"), args.out,
               quick=args.quick, steps=args.steps, warmup=args.warmup, device_spec=args.device, timeout=args.timeout,
-              loss_chunk=args.loss_chunk)
+              loss_chunk=args.loss_chunk, curve_steps=args.curve_steps, compile_backend=args.compile_backend,
+              eager_from=args.eager_from)
         return 0
     if args.model is None or args.mode is None:
         p.error("give --model and --mode (one run), or --all")
     with contextlib.redirect_stdout(sys.stderr):  # the library's prints stay off the result line
         result = run_one(args.model, args.mode, quick=args.quick, steps=args.steps, warmup=args.warmup,
-                         device_spec=args.device, eager_ms=args.eager_ms, loss_chunk=args.loss_chunk)
+                         device_spec=args.device, eager_ms=args.eager_ms, loss_chunk=args.loss_chunk,
+                         curve_steps=args.curve_steps, compile_backend=args.compile_backend)
     print("RESULT " + json.dumps(result), flush=True)
     return 1 if "error" in result else 0
 

@@ -1,0 +1,63 @@
+"""``benchmarks/real_models.py --quick`` on CPU: the GPU batch's driver, one fresh process per (model, mode), runs
+end to end on a tiny Hugging Face Llama for eager, accel and compile and writes complete JSON lines (a smoke test:
+the measurement needs the GPU); a mode whose package is absent is a ``skipped`` line with the reason; the op
+counts and the plot. ``once``: each run is a process that imports torch and transformers."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.cpu, pytest.mark.once]
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "real_models.py"
+needs = pytest.mark.skipif(not SCRIPT.exists() or importlib.util.find_spec("transformers") is None,
+                           reason="benchmarks/ is not in this checkout, or transformers is not installed")
+
+
+def _module():
+    spec = importlib.util.spec_from_file_location("real_models_benchmark", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@needs
+def test_quick_runs_eager_accel_and_compile_each_in_its_own_process(tmp_path):
+    rm = _module()
+    out = tmp_path / "real_models.jsonl"
+    assert rm.main(["--all", "--quick", "--models", "hf_llama", "--modes", "eager,accel,compile,liger",
+                    "--steps", "1", "--warmup", "0", "--curve-steps", "3", "--compile-backend", "aot_eager",
+                    "--device", "cpu", "--timeout", "600", "--out", str(out)]) == 0
+    rows = {r["mode"]: r for r in map(json.loads, out.read_text().splitlines())}
+    assert list(rows) == ["eager", "accel", "compile", "liger"]
+    for mode in ("eager", "accel", "compile"):
+        r = rows[mode]
+        assert "error" not in r and "skipped" not in r, r
+        assert {"model", "mode", "ms", "speedup_vs_eager", "peak_gib", "loss"} <= set(r)
+        assert r["model"] == "hf_llama" and r["ms"] > 0 and len(r["losses"]) == r["curve_steps"] == 3
+    assert rows["eager"]["speedup_vs_eager"] == 1.0 and rows["accel"]["speedup_vs_eager"] > 0
+    # CPU, no accel kernel: the patched model runs its own code, so its loss curve is eager's to the bit
+    assert rows["accel"]["losses"] == rows["eager"]["losses"] and rows["accel"]["loss_rel_vs_eager"] == 0.0
+    assert rows["accel"]["patch"]["replaced"]["LlamaRMSNorm"]["op"] == "accel::rms_norm_hf"
+    assert rows["compile"]["compile_backend"] == "aot_eager"
+    assert rows["compile"]["loss_rel_vs_eager"] < 1e-5
+    if importlib.util.find_spec("liger_kernel") is None:
+        assert rows["liger"]["skipped"].startswith("liger_kernel does not import")
+    if importlib.util.find_spec("matplotlib") is not None:
+        png = rm.plot(rm.load_results(out), tmp_path / "real_models.png")
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@needs
+def test_the_driver_names_a_peer_without_a_patch_function_as_skipped_without_a_process(tmp_path):
+    rm = _module()
+    out = tmp_path / "r.jsonl"
+    rm.drive(["gpt2"], ["liger"], out, quick=True, steps=1, warmup=0, device_spec="cpu", timeout=60)
+    assert json.loads(out.read_text()) == {"model": "gpt2", "mode": "liger", "quick": True,
+                                           "skipped": "Liger-Kernel has no patch function for gpt2"}
