@@ -66,6 +66,23 @@ def markdown(reports: list[dict], meta: dict) -> str:
         wide = sum(1 for r in rs if r["load_bytes"] >= 16)
         lines.append(f"| {t} | {len(rs)} | {len(ok)} | {len(ex)} | {len(rs) - len(ok) - len(ex)} | "
                      f"{min(regs, default=0)}-{max(regs, default=0)} | {wide} |")
+    kernels = list(dict.fromkeys(r["kernel"] for r in reports))
+    lines += ["", "Per kernel and target: registers min-max over its configs, the widest global load (bytes) of the "
+              "configs where 16 B is possible, and how many configs spill (their exclusion named below).", "",
+              "| kernel | " + " | ".join(meta["targets"]) + " |", "|---|" + "---|" * len(meta["targets"])]
+    for k in kernels:
+        cells = []
+        for t in meta["targets"]:
+            rs = [r for r in reports if r["kernel"] == k and r["target"] == t and not r["error"]]
+            if not rs:
+                cells.append("-")
+                continue
+            regs = [r["regs"] for r in rs]
+            vec = [r["load_bytes"] for r in rs if r["vector_bytes"]]
+            spill = sum(1 for r in rs if r["spills"] or r["scratch"])
+            cell = f"{min(regs)}-{max(regs)}" + (f" / {min(vec)} B" if vec else "")
+            cells.append(cell + (f" / {spill} spill" if spill else ""))
+        lines.append(f"| `{k}` | " + " | ".join(cells) + " |")
     lines += ["", "| kernel (constexprs, warps) | source | target | regs | spills | scratch | shared | load (want) | "
               "result |", "|---|---|---|---:|---:|---:|---:|---|---|"]
     for r in reports:

@@ -162,3 +162,24 @@ def test_compile_case_refuses_the_interpreter(monkeypatch):
 def test_clean_env_drops_the_interpreter():
     env = triton_aot.clean_env({"TRITON_INTERPRET": "1", "PATH": "/bin"})
     assert "TRITON_INTERPRET" not in env and env["PATH"] == "/bin" and env["TRITON_ALWAYS_COMPILE"] == "1"
+
+
+def test_cases_cover_every_kernel_and_the_shipped_configs():
+    """The CI set has every built-in Triton kernel and every Triton config of the shipped tables (a table format
+    change that hid them would shrink the check silently)."""
+    from accel.kernels.ops import triton_aot_cases
+
+    table = [t for t in triton_aot_cases.table_configs() if t[5] is not None]
+    assert table, "no Triton config read from the shipped tuning tables"
+    cases = triton_aot_cases.cases()
+    names = {c.name for c in cases}
+    assert names == {"rms_norm_fwd_rows", "rms_norm_fwd_looped", "rms_norm_bwd_rows", "softmax_fwd_rows",
+                     "softmax_fwd_looped", "softmax_bwd_rows", "softmax_bwd_looped", "layer_norm_fwd_rows",
+                     "layer_norm_bwd_rows", "layer_norm_bwd_split", "partials_finish", "rms_norm_hf_fwd",
+                     "rms_norm_hf_bwd", "swiglu_fwd", "swiglu_bwd", "rope_rows", "lce_rows"}
+    for arch, op, dtype, m, n, cfg in table:
+        if dtype == "bfloat16":  # compiled, or deduplicated into an identical earlier case
+            assert any(c.op == op and c.config == cfg for c in cases) or any(
+                f"table {arch} {dtype} {m}x{n}" == c.source for c in cases), (arch, op, m, n, cfg)
+    with pytest.raises(ValueError, match="unknown kernel families"):
+        triton_aot_cases.cases(["rmsnorm"])
