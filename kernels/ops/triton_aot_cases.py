@@ -299,6 +299,8 @@ def cases(families: Sequence[str] | None = None, *, full: bool = False) -> list[
             for arch, op, dtype, m, n, cfg in table:
                 if op in ops and _DTYPES.get(dtype, "bf16") in ("bf16", dt) and family != "rope":
                     src = f"table {arch} {dtype} {m}x{n}"
+                    if _DTYPES.get(dtype) != dt:  # a bf16 entry's config tried on fp32 rows: a candidate there
+                        src = f"candidate ({src} config in {dt})"
                     use = cfg if cfg is not None else _defaults(family, op, n)
                     if _fits(family, op, use, n):
                         for c in _build(family, op, use, n, dt, src + ("" if cfg else " (default)")):
