@@ -557,3 +557,36 @@ def test_row_step_and_coefficients_agree_with_cross_entropy_per_row():
     want = F.cross_entropy(z, t, weight=cw, reduction="none", label_smoothing=0.2)
     assert _max_err(loss, want) < 1e-12
     assert _max_err(grad, torch.autograd.grad(want.sum(), z)[0]) < 1e-12
+
+
+@pytest.mark.parametrize("chunked", [False, True])
+def test_the_fp32_variant_returns_the_loss_unrounded_and_the_same_gradients(chunked):
+    """linear_cross_entropy_fp32 (what a model's training loop reports, HF's loss being fp32): the same loss as
+    the fp32-logits reference, not rounded to bf16; chunked, the gradients those of linear_cross_entropy; the
+    reference path is HF's own computation (cross_entropy on the fp32 logits), gradients included."""
+    g = torch.Generator().manual_seed(0)
+    x = (torch.randn(40, 16, generator=g) * 2).to(torch.bfloat16).requires_grad_()
+    w = torch.randn(50, 16, generator=g).to(torch.bfloat16).requires_grad_()
+    t = torch.randint(0, 50, (40,), generator=g)
+    t[:3] = -100
+    options = own.LinearCrossEntropyOptions(batch_chunk_size=16) if chunked else None
+    loss = own.linear_cross_entropy_fp32(x, w, t, options=options)
+    want = F.cross_entropy(F.linear(x, w).float(), t)  # HF's ForCausalLMLoss: fp32 logits
+    assert loss.dtype == torch.float32
+    torch.testing.assert_close(loss, want, rtol=1e-5 if not chunked else 2e-3, atol=0)
+    rounded = own.linear_cross_entropy(x, w, t, options=options)
+    assert rounded.dtype == torch.bfloat16 and rounded.float() == loss.to(torch.bfloat16).float()
+    gx, gw = torch.autograd.grad(loss, (x, w))
+    # chunked: the op's gradients, whatever the loss is returned as; reference: HF's (autograd through fp32 logits)
+    rx, rw = torch.autograd.grad(rounded if chunked else want, (x, w))
+    torch.testing.assert_close(gx, rx, rtol=0, atol=0)
+    torch.testing.assert_close(gw, rw, rtol=0, atol=0)
+
+
+def test_the_fp32_variant_can_skip_the_host_range_check():
+    x, w = torch.randn(4, 8), torch.randn(10, 8)
+    bad = torch.tensor([1, 2, 10, -100])
+    with pytest.raises(TargetRangeError):
+        own.linear_cross_entropy_fp32(x, w, bad, options=own.LinearCrossEntropyOptions())
+    loss = own.linear_cross_entropy_fp32(x, w, bad, options=own.LinearCrossEntropyOptions(), check_target_range=False)
+    assert torch.isnan(loss)  # the chunked path's answer for an out-of-range class, without a device-to-host read
