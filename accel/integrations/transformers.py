@@ -13,8 +13,8 @@ Phi-3), T5LayerNorm
 ``Gemma*RMSNorm``      ``accel::rms_norm_hf`` (``unit_offset=True``)    ``1 + weight``, fp32, one cast at the end
 ``*MLP`` (gate/up)     ``accel::swiglu``                                only where the activation is SiLU
 ``*Attention``         ``accel::rope`` (q and k in one call)            HF's ``apply_rotary_pos_emb`` semantics
-``*ForCausalLM``,      ``accel.nn.functional.linear_cross_entropy``     when ``labels`` are given; logits are then
-``GPT2LMHeadModel``    (chunked: the logits are never stored)           ``None`` unless ``return_logits=True``
+``*ForCausalLM``,      accel's chunked ``linear_cross_entropy`` (the    when ``labels`` are given; logits are then
+``GPT2LMHeadModel``    logits are never stored; the loss in fp32)       ``None`` unless ``return_logits=True``
 ``nn.LayerNorm``       ``aten::native_layer_norm`` (no patch needed)    GPT-2, BERT: already routes
 =====================  ===============================================  ==========================================
 
@@ -661,8 +661,8 @@ def _loss_options(lce: Any, options: Any, n: int, d: int, c: int, dtype: torch.d
         return options
     fields = [f.name for f in dataclasses.fields(ours)]
     try:
-        return ours(**{f: getattr(options, f) for f in fields if hasattr(options, f)})
-    except Exception as exc:  # noqa: BLE001 - said as a typed error with what was passed
+        return ours(**{f: getattr(options, f) for f in fields})
+    except Exception as exc:  # noqa: BLE001 - said as a typed error with what was passed (a field missing too)
         raise TypeError(f"accel.integrations.transformers: loss_options {options!r} cannot be read as "
                         f"LinearCrossEntropyOptions ({type(exc).__name__}: {exc}). Pass "
                         f"accel.nn.LinearCrossEntropyOptions(...).") from exc

@@ -517,3 +517,19 @@ def test_a_compiled_patched_model_without_kernels_is_the_models_own_graph():
     explained = torch._dynamo.explain(lambda **kw: model(**kw).loss)(**inputs)
     assert explained.graph_break_count == 0 and _graph_ops(explained) == set()
     torch._dynamo.reset()
+
+
+@needs_lce
+def test_loss_options_of_another_kind_are_a_typed_error_and_torchs_options_are_read(cpu_kernels):
+    _, model = _build("llama")
+    hf.patch(model, loss_options=object())
+    with pytest.raises(TypeError, match="cannot be read as LinearCrossEntropyOptions"):
+        model(**_inputs("llama"))
+    torch_options = getattr(torch.nn, "LinearCrossEntropyOptions", None)
+    if torch_options is not None:  # torch 2.13+: accel.nn hands out torch's class; the patch reads it field by field
+        ref, model = _build("llama")
+        hf.patch(model, loss_options=torch_options(batch_chunk_size=5, chunking_method=None))
+        inputs = _inputs("llama")
+        loss = model(**inputs).loss
+        assert loss.dtype == torch.float32 and _routed(cpu_kernels)["accel::linear_cross_entropy"] == 1
+        torch.testing.assert_close(loss, ref(**inputs).loss, rtol=1e-5, atol=1e-6)
