@@ -284,6 +284,71 @@ def markdown(report: dict, command: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+#: ``--chunk-sweep``'s shapes (tokens, hidden, vocab): Qwen3-style, HF Llama (d 2048), GPT-2 (d 1536) as the
+#: real-model benchmark runs them; and the rows per chunk tried (the rule's choice is marked in the table).
+SWEEP_SHAPES = [(8192, 1024, 151936), (8192, 2048, 32000), (8192, 1536, 50257)]
+SWEEP_CHUNKS = [64, 256, 512, 1024, 2048, 4096]
+
+
+def chunk_sweep(device: torch.device, dtype: torch.dtype, shapes, chunks, reps: int, warmup: int) -> dict:
+    """accel's chunked loss (forward + backward, ``acc_policy="auto"``) per rows-per-chunk at each shape: ms,
+    peak memory over the inputs, and which size :func:`accel.nn.linear_cross_entropy.model_chunk_rows` picks (the
+    rule the transformers integration uses; what this sweep is to confirm or correct on the GPU)."""
+    import accel.kernels as ak
+    from accel.nn.linear_cross_entropy import LinearCrossEntropyOptions, model_chunk_rows
+
+    installed = ak.install(kernels=["linear_cross_entropy"]) if device.type != "cpu" else []
+    report = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+              "torch": torch.__version__, "dtype": str(dtype).removeprefix("torch."), "reps": reps, "rows": []}
+    try:
+        for n, d, c in shapes:
+            g = torch.Generator(device=device).manual_seed(0)
+            x = torch.randn(n, d, device=device, generator=g).to(dtype).requires_grad_()
+            w = (torch.randn(c, d, device=device, generator=g) / d**0.5).to(dtype).requires_grad_()
+            t = torch.randint(0, c, (n,), device=device, generator=g)
+            resolved = LinearCrossEntropyOptions().resolve(n, d, c, dtype, device)
+            chosen = model_chunk_rows(n, d, c, dtype, device)
+
+            def step_of(rows):
+                def step(x, w, t):
+                    loss = torch.ops.accel.linear_cross_entropy(x, w, t, None, None, "mean", -100, 0.0, rows,
+                                                                resolved.acc_policy, resolved.acc_dtype, False, True,
+                                                                True, False)[0]
+                    loss.backward()
+                    return loss
+                return step
+
+            sizes = sorted({*[k for k in chunks if k <= n], chosen, resolved.batch_chunk_size})
+            candidates = {f"{k}": (step_of(k), "") for k in sizes}
+            peaks = {name: _peak(step, (x, w, t), device) for name, (step, _) in candidates.items()}
+            times = _time_rows(candidates, (x, w, t), device, reps, warmup)
+            report["rows"].append({"tokens": n, "d": d, "vocab": c, "acc_policy": resolved.acc_policy,
+                                   "model_chunk_rows": chosen, "aspect_ratio_rows": resolved.batch_chunk_size,
+                                   "results": {k: {"ms": statistics.median(times[k]), "peak_bytes": peaks[k]}
+                                               for k in candidates}})
+            del x, w, t
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+    finally:
+        for name in installed:
+            ak.unregister(name)
+    return report
+
+
+def sweep_markdown(report: dict, command: str) -> str:
+    lines = [f"# accel linear cross-entropy: rows per chunk ({report['device']}, {report['dtype']}, fwd+bwd)", "",
+             f"`{command}`; torch {report['torch']}; median of {report['reps']} calls. `rule`: the size "
+             f"`model_chunk_rows` picks (the transformers integration's default); `aspect`: torch's aspect-ratio "
+             f"rule's.", "", "| tokens x d x vocab | rows | ms | peak MiB over inputs | |", "|---|---:|---:|---:|---|"]
+    for r in report["rows"]:
+        for k, v in r["results"].items():
+            tags = [t for t, size in (("rule", r["model_chunk_rows"]), ("aspect", r["aspect_ratio_rows"]))
+                    if int(k) == size]
+            lines.append(f"| {r['tokens']} x {r['d']} x {r['vocab']} | {k} | {v['ms']:.3f} | {_mib(v['peak_bytes'])} "
+                         f"| {', '.join(tags)} |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="directory for linear_cross_entropy.{md,json}")
@@ -292,6 +357,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtype", default="bf16", choices=sorted(DTYPES))
     parser.add_argument("--reps", type=int, default=None, help="timed calls per candidate (default 10; 2 with --quick)")
     parser.add_argument("--warmup", type=int, default=None, help="untimed calls first (default 3; 1 with --quick)")
+    parser.add_argument("--chunk-sweep", action="store_true",
+                        help="time accel's loss per rows-per-chunk (SWEEP_CHUNKS) at the real models' head shapes "
+                             "(SWEEP_SHAPES; --quick: QUICK_ROWS): linear_cross_entropy-chunks.{md,json}")
     args = parser.parse_args(argv)
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     if device.type == "cpu" and not args.quick:
@@ -300,6 +368,17 @@ def main(argv: list[str] | None = None) -> int:
     warmup = args.warmup if args.warmup is not None else (1 if args.quick else 3)
     if reps < 1 or warmup < 0:
         parser.error(f"--reps {reps} / --warmup {warmup}: need reps >= 1 and warmup >= 0")
+    if args.chunk_sweep:
+        command = "python benchmarks/linear_cross_entropy.py " + " ".join(sys.argv[1:] if argv is None else argv)
+        report = chunk_sweep(device, DTYPES[args.dtype], QUICK_ROWS if args.quick else SWEEP_SHAPES,
+                             [8, 16, 32] if args.quick else SWEEP_CHUNKS, reps, warmup)
+        report["command"] = command
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "linear_cross_entropy-chunks.json").write_text(json.dumps(report, indent=1) + "\n")
+        text = sweep_markdown(report, command)
+        (args.out / "linear_cross_entropy-chunks.md").write_text(text)
+        print(text)
+        return 0
     report = run(device, DTYPES[args.dtype], QUICK_ROWS if args.quick else ROWS, reps, warmup)
     command = "python benchmarks/linear_cross_entropy.py " + " ".join(sys.argv[1:] if argv is None else argv)
     report["command"] = command

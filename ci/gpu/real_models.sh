@@ -4,7 +4,8 @@
 # runs when its time budget is spent (the runs it did not start are listed at the end of its log).
 #
 #   phase 1: eager, accel, liger for hf_llama qwen3 gpt2 titan_llama vit_b16      (~5.5 min)
-#   phase 2: compile, accel_compile for hf_llama qwen3 gpt2 (needs phase 1's file)  (~6 min)
+#   phase 2: the loss's rows-per-chunk sweep (benchmarks/linear_cross_entropy.py --chunk-sweep), then compile,
+#            accel_compile for hf_llama qwen3 gpt2 (needs phase 1's file)                   (~6 min)
 #   phase 3: (only if device time is left) the loss-chunk probe of item 2 on qwen3 and hf_llama (accel mode,
 #            --loss-chunk 512/2048/4096 beside the default rule's 1024), --ops, compile modes of titan_llama
 #            and vit_b16
@@ -48,6 +49,8 @@ run() {  # run <models> <modes> [extra args...]: one driver call, unless the pha
 case $PHASE in
   1) for m in hf_llama qwen3 gpt2 titan_llama vit_b16; do run "$m" eager,accel,liger; done ;;
   2) [ -f "$EAGER" ] || echo "no $EAGER: speedups will be missing (copy phase 1's file there first)"
+     # item 2's rows-per-chunk rule, the loss alone at the three LM heads (~20 s)
+     timeout 150 python3 "$REPO/benchmarks/linear_cross_entropy.py" --chunk-sweep --out "$OUT" 2>&1 | tee -a "$LOG" | tail -22
      for m in hf_llama qwen3 gpt2; do run "$m" compile,accel_compile --eager-from "$EAGER"; done ;;
   3) for c in 2048 512 4096; do run qwen3 accel --loss-chunk "$c" --eager-from "$EAGER"; done
      run hf_llama accel --loss-chunk 2048 --eager-from "$EAGER"

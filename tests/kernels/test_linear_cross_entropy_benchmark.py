@@ -31,3 +31,18 @@ def test_quick_run_writes_the_table_and_json(tmp_path, capsys):
     with pytest.raises(SystemExit):
         module.main(["--out", str(tmp_path), "--device", "cpu"])  # the real rows need a GPU
     assert "needs a GPU" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not SCRIPT.exists(), reason="benchmarks/ is not in this checkout")
+def test_chunk_sweep_times_each_rows_per_chunk_and_marks_the_rule(tmp_path):
+    spec = importlib.util.spec_from_file_location("lce_benchmark_sweep", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.main(["--chunk-sweep", "--quick", "--device", "cpu", "--reps", "1", "--warmup", "0",
+                        "--out", str(tmp_path)]) == 0
+    report = json.loads((tmp_path / "linear_cross_entropy-chunks.json").read_text())
+    for row in report["rows"]:
+        assert str(row["model_chunk_rows"]) in row["results"] and str(row["aspect_ratio_rows"]) in row["results"]
+        assert all(r["ms"] > 0 for r in row["results"].values())
+    assert "| rule |" in (tmp_path / "linear_cross_entropy-chunks.md").read_text()
+    assert module.SWEEP_SHAPES[0] == (8192, 1024, 151936)  # Qwen3-style: the 64-row case
