@@ -18,7 +18,7 @@ PATHS = ["accel"] + (["native"] if _compat.native_dsl_registry() is not None els
 def _clean_registry():
     """No override or filter survives a test; the registration path is restored."""
     yield
-    for o in ak.overrides():
+    for o in reversed(ak.overrides()):  # the last registered first: a forward goes before the backward it needs
         ak.unregister(o.name)
     ak.enable()
     ak.set_verify(False)

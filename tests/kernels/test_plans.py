@@ -21,6 +21,22 @@ from accel.kernels.ops.rms_norm import reference
 
 from _kernel_helpers import Counting, _clean_registry, path  # noqa: F401 (fixtures)
 
+
+@pytest.fixture(autouse=True)
+def _trainable(request):
+    """The CPU backward of aten::_fused_rms_norm registered (after the test's registry path is chosen), so that the
+    tests' forward overrides leave training working and register without a KernelRegistrationWarning."""
+    if "path" not in request.fixturenames:
+        return  # a test that chooses its registry path itself registers the backward after choosing it
+    request.getfixturevalue("path")
+    _register_backward()
+
+
+def _register_backward():
+    ak.register("aten::_fused_rms_norm_backward", impl=reference.fused_rms_norm_backward, backends=["cpu"],
+                dsl="eager", name="cpu-backward", fallback=reference.fused_rms_norm_backward)
+
+
 FWD = "aten::_fused_rms_norm"
 
 
@@ -276,6 +292,7 @@ def test_accel_router_computes_the_signature_once_per_call(monkeypatch):
     from accel.kernels.core import router as _router
 
     ak.use_registry("accel")
+    _register_backward()
     counted = []
     real = _plans.signature
     monkeypatch.setattr(_plans, "signature", lambda args: (counted.append(1), real(args))[1])

@@ -27,9 +27,10 @@ from _kernel_helpers import PATHS, Counting, _clean_registry, path  # noqa: F401
 
 def _register_pair(dsl="eager", cond=None, fwd=reference.fused_rms_norm, suffix=""):
     f, b = Counting(fwd), Counting(reference.fused_rms_norm_backward)
-    ak.register(FWD, impl=f, backends=["cpu"], dsl=dsl, cond=cond, name=f"f{suffix}")
+    # the backward first: a CPU forward override without it would break training (KernelRegistrationWarning)
     ak.register(BWD, impl=b, backends=["cpu"], dsl=dsl, name=f"b{suffix}",
                 fallback=reference.fused_rms_norm_backward)
+    ak.register(FWD, impl=f, backends=["cpu"], dsl=dsl, cond=cond, name=f"f{suffix}")
     return f, b
 
 
