@@ -85,8 +85,8 @@ def table_text(op: str, dsl: str, input: torch.Tensor, linear_weight: torch.Tens
     n, c = input.shape[0], linear_weight.shape[0]
     why = table.route(op, dsl, arch(input.device), table.dtype_name(input.dtype), n, c)
     if input.numel() < least:
-        return (f"{input.numel()} input elements < {least}, the {dsl} kernel's least floor over every arch's tuning "
-                f"table (tuning.floor): the op's eager chunked loop runs" + (f"; here: {why}" if why else ""))
+        return (f"{input.numel()} input elements < {least}, the {dsl} kernel's floor (the least over every arch's"
+                f" tuning table, tuning.floor): the op's eager chunked loop runs" + (f"; here: {why}" if why else ""))
     return why or "tuning table"
 
 
