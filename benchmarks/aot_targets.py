@@ -111,10 +111,12 @@ def markdown(reports: list[dict], meta: dict) -> str:
 def write(doc: dict, out: Path) -> Path:
     """``doc`` as ``aot-<set>-triton<version>.json`` and ``.md`` under ``out``; returns the stem's path."""
     out.mkdir(parents=True, exist_ok=True)
-    stem = out / f"aot-{doc['meta']['set']}-triton{doc['meta']['triton']}"
-    stem.with_suffix(".json").write_text(json.dumps(doc, indent=1))
-    stem.with_suffix(".md").write_text(markdown(doc["reports"], doc["meta"]))
-    return stem
+    stem = f"aot-{doc['meta']['set']}-triton{doc['meta']['triton']}"
+    # one report per line: the file stays diffable without indenting every field
+    body = ",\n".join(json.dumps(r, separators=(",", ":")) for r in doc["reports"])
+    (out / f"{stem}.json").write_text(f'{{"meta": {json.dumps(doc["meta"])},\n"reports": [\n{body}\n]}}\n')
+    (out / f"{stem}.md").write_text(markdown(doc["reports"], doc["meta"]))
+    return out / stem
 
 
 def merge(paths: list[str], out: Path) -> int:

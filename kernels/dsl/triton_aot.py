@@ -234,7 +234,8 @@ class Exclusion:
         kernel: the ``@triton.jit`` function's name.
         targets: accel arch names.
         when: lower bounds on the launch config that select the excluded configs (``{"num_warps": 32}``:
-            32 warps and more; ``{"block_n": 16384}``: rows of 16384 and longer held in registers).
+            32 warps and more; ``{"block_n": 16384}``: rows of 16384 and longer held in registers;
+            ``{"element_bytes": 4}``: fp32 rows).
         kind: ``"unfit"`` (cannot launch there: the router must never pick it) or ``"spills"`` (runs, but
             spills registers to local memory: route it only where a measured table entry says it wins).
         reason: the sentence ``accel kernels`` shows.
@@ -286,10 +287,13 @@ EXCLUSIONS: tuple[Exclusion, ...] = (
     Exclusion("rms_norm_hf_bwd", "rms_norm_hf_bwd", _NV, {"block_n": 16384}, "spills", _BWD_SPILL),
     Exclusion("layer_norm_bwd", "layer_norm_bwd_rows", _NV, {"block_n": 16384}, "spills",
               _BWD_SPILL + " (dW and dB partials: the split kernel, a config with \"split\", does not spill)"),
-    # sm_100/sm_120's ptxas fits the same kernel in 128 registers; sm_80/sm_90's does not
+    # softmax's default for rows of 32768 keeps them in registers: sm_100/sm_120's ptxas fits the bf16 backward in
+    # 128 registers, sm_80/sm_90's does not; fp32 (element_bytes 4) spills on all four
     Exclusion("softmax_bwd", "softmax_bwd_rows", ("sm_80", "sm_90"), {"block_n": 32768}, "spills",
               "rows of 32768 y and dy values in registers (64 of each per thread at 16 warps) spill on sm_80/sm_90; "
               "a looped config does not"),
+    Exclusion("softmax_bwd", "softmax_bwd_rows", ("sm_100", "sm_120"), {"block_n": 32768, "element_bytes": 4},
+              "spills", "fp32 rows of 32768 y and dy values in registers spill; a looped config does not"),
     # the sm_90 table's split config (2 parts of 8192, 8 warps): 32 elements per thread of x, dy, their
     # prefetched next rows, w, dW and dB partials. Wave32 RDNA: triton 3.8 and 3.9 fit it in 244-246 VGPRs,
     # 3.5.1 needs 256 and spills 4-7. sm_90: triton 3.5.1 and 3.9 fit it; 3.8's ptxas spills 24 bytes.
@@ -314,7 +318,7 @@ EXCLUSIONS: tuple[Exclusion, ...] = (
 def excluded(op: str, arch: str, config: Mapping[str, Any], kernel: str | None = None,
              triton: tuple[int, int] | None = None) -> Exclusion | None:
     """The :class:`Exclusion` covering ``op`` (optionally its ``kernel`` function) with launch ``config``
-    (``block_n``, ``num_warps``, ...) on ``arch`` with Triton ``triton`` (default: the installed one), or ``None``.
+    (``block_n``, ``num_warps``, ..., and ``element_bytes``: 2 for bf16/fp16 rows, 4 for fp32) on ``arch`` with Triton ``triton`` (default: the installed one), or ``None``.
 
     >>> excluded("softmax_fwd", "gfx942", {"num_warps": 32, "block_n": 4096}).kind
     'unfit'
@@ -382,7 +386,8 @@ def compile_case(case: Case, target: Target) -> Report:
     report = Report(case.op, case.name, case.label(), case.source, target.name, dict(case.config), case.num_warps,
                     vector_bytes=vector_expected(case.elements, case.row_elements, case.num_warps * target.warp_size,
                                                  case.element_bytes))
-    ex = excluded(case.op, target.name, {**case.config, "num_warps": case.num_warps}, case.name)
+    ex = excluded(case.op, target.name,
+                  {**case.config, "num_warps": case.num_warps, "element_bytes": case.element_bytes}, case.name)
     if ex is not None:
         report.excluded = f"{ex.kind}: {ex.reason}"
     names = list(case.kernel.arg_names)
