@@ -185,3 +185,10 @@ def test_cases_cover_every_kernel_and_the_shipped_configs():
                 f"table {arch} {dtype} {m}x{n}" == c.source for c in cases), (arch, op, m, n, cfg)
     with pytest.raises(ValueError, match="unknown kernel families"):
         triton_aot_cases.cases(["rmsnorm"])
+
+
+def test_docstring_examples_run():
+    import doctest
+
+    result = doctest.testmod(triton_aot, optionflags=doctest.ELLIPSIS)
+    assert result.failed == 0 and result.attempted >= 6
