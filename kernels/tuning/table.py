@@ -599,8 +599,24 @@ def route(op: str, dsl: str, arch: str, dtype: str, m: int, n: int) -> str | Non
                     f"{dtype_short(dtype)} ({dsl}; {d.why.split(':')[0]}) and no entry for bucket {bucket_text(m, n)}")
         return None
     if hit.impl == dsl:
-        return None
+        return _unfit(op, dsl, arch, dtype, hit)
     return f"the {hit.source} tuning table for {arch} picks {hit.impl} for {op} {dtype} bucket {bucket_text(m, n)}"
+
+
+def _unfit(op: str, dsl: str, arch: str, dtype: str, hit: Choice) -> str | None:
+    """The reason an entry's Triton config cannot launch on ``arch`` (an ``"unfit"`` exclusion of the AOT
+    check, :data:`accel.kernels.dsl.triton_aot.EXCLUSIONS`: a hand-written or copied user table may name one),
+    else ``None``. Configs that only spill stay: the entry's measurement decides those."""
+    if dsl != "triton" or not hit.config:
+        return None
+    from accel.kernels.dsl.triton_aot import excluded
+
+    t = getattr(torch, dtype, None)
+    ex = excluded(op, arch, {**hit.config, "element_bytes": t.itemsize if isinstance(t, torch.dtype) else 2})
+    if ex is None or ex.kind != "unfit":
+        return None
+    return (f"the {hit.source} tuning table for {arch} names triton config {dict(hit.config)} for {op} "
+            f"{dtype_short(dtype)}, which cannot launch there: {ex.reason}; re-run `{TUNE_COMMAND}`")
 
 
 def arch_state(op: str, dsl: str, arch: str) -> str:

@@ -343,3 +343,23 @@ def test_tune_takes_at_least_three_rounds_and_keeps_aten_below_the_speedup():
     medians = tune._confirm(lambda fn: (fn(), float(next(ticks)))[1], lambda: None,
                             {"triton": (lambda cfg: None, {"num_warps": 4})}, 3)
     assert medians == {"aten": 2.0, "triton": 3.0}  # rounds interleave: aten 0, triton 1, aten 2, ...
+
+
+def test_a_table_entry_whose_triton_config_cannot_launch_on_the_arch_declines():
+    # 32 warps of 64 work-items exceed an AMD workgroup (the AOT check's "unfit" exclusion); on sm_90 they fit
+    entry = dict(op="softmax_fwd", dtype="bfloat16", m=4096, n=4096, impl="triton",
+                 config={"block_n": 4096, "num_warps": 32}, rounds=3)
+    _tuning.write_user_table("gfx942", [entry])
+    _tuning.write_user_table("sm_90", [entry])
+    why = _tuning.route("softmax_fwd", "triton", "gfx942", "bfloat16", 4096, 4096)
+    assert why is not None and "cannot launch there" in why and "1024" in why and TUNE.split()[-1] in why
+    assert _tuning.route("softmax_fwd", "triton", "sm_90", "bfloat16", 4096, 4096) is None
+
+
+def test_tune_never_times_a_config_that_cannot_launch_on_the_arch():
+    from accel.kernels.bench import tune
+
+    cfg = {"block_n": 4096, "num_warps": 32}
+    assert "1024" in tune._unfit("softmax_fwd", "triton", "gfx942", torch.bfloat16, cfg)
+    assert tune._unfit("softmax_fwd", "triton", "gfx1100", torch.bfloat16, cfg) is None  # wave32: 1024 fit
+    assert tune._unfit("softmax_fwd", "helion", "gfx942", torch.bfloat16, cfg) is None
