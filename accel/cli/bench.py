@@ -4,9 +4,6 @@ report stamped with the versioned schema ``accel.bench``; ``--plot PATH`` also d
 from __future__ import annotations
 
 import argparse
-import json
-import time
-from pathlib import Path
 
 __all__ = ["add_parser", "run"]
 
@@ -40,7 +37,6 @@ def run(args: argparse.Namespace) -> int:
     from accel.cli.schemas import stamp
     from accel.errors import BenchArgumentError
     from accel.kernels import bench
-    from accel.kernels.catalog import families
 
     plot = getattr(args, "plot", None)
     if plot is not None:
@@ -48,23 +44,13 @@ def run(args: argparse.Namespace) -> int:
             raise BenchArgumentError("--plot draws the benchmark's results; --tune measures a tuning table "
                                      "instead: pass one of them.")
         check_plot(plot)
-    if args.tune:
-        return bench.run_from_args(args)
-    shapes = bench.arguments.parse_shapes(args.shapes)
-    dtypes = bench.arguments.parse_dtypes(args.dtypes)
-    ops = bench.arguments.parse_ops(args.ops, families())
-    bench.check_arguments(reps=args.reps, budget_s=args.budget_s, shapes=shapes, rounds=args.rounds)
-    bench.arguments.check_out(args.out)
-    report = stamp("accel.bench", bench.run(shapes, dtypes, reps=args.reps, budget_s=args.budget_s, ops=ops,
-                                            rounds=args.rounds))
-    md = bench.to_markdown(report)
-    print(json.dumps(report, indent=2) if args.json else md)
-    if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        stamp_ = time.strftime("%Y%m%d-%H%M%S")
-        (out / f"kernels-{stamp_}.json").write_text(json.dumps(report, indent=2))
-        (out / f"kernels-{stamp_}.md").write_text(md + "\n")
-    if plot is not None:
-        print(f"picture: {plot_bench(report, plot)}")
-    return 0
+    reports: list[dict] = []
+
+    def on_report(report: dict) -> dict:
+        reports.append(stamp("accel.bench", report))
+        return reports[-1]
+
+    code = bench.run_from_args(args, on_report)
+    if plot is not None and reports:
+        print(f"picture: {plot_bench(reports[-1], plot)}")
+    return code

@@ -26,6 +26,7 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from . import arguments, runner, timing, tune
@@ -37,11 +38,13 @@ __all__ = ["DTYPES", "MAX_ELEMENTS", "Timer", "add_arguments", "check_arguments"
            "to_markdown", "tune"]
 
 
-def run_from_args(args: argparse.Namespace) -> int:
+def run_from_args(args: argparse.Namespace, on_report: Callable[[dict], dict] | None = None) -> int:
     """Run with options parsed by :func:`add_arguments`'s parser; print and write the results.
 
     Prints the markdown report (the JSON one with ``--json``); with ``--out DIR`` also writes
     ``kernels-<time>.json`` and ``.md`` there. With ``--tune`` runs :func:`.tune.run_from_args` instead.
+    ``on_report``, if given, receives the report before it is printed or written and returns the report to
+    print and write (``accel bench`` stamps its JSON schema there).
 
     Returns:
         The exit code, 0.
@@ -61,6 +64,8 @@ def run_from_args(args: argparse.Namespace) -> int:
     if getattr(args, "tune", False):
         return tune.run_from_args(args, ops, dtypes, shapes)
     report = runner.run(shapes, dtypes, reps=args.reps, budget_s=args.budget_s, ops=ops, rounds=rounds)
+    if on_report is not None:
+        report = on_report(report)
     md = runner.to_markdown(report)
     print(json.dumps(report, indent=2) if args.json else md)
     if args.out:

@@ -94,3 +94,25 @@ def test_a_real_bench_run_on_the_cpu_validates_and_plots(tmp_path):
     assert report["rows"] and _valid(report) == "accel.bench"
     pytest.importorskip("matplotlib")
     assert plot_bench(report, tmp_path / "b.png").stat().st_size > 0
+
+
+def test_accel_bench_prints_writes_and_plots_the_stamped_report(capsys, monkeypatch, tmp_path):
+    """The command's own path after a run (the run itself needs a GPU: a fabricated report stands in for
+    runner.run's): --json prints the stamped report, --out writes it, --plot draws the same report."""
+    pytest.importorskip("matplotlib")
+    from test_plot import fabricated_report
+
+    from accel.kernels.bench import runner
+
+    raw = fabricated_report()
+    for key in ("schema", "schema_version"):
+        raw.pop(key)
+    monkeypatch.setattr(runner, "run", lambda *a, **k: json.loads(json.dumps(raw)))
+    png = tmp_path / "bench.png"
+    assert main(["bench", "--json", "--out", str(tmp_path / "out"), "--plot", str(png)]) == 0
+    out = capsys.readouterr().out
+    printed = json.loads(out[:out.rindex("}") + 1])
+    assert _valid(printed) == "accel.bench" and printed["rows"] == raw["rows"]
+    written = json.loads(next((tmp_path / "out").glob("kernels-*.json")).read_text())
+    assert written == printed
+    assert png.stat().st_size > 0 and f"picture: {png}" in out
