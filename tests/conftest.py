@@ -86,3 +86,18 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if n:
         terminalreporter.write_line(f"accel: {n} 'once' tests deselected here; they run where {ONCE_ENV}=1 "
                                     f"(tox env cpu: ./ci/test.sh)")
+
+
+@pytest.fixture
+def spy_init(monkeypatch):
+    """``torch.distributed.init_process_group`` and the set-device calls recorded instead of run:
+    ``{"init": [kwargs, ...], "set_device": [index, ...]}``."""
+    import torch.distributed as dist
+
+    calls = {"init": [], "set_device": []}
+    monkeypatch.setattr(dist, "init_process_group", lambda **kw: calls["init"].append(kw))
+    monkeypatch.setattr(dist, "is_initialized", lambda: False)
+    monkeypatch.setattr(dist, "is_nccl_available", lambda: True)
+    monkeypatch.setattr(torch.accelerator, "set_device_index", lambda i: calls["set_device"].append(i), raising=False)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda i: calls["set_device"].append(i))
+    return calls

@@ -58,17 +58,6 @@ def test_symmetric_memory_available_per_vendor():
     assert ad.symmetric_memory_available("cpu") is False
 
 
-@pytest.fixture
-def spy_init(monkeypatch):
-    calls = {"init": [], "set_device": []}
-    monkeypatch.setattr(dist, "init_process_group", lambda **kw: calls["init"].append(kw))
-    monkeypatch.setattr(dist, "is_initialized", lambda: False)
-    monkeypatch.setattr(dist, "is_nccl_available", lambda: True)
-    monkeypatch.setattr(torch.accelerator, "set_device_index", lambda i: calls["set_device"].append(i), raising=False)
-    monkeypatch.setattr(torch.cuda, "set_device", lambda i: calls["set_device"].append(i))
-    return calls
-
-
 def test_init_binds_rank_to_its_device(monkeypatch, spy_init):
     monkeypatch.setenv("LOCAL_RANK", "1")
     with fake_backend("cuda", device_count=2):

@@ -78,13 +78,8 @@ def test_local_rank_out_of_range_or_malformed_is_a_typed_error(monkeypatch):
             accel.device()
 
 
-def test_init_process_group_binds_the_same_index_as_accel_device(monkeypatch):
-    calls = {"init": [], "set_device": []}
-    monkeypatch.setattr(dist, "init_process_group", lambda **kw: calls["init"].append(kw))
-    monkeypatch.setattr(dist, "is_initialized", lambda: False)
-    monkeypatch.setattr(dist, "is_nccl_available", lambda: True)
-    monkeypatch.setattr(torch.accelerator, "set_device_index", lambda i: calls["set_device"].append(i), raising=False)
-    monkeypatch.setattr(torch.cuda, "set_device", lambda i: calls["set_device"].append(i))
+def test_init_process_group_binds_the_same_index_as_accel_device(monkeypatch, spy_init):
+    calls = spy_init
     monkeypatch.setenv("LOCAL_RANK", "1")
     with fake_backend("cuda", device_count=2):
         assert ad.init_process_group(rank=1, world_size=2) == torch.device("cuda", 1) == accel.device()
