@@ -26,6 +26,16 @@ def _clean_registry():
     kcore.state.STATE.said.clear()
 
 
+def register_forward_only(*args, **kwargs):
+    """``ak.register`` of a forward-only ``_fused_rms_norm`` override at the CPU key, for tests about the
+    router rather than training: asserts the warning accel gives there (autograd's backward would then meet
+    no CPU kernel) so it is checked, not left in the run's summary. Returns the registration name."""
+    from accel.errors import KernelRegistrationWarning
+
+    with pytest.warns(KernelRegistrationWarning, match="where ATen has only a composite of it"):
+        return ak.register(*args, **kwargs)
+
+
 @pytest.fixture(params=PATHS)
 def path(request):
     """Run the test once per registration path."""

@@ -21,7 +21,7 @@ from accel.kernels.tuning import tolerance as _tolerance
 from accel.kernels.ops.rms_norm import reference
 from accel.testing import fake_backend
 
-from _kernel_helpers import PATHS, Counting, _clean_registry, path  # noqa: F401 (fixtures)
+from _kernel_helpers import PATHS, Counting, _clean_registry, path, register_forward_only  # noqa: F401 (fixtures)
 
 SIN = "aten::sin"
 
@@ -110,7 +110,7 @@ def test_impl_result_of_the_wrong_structure_falls_back(path, verify, bad, proble
                                                                 r"returns a Tensor"),
 ])
 def test_multi_output_impl_of_the_wrong_structure_falls_back(path, bad, problem):
-    ak.register("aten::_fused_rms_norm", impl=bad, backends=["cpu"], dsl="t", name="r")
+    register_forward_only("aten::_fused_rms_norm", impl=bad, backends=["cpu"], dsl="t", name="r")
     x = torch.randn(2, 8)
     with pytest.warns(KernelFallbackWarning, match=problem):
         y, rstd = torch.ops.aten._fused_rms_norm(x, [8], None, 1e-6)
@@ -251,7 +251,7 @@ def test_composite_implicit_ops_without_autograd_are_refused(op):
 
 def test_ops_with_their_own_autograd_kernel_are_accepted_even_when_also_composite():
     # aten::_fused_rms_norm has a CompositeImplicitAutograd kernel and its own autograd formula
-    ak.register("aten::_fused_rms_norm", impl=lambda *a, **k: None, backends=["cpu"], dsl="t", name="f")
+    register_forward_only("aten::_fused_rms_norm", impl=lambda *a, **k: None, backends=["cpu"], dsl="t", name="f")
     assert _info("f").op == "aten::_fused_rms_norm"
 
 

@@ -51,9 +51,10 @@ def upstream_override(rows=5):
 
 def _register(rows=3):
     f = Counting(reference.fused_rms_norm)
-    ak.register(FWD, impl=f, backends=["cpu"], dsl="triton", cond=_rows(rows), name="accel-f")
+    # the backward first: a CPU forward override without it would break training (KernelRegistrationWarning)
     ak.register(BWD, impl=reference.fused_rms_norm_backward, backends=["cpu"], dsl="triton", name="accel-b",
                 fallback=reference.fused_rms_norm_backward)
+    ak.register(FWD, impl=f, backends=["cpu"], dsl="triton", cond=_rows(rows), name="accel-f")
     return f
 
 

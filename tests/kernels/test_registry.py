@@ -20,7 +20,7 @@ from accel.kernels import core as kcore
 from accel.kernels.ops.rms_norm import reference
 
 FWD, BWD = "aten::_fused_rms_norm", "aten::_fused_rms_norm_backward"
-from _kernel_helpers import PATHS, Counting, _clean_registry, path  # noqa: F401 (fixtures)
+from _kernel_helpers import PATHS, Counting, _clean_registry, path, register_forward_only  # noqa: F401 (fixtures)
 
 
 
@@ -162,7 +162,7 @@ def test_explain_lists_each_verdict_with_why_not(path):
 
 
 def test_explain_other_key_and_unregistered_op():
-    ak.register(FWD, impl=reference.fused_rms_norm, backends=["cpu"], dsl="eager", name="f")
+    register_forward_only(FWD, impl=reference.fused_rms_norm, backends=["cpu"], dsl="eager", name="f")
     ex = ak.explain(FWD, torch.empty(2, 16, device="meta"), [16], None, None)
     assert ex.kernel == "aten" and "not registered at" in ex.steps[0][1]
     ex = ak.explain("aten::sin", torch.randn(2))
@@ -293,7 +293,7 @@ def test_unrecognised_native_registry_takes_the_router_and_says_so(monkeypatch):
         # said once per process, not per registration
         warnings.filterwarnings("error", message=r"accel\.kernels: ", category=KernelRegistrationWarning)
         _register_pair(suffix="2")
-    for o in ak.overrides():
+    for o in reversed(ak.overrides()):  # the forward before the backward it needs
         ak.unregister(o.name)
     with pytest.raises(KernelRegistrationError, match=r"use_registry\('native'\): torch._native of another shape"):
         ak.use_registry("native")
@@ -313,7 +313,7 @@ def test_no_native_registry_routes_silently_where_torch_has_none(monkeypatch):
     with warnings.catch_warnings():
         # nothing to say (the registry's own warnings start "accel.kernels: "): torch has no registry to join
         warnings.filterwarnings("error", message=r"accel\.kernels: ", category=KernelRegistrationWarning)
-        ak.register(FWD, impl=reference.fused_rms_norm, backends=["cpu"], dsl="eager", name="f",
+        register_forward_only(FWD, impl=reference.fused_rms_norm, backends=["cpu"], dsl="eager", name="f",
                     cond=lambda *a, **k: False)
     assert _info("f").paths == {"CPU": "accel"} and ak.registry_path() == "accel"
 
@@ -429,7 +429,7 @@ def test_register_errors_leave_no_state():
         with pytest.raises(KernelRegistrationError, match=message.replace("(", r"\(").replace("[", r"\[")):
             ak.register(op, **kwargs)
     assert ak.overrides() == [] and kcore.slot.SLOTS == {}
-    ak.register(FWD, impl=impl, backends=["cpu"], dsl="x", name="dup")
+    register_forward_only(FWD, impl=impl, backends=["cpu"], dsl="x", name="dup")
     with pytest.raises(KernelRegistrationError, match="name 'dup' is already registered"):
         ak.register(torch.ops.aten._fused_rms_norm.default, impl=impl, backends=["cpu"], dsl="x", name="dup")
 
@@ -453,7 +453,7 @@ def test_lookup_and_mode_errors(monkeypatch):
         ak.disable(backend="tpu")
     with pytest.raises(KernelRegistrationError, match="unknown mode 'fast'"):
         ak.use_registry("fast")
-    ak.register(FWD, impl=reference.fused_rms_norm, backends=["cpu"], dsl="x", name="held")
+    register_forward_only(FWD, impl=reference.fused_rms_norm, backends=["cpu"], dsl="x", name="held")
     with pytest.raises(KernelRegistrationError, match=r"1 override\(s\) still registered \(held\)"):
         ak.use_registry("accel")
     ak.unregister("held")
@@ -482,11 +482,12 @@ def test_impl_calling_its_own_op_gets_aten_not_itself(path):
         calls.append(1)
         return torch.ops.aten._fused_rms_norm(x, shape, w, eps)  # back to the dispatcher: ATen this time
 
-    ak.register(FWD, impl=impl, backends=["cpu"], dsl="eager", name="self-calling")
+    register_forward_only(FWD, impl=impl, backends=["cpu"], dsl="eager", name="self-calling")
     x = torch.randn(2, 16)
     y = _call(x)[0]
     assert calls == [1] and _info("self-calling").routed == 1
-    with ak.disabled():
+    # leaving the block re-enables the forward-only override: accel says again that training would fail
+    with pytest.warns(KernelRegistrationWarning, match="only a composite"), ak.disabled():
         torch.testing.assert_close(y, _call(x)[0])
     _call(x)  # the guard was released: the next call routes again
     assert calls == [1, 1]
@@ -531,7 +532,7 @@ def test_router_floor_gate_sends_small_calls_to_aten_without_a_cond():
         return cond
 
     fa, fb = Counting(reference.fused_rms_norm), Counting(reference.fused_rms_norm)
-    ak.register(FWD, impl=fa, backends=["cpu"], dsl="triton", cond=make("a"), name="ga")
+    register_forward_only(FWD, impl=fa, backends=["cpu"], dsl="triton", cond=make("a"), name="ga")
     ak.register(FWD, impl=fb, backends=["cpu"], dsl="helion", cond=make("b"), name="gb")
     x_small, x_big = torch.randn(2, 8), torch.randn(4, 8)  # 16 < min(64, 32) <= 32
     torch.testing.assert_close(_call(x_small)[0], reference.fused_rms_norm(x_small, [8], None, 1e-6)[0])
@@ -568,7 +569,7 @@ def test_router_floor_gate_off_for_a_floor_that_is_no_integer(bad):
         return True
     cond.floor = bad
     impl = Counting(reference.fused_rms_norm)
-    ak.register(FWD, impl=impl, backends=["cpu"], dsl="eager", cond=cond, name="bf")
+    register_forward_only(FWD, impl=impl, backends=["cpu"], dsl="eager", cond=cond, name="bf")
     x = torch.randn(2, 8)
     torch.testing.assert_close(_call(x)[0], reference.fused_rms_norm(x, [8], None, 1e-6)[0])
     assert calls == [16] and impl.calls == 1
@@ -696,7 +697,7 @@ def test_a_plan_that_fails_gives_aten_not_the_next_override(path):
         def __call__(self, *args):
             return True
 
-    ak.register(FWD, impl=Failing(), cond=Cacheable(), backends=["cpu"], dsl="a", name="a")
+    register_forward_only(FWD, impl=Failing(), cond=Cacheable(), backends=["cpu"], dsl="a", name="a")
     other = Counting(lambda x, shape, w=None, eps=None: (torch.full_like(x, 2.0), torch.zeros(x.shape[0], 1)))
     ak.register(FWD, impl=other, cond=Cacheable(), backends=["cpu"], dsl="b", name="b")
     x = torch.randn(3, 16)
