@@ -230,6 +230,11 @@ class KernelRegistrationWarning(AccelWarning):
     kernel at that dispatch key (inference works, training through the op fails)."""
 
 
+class IntegrationWarning(AccelWarning):
+    """A patched model's module ran the model's own code for a reason its user can change (e.g. the LM head's
+    weight is a sharded ``DTensor`` when the fused loss reads it); said once per process and reason."""
+
+
 class HiddenDevicesWarning(AccelWarning):
     """The default selection fell back to the CPU (or another backend) because the visible-devices variables
     (``CUDA_VISIBLE_DEVICES``, ``HIP_VISIBLE_DEVICES``, ``ROCR_VISIBLE_DEVICES``, ``ZE_AFFINITY_MASK``) hide every

@@ -62,6 +62,7 @@ import inspect
 import sys
 import threading
 import types
+import warnings
 from collections.abc import Iterable
 from typing import Any
 
@@ -70,7 +71,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from accel.backends import dispatch_key_for_device_type
-from accel.errors import FeatureUnavailableError, UnknownBackendError
+from accel.errors import FeatureUnavailableError, IntegrationWarning, UnknownBackendError
 from accel.kernels.core.slot import SLOTS
 from accel.kernels.ops.rms_norm_hf import op as rms_norm_ops
 from accel.kernels.ops.rms_norm_hf import reference as rms_norm_reference
@@ -684,6 +685,13 @@ def _causal_lm_loss(hidden: torch.Tensor, head: nn.Linear, labels: torch.Tensor,
         shift_labels = F.pad(labels, (0, 1), value=ignore_index)[..., 1:]
     x = hidden.reshape(-1, hidden.shape[-1])
     w, b = head.weight, head.bias
+    if _is_sharded(w):
+        _say_once("lm_head-dtensor",
+                  "accel.integrations.transformers: lm_head.weight is a sharded DTensor when the loss reads it (an "
+                  "FSDP2 group of its own gathers it only when lm_head's forward runs, which the fused loss never "
+                  "calls), so the model's own logits and loss run: keep lm_head in the root module's group "
+                  "(fully_shard(model) after the decoder layers, not fully_shard(model.lm_head)) to get accel's loss")
+        return None
     device_type = x.device.type
     if torch.is_autocast_enabled(device_type):  # as F.linear would run under autocast: low precision operands
         dtype = torch.get_autocast_dtype(device_type)
@@ -706,6 +714,29 @@ def _causal_lm_loss(hidden: torch.Tensor, head: nn.Linear, labels: torch.Tensor,
     if reduction == "sum":
         loss = loss / (num_items.to(loss.device) if torch.is_tensor(num_items) else num_items)
     return loss
+
+
+def _is_sharded(t: torch.Tensor) -> bool:
+    """Whether ``t`` is a ``torch.distributed.tensor.DTensor`` (a parameter of an FSDP2 group not gathered now)."""
+    if not torch.distributed.is_available():
+        return False
+    try:
+        from torch.distributed.tensor import DTensor
+    except ImportError:  # builds without the distributed package's tensor module
+        return False
+    return isinstance(t, DTensor)
+
+
+_SAID: set[str] = set()
+
+
+def _say_once(key: str, message: str) -> None:
+    """Warn ``message`` (:class:`~accel.errors.IntegrationWarning`) the first time ``key`` is met in this process."""
+    with _LOCK:
+        if key in _SAID:
+            return
+        _SAID.add(key)
+    warnings.warn(message, IntegrationWarning, stacklevel=3)
 
 
 _BUILDERS = {"rms_norm": _build_rms_norm, "mlp": _build_mlp, "attention": _build_attention,
