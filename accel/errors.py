@@ -51,6 +51,7 @@ __all__ = [
     "KernelFallbackWarning",
     "KernelRegistrationWarning",
     "HiddenDevicesWarning",
+    "IntegrationWarning",
 ]
 
 

@@ -340,7 +340,8 @@ class OverrideInfo:
         verified: routed calls checked against ATen (``ACCEL_KERNELS_VERIFY=1``).
         max_error: max absolute error seen while verifying (0.0 when none verified).
         denied_shapes: input shape sets routed to ATen after a failure.
-        fallbacks: (property) calls that reached the override but ran ATen: ``declined + failed``.
+
+    The property ``fallbacks`` counts the calls that reached the override but ran ATen (``declined + failed``).
     """
 
     name: str
