@@ -151,7 +151,7 @@ def tune(ops=None, dtypes=("bf16",), budget_s: float = 600.0, device: torch.devi
             for cfg in configs:
                 if time.perf_counter() - started > budget_s:
                     break
-                unfit = _unfit(op, dsl, where, DTYPES[dname], cfg)
+                unfit = table.unfit_reason(op, dsl, where, DTYPES[dname], cfg if isinstance(cfg, dict) else None)
                 if unfit is not None:
                     skipped.append(f"{op} {dname} {m}x{n} {dsl} {cfg}: not timed on {where}: {unfit}")
                     continue
@@ -181,17 +181,6 @@ def tune(ops=None, dtypes=("bf16",), budget_s: float = 600.0, device: torch.devi
     facts = timing.device_facts(device)
     return {"arch": where, "device": facts["device"], "backend": facts["backend"], "entries": entries, "errors": errors, "skipped": skipped,
             "path": str(path) if path else None, "elapsed_s": time.perf_counter() - started, "trials": trials}
-
-
-def _unfit(op: str, dsl: str, arch: str, dtype: torch.dtype, cfg: Any) -> str | None:
-    """Why a Triton candidate config cannot launch on ``arch`` (an ``"unfit"`` exclusion of the AOT check,
-    :func:`accel.kernels.dsl.triton_aot.excluded`), else ``None``; such a config is never timed."""
-    if dsl != "triton" or not isinstance(cfg, dict):
-        return None
-    from accel.kernels.dsl.triton_aot import excluded
-
-    ex = excluded(op, arch, {**cfg, "element_bytes": dtype.itemsize})
-    return ex.reason if ex is not None and ex.kind == "unfit" else None
 
 
 def _confirm(bench: Callable[[Callable[[], Any]], float], aten: Callable[[], Any],

@@ -182,12 +182,15 @@ class Choice:
         config: the winning kernel config (``None``: the DSL's default).
         source: ``"user"`` (user cache) or ``"shipped"`` (package data).
         us: measured times per implementation, µs (evidence; may be empty).
+        unfit: why ``config`` cannot launch on the table's arch (:func:`unfit_reason`; ``""``: it can). Such an
+            entry routes nothing: :func:`takes` is false and :func:`route` gives this reason.
     """
 
     impl: str
     config: Mapping[str, Any] | None = None
     source: str = "shipped"
     us: Mapping[str, float] = field(default_factory=dict)
+    unfit: str = ""
 
 
 def shipped_path(arch: str) -> Any:
@@ -341,12 +344,30 @@ def check_entries(entries: Iterable[object], where: str = "entries", tail: str =
                 f"optional{tail}.")
 
 
-def _fold(into: dict, entries: Iterable[Mapping[str, Any]], source: str) -> None:
-    """Fold checked entries (:func:`check_entries`) into ``into``."""
+def unfit_reason(op: str, dsl: str, arch: str, dtype: torch.dtype, config: Mapping[str, Any] | None) -> str | None:
+    """Why ``dsl``'s kernel of ``op`` with launch ``config`` cannot launch on ``arch`` in ``dtype``, else ``None``.
+
+    Only Triton configs are judged, by the ``"unfit"`` exclusions of the AOT compile check
+    (:data:`accel.kernels.dsl.triton_aot.EXCLUSIONS`, e.g. 32 warps on a wave64 GPU: 2048 work-items where 1024
+    is the limit). Configs that only spill are not unfit: a measured entry decides those. Read when a table
+    is loaded and by ``accel bench --tune`` (which never times such a config), never per call.
+    """
+    if dsl != "triton" or not config:
+        return None
+    from accel.kernels.dsl.triton_aot import excluded
+
+    ex = excluded(op, arch, {**config, "element_bytes": dtype.itemsize})
+    return ex.reason if ex is not None and ex.kind == "unfit" else None
+
+
+def _fold(into: dict, entries: Iterable[Mapping[str, Any]], source: str, arch: str) -> None:
+    """Fold checked entries (:func:`check_entries`) into ``into``, each judged by :func:`unfit_reason`."""
     for e in entries:
-        impl = e.get("impl")
+        impl, config = e.get("impl"), e.get("config") or None
         key = (e["op"], e["dtype"], *bucket(int(e["m"]), int(e["n"])))
-        into[key] = Choice(impl, e.get("config") or None, source, dict(e.get("us") or {}))
+        dtype = getattr(torch, e["dtype"], None)
+        unfit = unfit_reason(e["op"], impl, arch, dtype, config) if isinstance(dtype, torch.dtype) else None
+        into[key] = Choice(impl, config, source, dict(e.get("us") or {}), unfit or "")
 
 
 @functools.cache
@@ -361,12 +382,12 @@ def table(arch: str) -> dict[tuple[str, str, int, int], Choice]:
     out: dict[tuple[str, str, int, int], Choice] = {}
     shipped = shipped_path(arch)
     if shipped.is_file():
-        _fold(out, _entries(shipped.read_text(), str(shipped)), "shipped")
+        _fold(out, _entries(shipped.read_text(), str(shipped)), "shipped", arch)
     user = user_table_path(arch)
     if user.is_file():
         staged: dict[tuple[str, str, int, int], Choice] = {}
         try:
-            _fold(staged, _entries(user.read_text(), str(user)), "user")
+            _fold(staged, _entries(user.read_text(), str(user)), "user", arch)
         except Exception as exc:  # noqa: BLE001 - any malformed user file (entries not dicts, bad numbers, ...)
             from accel.errors import KernelFallbackWarning
 
@@ -508,7 +529,7 @@ def takes(op: str, dsl: str, arch: str, dtype: str, m: int, n: int) -> bool:
         hit = _named(hit, op, dtype, n)
     if hit is None:
         return m * n >= miss_floor(op, dsl, arch, dtype)
-    return hit.impl == dsl
+    return hit.impl == dsl and not hit.unfit
 
 
 def floor(op: str, dsl: str) -> int:
@@ -599,24 +620,11 @@ def route(op: str, dsl: str, arch: str, dtype: str, m: int, n: int) -> str | Non
                     f"{dtype_short(dtype)} ({dsl}; {d.why.split(':')[0]}) and no entry for bucket {bucket_text(m, n)}")
         return None
     if hit.impl == dsl:
-        return _unfit(op, dsl, arch, dtype, hit)
+        if not hit.unfit:
+            return None
+        return (f"the {hit.source} tuning table for {arch} names triton config {dict(hit.config or {})} for {op} "
+                f"{dtype_short(dtype)}, which cannot launch there: {hit.unfit}; re-run `{TUNE_COMMAND}`")
     return f"the {hit.source} tuning table for {arch} picks {hit.impl} for {op} {dtype} bucket {bucket_text(m, n)}"
-
-
-def _unfit(op: str, dsl: str, arch: str, dtype: str, hit: Choice) -> str | None:
-    """The reason an entry's Triton config cannot launch on ``arch`` (an ``"unfit"`` exclusion of the AOT
-    check, :data:`accel.kernels.dsl.triton_aot.EXCLUSIONS`: a hand-written or copied user table may name one),
-    else ``None``. Configs that only spill stay: the entry's measurement decides those."""
-    if dsl != "triton" or not hit.config:
-        return None
-    from accel.kernels.dsl.triton_aot import excluded
-
-    t = getattr(torch, dtype, None)
-    ex = excluded(op, arch, {**hit.config, "element_bytes": t.itemsize if isinstance(t, torch.dtype) else 2})
-    if ex is None or ex.kind != "unfit":
-        return None
-    return (f"the {hit.source} tuning table for {arch} names triton config {dict(hit.config)} for {op} "
-            f"{dtype_short(dtype)}, which cannot launch there: {ex.reason}; re-run `{TUNE_COMMAND}`")
 
 
 def arch_state(op: str, dsl: str, arch: str) -> str:

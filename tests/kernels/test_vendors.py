@@ -351,15 +351,16 @@ def test_a_table_entry_whose_triton_config_cannot_launch_on_the_arch_declines():
                  config={"block_n": 4096, "num_warps": 32}, rounds=3)
     _tuning.write_user_table("gfx942", [entry])
     _tuning.write_user_table("sm_90", [entry])
-    why = _tuning.route("softmax_fwd", "triton", "gfx942", "bfloat16", 4096, 4096)
+    args = ("softmax_fwd", "triton", "gfx942", "bfloat16", 4096, 4096)
+    why = _tuning.route(*args)
     assert why is not None and "cannot launch there" in why and "1024" in why and TUNE.split()[-1] in why
+    assert not _tuning.takes(*args)  # the per-call check agrees with explain's sentence
     assert _tuning.route("softmax_fwd", "triton", "sm_90", "bfloat16", 4096, 4096) is None
+    assert _tuning.takes("softmax_fwd", "triton", "sm_90", "bfloat16", 4096, 4096)
 
 
-def test_tune_never_times_a_config_that_cannot_launch_on_the_arch():
-    from accel.kernels.bench import tune
-
+def test_unfit_reason_judges_triton_configs_per_arch():
     cfg = {"block_n": 4096, "num_warps": 32}
-    assert "1024" in tune._unfit("softmax_fwd", "triton", "gfx942", torch.bfloat16, cfg)
-    assert tune._unfit("softmax_fwd", "triton", "gfx1100", torch.bfloat16, cfg) is None  # wave32: 1024 fit
-    assert tune._unfit("softmax_fwd", "helion", "gfx942", torch.bfloat16, cfg) is None
+    assert "1024" in _tuning.unfit_reason("softmax_fwd", "triton", "gfx942", torch.bfloat16, cfg)
+    assert _tuning.unfit_reason("softmax_fwd", "triton", "gfx1100", torch.bfloat16, cfg) is None  # wave32: fits
+    assert _tuning.unfit_reason("softmax_fwd", "helion", "gfx942", torch.bfloat16, cfg) is None
