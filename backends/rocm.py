@@ -48,7 +48,7 @@ def wave_size(arch: str) -> int:
     Sources: AMD "CDNA3 Instruction Set Architecture" (wave64) and "RDNA3 Instruction Set
     Architecture" (wave32 native); Triton's HIP backend (``third_party/amd/backend``) targets
     ``GPUTarget("hip", "gfx942", 64)`` and ``("gfx1100", 32)``, as accel's AOT compile of its kernels
-    reported (``.wavefront_size`` in ``.asm["amdgcn"]``, ``/work/shared/DESIGN.md``).
+    reports (``.wavefront_size`` in ``.asm["amdgcn"]``; ``benchmarks/results/aot/``).
     """
     return 32 if arch.startswith(("gfx10", "gfx11", "gfx12")) else 64
 

@@ -178,14 +178,16 @@ class LinearCrossEntropyOptions:
 #: writes the ``grad_W`` accumulator: ``t = 2 * e + 2 * a`` bytes per weight element (``e`` the input's element
 #: size, ``a`` the accumulator's: 8 for bf16 with fp32, 4 compact) against ``6 * rows`` FLOPs per weight element
 #: (the three matmuls). The chunk's matmuls stay compute-bound while ``6 * rows / t`` is at least the GPU's
-#: ridge point (peak FLOP/s over memory B/s: H200 bf16 ~206, B200 ~281, MI300X ~247): ``rows >= 300 * 12 / 6
-#: = 600``, rounded up to a power of two. (Qwen3's 64-row chunks from the aspect-ratio rule alone, D 1024 and
-#: C 151936, re-read the 311 MB weight 128 times per step: ~25 ms of traffic on the H200.) To be measured.
+#: ridge point (dense bf16 peak FLOP/s over memory B/s, from the vendors' datasheets: H200 989 TFLOP/s / 4.8 TB/s
+#: ~206, B200 2.25 PFLOP/s / 8 TB/s ~281, MI300X 1307 TFLOP/s / 5.3 TB/s ~247): ``rows >= 300 * 12 / 6 = 600``,
+#: rounded up to a power of two. (Qwen3's 64-row chunks from the aspect-ratio rule alone, D 1024 and C 151936,
+#: re-read the 311 MB weight 128 times per step: ~25 ms of traffic at the H200's 4.8 TB/s.)
+#: ``benchmarks/linear_cross_entropy.py --chunk-sweep`` times 64 to 4096 rows at model shapes.
 MIN_ROWS = 1024
 #: Most bytes of a chunk's buffers (the logits chunk, and the separate gradient buffer where accurate mode on
 #: cuBLAS has one) :func:`model_chunk_rows` allows: far below the ``[N, C]`` logits the unfused loss holds
 #: (Qwen3-style, 8192 x 151936: 2.5 GB bf16 and 5 GB more for the fp32 copy) and at most ~3x the head's weight
-#: at the vocabularies of today's models. To be measured with the row count.
+#: at the vocabularies of today's models (the same sweep reports each row count's peak memory).
 MAX_CHUNK_BYTES = 1 << 30
 
 
@@ -243,7 +245,8 @@ def model_chunk_rows(num_tokens: int, in_features: int, num_classes: int, dtype:
     elem = dtype.itemsize
     if resolved.acc_policy == "accurate" and resolved.acc_dtype != dtype:
         per = resolved.acc_dtype.itemsize
-        per += elem if (device is not None and device.type == "cuda") else 0  # cuBLAS: a gradient buffer too
+        # CUDA and ROCm builds (device type "cuda"): the BLAS path keeps a gradient buffer in the input dtype too
+        per += elem if (device is not None and device.type == "cuda") else 0
     else:
         per = elem
     growth = -(-num_classes // in_features)
