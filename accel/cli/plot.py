@@ -72,11 +72,11 @@ def plot_bench(report: dict[str, Any], path: str | Path) -> Path:
             (:func:`check_plot`).
         FeatureUnavailableError: matplotlib is not installed.
     """
-    p = check_plot(path)
     rows = report.get("rows") or []
     if not rows:
         raise BenchArgumentError("--plot: the benchmark measured no row (every shape skipped: see 'skipped'), so "
                                  "there is nothing to draw; raise --budget or choose other --shapes.")
+    p = check_plot(path)
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 

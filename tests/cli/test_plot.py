@@ -39,6 +39,7 @@ def fabricated_report():
 
 
 def test_the_picture_is_a_png_with_one_panel_per_op_direction_and_dtype(tmp_path):
+    pytest.importorskip("matplotlib", reason="the optional extra '.[plot]' (tox env cpu installs it)")
     from matplotlib.figure import Figure
 
     report = fabricated_report()

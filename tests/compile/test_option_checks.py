@@ -265,7 +265,7 @@ def test_write_user_table_refuses_one_entry_for_a_list(table):
 @pytest.mark.parametrize(("data", "says"), [
     ({"format": 1, "arch": "sm_90", "entries": [{**GOOD, "imp": "aten"}]}, "'imp' (closest: 'impl')"),
     ({"format": 1, "arch": "sm_90", "entrie": []}, "not a format-1 table"),
-    ({"format": 1, "arch": "sm_90", "entries": [], "sorce": "me"}, "'sorce' (closest: 'source')"),
+    ({"format": 1, "arch": "sm_90", "entries": [], "sorce": "me"}, "'sorce' (closest: 'source', 'sources')"),
 ])
 def test_a_bad_user_table_file_is_named_and_ignored(table, tmp_path, data, says):
     f = tmp_path / "sm_90.json"
