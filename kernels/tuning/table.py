@@ -689,6 +689,10 @@ def write_user_table(arch: str, entries: Iterable[Mapping[str, Any]], *, path: P
             file: ``sm_90``, ``gfx942``), ``entries`` is not a list of entry dicts, or an entry has a
             key it does not know, misses one, or names an unknown op, dtype or impl (the message names the
             closest valid ones); nothing was written.
+
+    Warns:
+        KernelFallbackWarning: the existing file was unreadable; it was moved aside to
+            ``<name>.unreadable-<time>`` (named in the message) before the new table was written.
     """
     from filelock import FileLock
 
@@ -715,8 +719,9 @@ def write_user_table(arch: str, entries: Iterable[Mapping[str, Any]], *, path: P
                     merged[(e["op"], e["dtype"], *bucket(int(e["m"]), int(e["n"])))] = e
                 for d in _file_defaults(text):
                     merged_defaults[(d["op"], d["dtype"], d["impl"])] = d
-            except (ValueError, KeyError, TypeError, OSError):
-                merged, merged_defaults = {}, {}  # a corrupt file is replaced (TuningTableError is a ValueError)
+            except (ValueError, KeyError, TypeError, OSError) as exc:  # TuningTableError is a ValueError
+                merged, merged_defaults = {}, {}
+                _set_aside(path, exc)
         for e in new:
             merged[(e["op"], e["dtype"], *bucket(int(e["m"]), int(e["n"])))] = e
         for d in new_defaults:
@@ -734,6 +739,22 @@ def write_user_table(arch: str, entries: Iterable[Mapping[str, Any]], *, path: P
             raise
     reload()
     return path
+
+
+def _set_aside(path: Path, exc: BaseException) -> None:
+    """Move an unreadable user table out of the way (``<name>.unreadable-<time>``) before a new one replaces it,
+    and say where: its entries may be a hand edit away from valid, so they are never dropped silently."""
+    import time
+    import warnings
+
+    from accel.errors import KernelFallbackWarning
+
+    aside = path.with_name(f"{path.name}.unreadable-{time.strftime('%Y%m%d-%H%M%S')}")
+    os.replace(path, aside)
+    warnings.warn(f"accel.kernels.write_user_table: the user tuning table {path} was unreadable "
+                  f"({type(exc).__name__}: {str(exc)[:300]}); it is kept as {aside} and a new table holds only the "
+                  f"entries written now. Fix that file and merge it back, or delete it.", KernelFallbackWarning,
+                  stacklevel=3)
 
 
 def _unlink(path: str) -> None:

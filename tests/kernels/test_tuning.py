@@ -92,6 +92,12 @@ def test_bad_entries_and_corrupt_files_are_reported(cache_dir):
     with pytest.warns(KernelFallbackWarning, match="unreadable .*not a format-1 table"):
         t = _tuning.table("sm_90")
     assert t[("rms_norm_fwd", "bfloat16", 4096, 4096)].source == "shipped"
+    # writing over an unreadable file keeps it aside, named in the warning: hand-edited entries are not lost
+    with pytest.warns(KernelFallbackWarning, match=r"unreadable .* kept as .*sm_90\.json\.unreadable-"):
+        _tuning.write_user_table("sm_90", [good])
+    (aside,) = cache_dir.glob("sm_90.json.unreadable-*")
+    assert json.loads(aside.read_text()) == {"format": 0}
+    assert [e["m"] for e in json.loads((cache_dir / "sm_90.json").read_text())["entries"]] == [4096]
 
 
 def test_concurrent_writers_lose_nothing(cache_dir):
