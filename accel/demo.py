@@ -182,7 +182,8 @@ def _why_no_kernels(asked: bool, backend_name: str) -> str | None:
     if not asked:
         return "off (--kernels off)"
     if backend_name == "cpu":
-        return "the demo runs on cpu; accel's built-in kernels serve CUDA GPUs (accel kernels says why)"
+        return ("the demo runs on cpu; accel's built-in kernels serve GPUs (NVIDIA, AMD and Intel; `accel kernels` "
+                "says which run here)")
     import accel.kernels as ak
 
     reasons = sorted({f"{a.dsl}: {a.reason}" for a in ak.availability() if not a.available})
