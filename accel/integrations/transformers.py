@@ -252,7 +252,8 @@ def patch(model: nn.Module, *, norms: bool = True, mlp: bool = True, rope: bool 
     its class: the same object, the same ``Parameter`` objects and ``state_dict`` keys, the same numerics
     (on CPU and without kernels bit for bit: the ops' references are the modules' own arithmetic). A
     model of a family accel does not know is returned as it is; :func:`report` says what was replaced,
-    what already routes (``nn.LayerNorm``) and what was left and why. Patching twice changes nothing.
+    what already routes (``nn.LayerNorm``) and what was left and why. Patching twice replaces nothing more;
+    a second call's ``loss_options`` replace the first's (:func:`unpatch` undoes the replacements).
 
     Args:
         model: an ``nn.Module`` (a Hugging Face model, or any module holding some).
@@ -273,15 +274,25 @@ def patch(model: nn.Module, *, norms: bool = True, mlp: bool = True, rope: bool 
         ``model`` itself.
 
     Raises:
-        TypeError: ``model`` is not an ``nn.Module``.
+        TypeError: ``model`` is not an ``nn.Module``, or ``loss_options`` cannot be read as
+            :class:`accel.nn.LinearCrossEntropyOptions` (nothing is changed then).
     """
     _check_module(model, "patch")
+    if loss_options is not None:  # checked before any module changes (not at the first training step)
+        from accel.nn import linear_cross_entropy as lce
+
+        loss_options = _as_options(lce, loss_options)
     _dispatch_keys()
     wanted = {"rms_norm": norms, "mlp": mlp, "attention": rope, "causal_lm": loss}
     with _LOCK:
         for module in model.modules():
             cls = type(module)
             known = _known(cls)
+            if known is None and _original(cls) is not cls:  # patched before: only new loss options apply
+                original = _known(_original(cls))
+                if loss_options is not None and original is not None and original[1] == "causal_lm":
+                    module.accel_loss_options = loss_options
+                continue
             if known is None or not wanted[known[1]]:
                 continue
             accel_cls, _ = _verdict(cls, known[1], known[2])
@@ -655,9 +666,19 @@ def _loss_options(lce: Any, options: Any, n: int, d: int, c: int, dtype: torch.d
     :mod:`accel.nn` hands out on torch 2.13+, converted field by field), or, for ``None``, chunks of
     :func:`accel.nn.linear_cross_entropy.model_chunk_rows` rows (not the aspect-ratio rule's: 64-row chunks
     for Qwen3's vocabulary)."""
-    ours = lce.LinearCrossEntropyOptions
     if options is None:
-        return ours(batch_chunk_size=lce.model_chunk_rows(n, d, c, dtype, device), chunking_method=None)
+        return lce.LinearCrossEntropyOptions(batch_chunk_size=lce.model_chunk_rows(n, d, c, dtype, device),
+                                             chunking_method=None)
+    return _as_options(lce, options)
+
+
+def _as_options(lce: Any, options: Any) -> Any:
+    """``options`` as accel's ``LinearCrossEntropyOptions`` (torch's own class read field by field).
+
+    Raises:
+        TypeError: ``options`` cannot be read as one (a field missing or out of range).
+    """
+    ours = lce.LinearCrossEntropyOptions
     if isinstance(options, ours):
         return options
     fields = [f.name for f in dataclasses.fields(ours)]

@@ -367,8 +367,10 @@ def test_loss_options_reach_the_chunked_loss_and_unpatch_forgets_them(cpu_kernel
     from accel.nn import LinearCrossEntropyOptions
 
     ref, model = _build("qwen2")
+    hf.patch(model, loss_options=LinearCrossEntropyOptions(batch_chunk_size=7, chunking_method=None))
+    assert model.accel_loss_options.batch_chunk_size == 7
     hf.patch(model, loss_options=LinearCrossEntropyOptions(batch_chunk_size=5, chunking_method=None))
-    assert model.accel_loss_options.batch_chunk_size == 5
+    assert model.accel_loss_options.batch_chunk_size == 5  # a second patch's options replace the first's
     inputs = _inputs("qwen2")
     torch.testing.assert_close(_loss_and_grads(model, inputs)[0].loss, _loss_and_grads(ref, inputs)[0].loss,
                                rtol=1e-5, atol=1e-6)
@@ -522,9 +524,10 @@ def test_a_compiled_patched_model_without_kernels_is_the_models_own_graph():
 @needs_lce
 def test_loss_options_of_another_kind_are_a_typed_error_and_torchs_options_are_read(cpu_kernels):
     _, model = _build("llama")
-    hf.patch(model, loss_options=object())
+    classes = {name: type(m) for name, m in model.named_modules()}
     with pytest.raises(TypeError, match="cannot be read as LinearCrossEntropyOptions"):
-        model(**_inputs("llama"))
+        hf.patch(model, loss_options=object())  # refused at patch time, not at the first training step
+    assert {name: type(m) for name, m in model.named_modules()} == classes  # nothing was changed
     torch_options = getattr(torch.nn, "LinearCrossEntropyOptions", None)
     if torch_options is not None:  # torch 2.13+: accel.nn hands out torch's class; the patch reads it field by field
         ref, model = _build("llama")
