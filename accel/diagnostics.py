@@ -303,6 +303,27 @@ def kernel_registry() -> dict[str, Any]:
             "namespaces": sorted(getattr(reg, "namespaces", ())), "detail": _compat.native_dsl_registry_reason()}
 
 
+def _tuning_tables_check() -> Check:
+    """Every user tuning table (``accel bench --tune``'s files) reads as a table: one that does not is ignored
+    as a whole at run time, with one warning only."""
+    from accel.kernels.tuning import table
+
+    name = "user tuning tables"
+    folder = table.user_table_path("sm_90").parent
+    files = sorted(folder.glob("*.json")) if folder.is_dir() else []
+    bad = []
+    for f in files:
+        try:
+            table.check_file(f)
+        except Exception as exc:  # noqa: BLE001 - any unreadable file is this check's finding
+            bad.append(f"{f.name}: {str(exc).splitlines()[0][:200]}")
+    if bad:
+        return Check(name, False, f"{len(bad)} of {len(files)} in {folder} unreadable (ignored as a whole): "
+                                  + "; ".join(bad),
+                     "fix the named key or value in the file, or delete it and re-run `accel bench --tune`")
+    return Check(name, True, f"{len(files)} in {folder}, all readable" if files else f"none in {folder}")
+
+
 def _registry_check(reg: dict[str, Any]) -> Check:
     name = "kernel registry path"
     if reg["recognised"] or reg["mode"] == "accel":
@@ -368,6 +389,10 @@ def checks(info: dict[str, Any]) -> list[Check]:
     if "error" in sel:
         if sel.get("requested"):
             fix = f"pass an available backend instead of --device {sel['requested']}, e.g. --device cpu"
+        elif sel.get("error_type") == "LocalRankError" or (sel.get("error_type") == "DeviceIndexError"
+                                                          and "LOCAL_RANK" in sel["error"]):
+            fix = ("LOCAL_RANK names this process's device: launch with torchrun --nproc-per-node at most the "
+                   "device count, unset LOCAL_RANK outside a launcher, or set ACCEL_DEVICE=<backend>:<index>")
         elif os.environ.get("ACCEL_DEVICE"):
             fix = "unset ACCEL_DEVICE or set it to an available backend, e.g. ACCEL_DEVICE=cpu"
         else:
@@ -410,6 +435,7 @@ def checks(info: dict[str, Any]) -> list[Check]:
             fix = f"pip install the {dsl} version that matches torch {build['torch']}"
         out.append(Check(f"{dsl} version", d["compatible"], d["detail"], fix))
     out.append(_env_check(info.get("accel_env") or {}))
+    out.append(_tuning_tables_check())
     if "kernel_registry" in info:
         out.append(_registry_check(info["kernel_registry"]))
     ipex = info["ipex"]
