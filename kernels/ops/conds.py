@@ -136,7 +136,10 @@ def table_reason(op: str, dsl: str, t: torch.Tensor, n: int) -> str:
     """The sentence for reason key ``"table"`` (what :func:`accel.kernels.table.route` says)."""
     if n <= 0:
         return "empty rows (N=0)"
-    return table.route(op, dsl, arch(t.device), table.dtype_name(t.dtype), t.numel() // n, n) or "tuning table"
+    dtype = table.dtype_name(t.dtype)
+    if dtype not in table.DTYPE_NAMES:  # no table can hold it: say the dtype, not "run accel bench --tune"
+        return DEVICE_REASONS["dtype"].format(dtype=t.dtype)
+    return table.route(op, dsl, arch(t.device), dtype, t.numel() // n, n) or "tuning table"
 
 
 def entry_reason(input: torch.Tensor, numel: int, op: str, dsl: str, devices: dict[str, str | None],

@@ -360,8 +360,9 @@ def unfit_reason(op: str, dsl: str, arch: str, dtype: torch.dtype, config: Mappi
     return ex.reason if ex is not None and ex.kind == "unfit" else None
 
 
-def _fold(into: dict, entries: Iterable[Mapping[str, Any]], source: str, arch: str) -> None:
-    """Fold checked entries (:func:`check_entries`) into ``into``, each judged by :func:`unfit_reason`."""
+def _fold(into: dict, entries: Iterable[Mapping[str, Any]], source: str, arch: str = "") -> None:
+    """Fold checked entries (:func:`check_entries`) into ``into``, each judged by :func:`unfit_reason` for
+    ``arch`` (``""``: not judged)."""
     for e in entries:
         impl, config = e.get("impl"), e.get("config") or None
         key = (e["op"], e["dtype"], *bucket(int(e["m"]), int(e["n"])))

@@ -364,3 +364,10 @@ def test_unfit_reason_judges_triton_configs_per_arch():
     assert "1024" in _tuning.unfit_reason("softmax_fwd", "triton", "gfx942", torch.bfloat16, cfg)
     assert _tuning.unfit_reason("softmax_fwd", "triton", "gfx1100", torch.bfloat16, cfg) is None  # wave32: fits
     assert _tuning.unfit_reason("softmax_fwd", "helion", "gfx942", torch.bfloat16, cfg) is None
+
+
+def test_a_dtype_no_table_can_hold_is_said_as_the_dtype_not_as_untuned():
+    for dtype in (torch.float64, torch.int32):
+        why = _conds.table_reason("rms_norm_fwd", "triton", torch.zeros(64, 1024, dtype=dtype), 1024)
+        assert why == f"dtype {dtype} not in fp32/bf16/fp16"
+    assert "no tuning entry for cpu fp32" in _conds.table_reason("rms_norm_fwd", "triton", torch.zeros(64, 1024), 1024)
