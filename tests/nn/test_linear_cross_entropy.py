@@ -211,7 +211,7 @@ def test_one_row_and_one_class(prob):
     x, w, b, t = _inputs(6, 8, 1, dtype=torch.float64, bias=True, prob=prob, ignored=False)
     out = _op_loss(x, w, t, b, None, "sum")
     grads = torch.autograd.grad(out, (x, w, b))
-    assert float(out) == 0.0 and all(float(g.abs().max()) == 0.0 for g in grads)
+    assert out.item() == 0.0 and all(g.abs().max().item() == 0.0 for g in grads)
 
 
 def test_all_rows_ignored():
@@ -247,7 +247,7 @@ def test_empty_batch():
     x, w, b, t = _inputs(0, 8, 11, bias=True)
     assert _op_loss(x, w, t, b, None, "mean").isnan()
     out = _op_loss(x, w, t, b, None, "sum")
-    assert float(out) == 0.0
+    assert out.item() == 0.0
     gx, gw, gb = torch.autograd.grad(out, (x, w, b))
     assert gx.shape == (0, 8) and float(gw.abs().sum()) == 0.0 and float(gb.abs().sum()) == 0.0
 
