@@ -53,6 +53,7 @@ from typing import Any
 import torch
 
 from accel import _caches, _compat
+from accel._once import warn_once
 from accel._options import check_choice
 from accel._select import selection
 from accel.backends import Backend
@@ -634,13 +635,6 @@ class GraphedCallable:
         return f"<accel.graphs.GraphedCallable {name}: {'graph' if self.captured else 'eager'} ({self.reason})>"
 
 
-def _warn_once(message: str) -> None:
-    if message in _WARNED:
-        return
-    _WARNED.add(message)
-    warnings.warn(message, GraphFallbackWarning, stacklevel=3)
-
-
 #: The ``capture_error_mode`` values of a graph capture (``cudaStreamCaptureMode``).
 CAPTURE_ERROR_MODES = ("global", "thread_local", "relaxed")
 
@@ -767,10 +761,9 @@ def graphed(
         if strict:
             raise _unsupported_error(f"graphed {name} (strict=True)", support)
         reason = f"runs eagerly: {support.reason}"
-        _warn_once(
-            f"accel.graphs.graphed: {support.reason}; functions run eagerly on {support.device} (same results, "
-            "no replay speed-up). Pass strict=True to make this an error."
-        )
+        message = (f"accel.graphs.graphed: {support.reason}; functions run eagerly on {support.device} (same "
+                   "results, no replay speed-up). Pass strict=True to make this an error.")
+        warn_once(_WARNED, message, message, GraphFallbackWarning, stacklevel=2)
         return GraphedCallable(fn, args, reason=reason)
 
     static = tuple(_static_copy(a) for a in args)
@@ -791,7 +784,8 @@ def graphed(
         except GraphCaptureError as exc:
             if not fallback:
                 raise
-            _warn_once(f"accel.graphs.graphed: capture of {name} aborted, it runs eagerly (fallback=True): {exc}")
+            message = f"accel.graphs.graphed: capture of {name} aborted, it runs eagerly (fallback=True): {exc}"
+            warn_once(_WARNED, message, message, GraphFallbackWarning, stacklevel=2)
             return GraphedCallable(fn, args, reason=f"runs eagerly: capture aborted: {exc}")
     return GraphedCallable(
         fn, args, graph=graph, static_inputs=static, static_outputs=outputs, reason=support.reason

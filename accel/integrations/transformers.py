@@ -62,7 +62,6 @@ import inspect
 import sys
 import threading
 import types
-import warnings
 from collections.abc import Iterable
 from typing import Any
 
@@ -70,6 +69,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from accel._once import warn_once
 from accel.backends import dispatch_key_for_device_type
 from accel.errors import FeatureUnavailableError, IntegrationWarning, UnknownBackendError
 from accel.kernels.core.slot import SLOTS
@@ -134,6 +134,8 @@ _SILU_TYPES: set[type] = {nn.SiLU}
 _NOT_SILU: set[type] = set()
 #: transformers' patch-mapping keys :func:`enable` registered -> the accel class.
 _ENABLED: dict[str, type] = {}
+#: Keys of the warnings already said (:func:`accel._once.warn_once`; once per process per key).
+_SAID: set[str] = set()
 
 
 # ------------------------------------------------------------------------------------------ the report
@@ -707,11 +709,12 @@ def _causal_lm_loss(hidden: torch.Tensor, head: nn.Linear, labels: torch.Tensor,
     x = hidden.reshape(-1, hidden.shape[-1])
     w, b = head.weight, head.bias
     if _is_sharded(w):
-        _say_once("lm_head-dtensor",
+        warn_once(_SAID, "lm_head-dtensor",
                   "accel.integrations.transformers: lm_head.weight is a sharded DTensor when the loss reads it (an "
                   "FSDP2 group of its own gathers it only when lm_head's forward runs, which the fused loss never "
                   "calls), so the model's own logits and loss run: keep lm_head in the root module's group "
-                  "(fully_shard(model) after the decoder layers, not fully_shard(model.lm_head)) to get accel's loss")
+                  "(fully_shard(model) after the decoder layers, not fully_shard(model.lm_head)) to get accel's loss",
+                  IntegrationWarning, stacklevel=2)
         return None
     device_type = x.device.type
     if torch.is_autocast_enabled(device_type):  # as F.linear would run under autocast: low precision operands
@@ -746,18 +749,6 @@ def _is_sharded(t: torch.Tensor) -> bool:
     except ImportError:  # builds without the distributed package's tensor module
         return False
     return isinstance(t, DTensor)
-
-
-_SAID: set[str] = set()
-
-
-def _say_once(key: str, message: str) -> None:
-    """Warn ``message`` (:class:`~accel.errors.IntegrationWarning`) the first time ``key`` is met in this process."""
-    with _LOCK:
-        if key in _SAID:
-            return
-        _SAID.add(key)
-    warnings.warn(message, IntegrationWarning, stacklevel=3)
 
 
 _BUILDERS = {"rms_norm": _build_rms_norm, "mlp": _build_mlp, "attention": _build_attention,

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import contextlib
 import os
-import warnings
 from collections.abc import Callable, Iterator, Sequence
 
 import torch
 
 from accel import _compat
+from accel._once import warn_once
 from accel._options import did_you_mean
 from accel.errors import KernelRegistrationError, KernelRegistrationWarning, UnknownKernelError
 from accel.kernels.tuning import table
@@ -83,12 +83,6 @@ def _native_refused(who: str) -> KernelRegistrationError:
         f"(accel's router here, said once) or 'accel', or a torch whose registry accel recognises (2.13 to 2.15).")
 
 
-def _say_once(what: object, warning: Warning) -> None:
-    if what not in STATE.said:
-        STATE.said.add(what)
-        warnings.warn(warning, stacklevel=4)
-
-
 def use_registry(mode: str, /) -> str:
     """Choose the registration path for later registrations; returns the previous mode.
 
@@ -136,20 +130,21 @@ def choose_path(op: Op, key: str, has_aten_kernel: bool) -> InstallPath:
     mode = registry_mode()
     path = registry_path()  # raises for "native" without a recognised registry
     if path == "accel" and mode == "auto" and _compat.has_native_dsl_registry():
-        _say_once("unrecognised registry", KernelRegistrationWarning(
+        warn_once(STATE.said, "unrecognised registry", KernelRegistrationWarning(
             f"accel.kernels: {_compat.native_dsl_registry_reason()}; accel's kernels use accel's own router, "
             f"so torch.backends.python_native does not switch them and upstream overrides of the same ops may "
-            f"shadow them. `accel doctor` reports this; ACCEL_KERNELS_REGISTRY=accel chooses the router knowingly."))
+            f"shadow them. `accel doctor` reports this; ACCEL_KERNELS_REGISTRY=accel chooses the router knowingly."),
+            stacklevel=3)
     if not native.serves(op, key, has_aten_kernel):
         return router
     if path == "native":
         return native
     upstream = native.upstream_nodes(op, key)
     if upstream:
-        _say_once(("joins upstream", op.qualname, key), KernelRegistrationWarning(
+        warn_once(STATE.said, ("joins upstream", op.qualname, key), KernelRegistrationWarning(
             f"accel.kernels: {op.qualname} at {key}: torch's native registry holds upstream overrides "
             f"({', '.join(n.dsl_name for n in upstream)}); accel's overrides join that graph (before them) "
-            f"instead of stacking accel's router on theirs, although the mode is 'accel'."))
+            f"instead of stacking accel's router on theirs, although the mode is 'accel'."), stacklevel=3)
         return native
     return router
 

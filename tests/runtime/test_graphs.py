@@ -70,6 +70,7 @@ def test_graphed_runs_eagerly_on_cpu_and_warns_once():
         g2 = graphs.graphed(step, (x, 3.0))
     assert len(_fallback_warnings(record)) == 1
     assert "CPU has no graph capture" in str(_fallback_warnings(record)[0].message)
+    assert _fallback_warnings(record)[0].filename == __file__  # points at the line that calls graphed
     assert not g.captured and not g2.captured and g.graph is None
     assert g.reason.startswith("runs eagerly")
     assert calls == []  # no warm-up, no capture where nothing is captured
