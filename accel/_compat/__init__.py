@@ -14,7 +14,7 @@ One module per topic, every name re-exported here:
 - :mod:`~accel._compat.native`: the native DSL registry (``torch._native``), ``torch.library.get_kernel``.
 - :mod:`~accel._compat.inductor`: Inductor config keys, modes and GEMM template packages.
 - :mod:`~accel._compat.lowp`, :mod:`~accel._compat.distributed`, :mod:`~accel._compat.tunable`:
-  low-precision dtypes and scaled GEMMs, c10d backends and symmetric memory, TunableOp.
+  low-precision dtypes and scaled GEMMs, c10d backends, symmetric memory and DTensor, TunableOp.
 - :mod:`~accel._compat.versions`: installed versions of the optional DSL packages, and whether each
   imports with the running torch (a subprocess, cached on disk).
 
@@ -33,7 +33,7 @@ Example:
 from __future__ import annotations
 
 from . import distributed, graphs, inductor, lowp, native, rng, runtime, tunable, versions
-from .distributed import c10d_backends, has_symmetric_memory
+from .distributed import c10d_backends, dtensor_class, has_symmetric_memory
 from .graphs import (
     accelerator_graph,
     graph_class,

@@ -69,6 +69,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from accel import _compat
 from accel._once import warn_once
 from accel.backends import dispatch_key_for_device_type
 from accel.errors import FeatureUnavailableError, IntegrationWarning, UnknownBackendError
@@ -742,13 +743,8 @@ def _causal_lm_loss(hidden: torch.Tensor, head: nn.Linear, labels: torch.Tensor,
 
 def _is_sharded(t: torch.Tensor) -> bool:
     """Whether ``t`` is a ``torch.distributed.tensor.DTensor`` (a parameter of an FSDP2 group not gathered now)."""
-    if not torch.distributed.is_available():
-        return False
-    try:
-        from torch.distributed.tensor import DTensor
-    except ImportError:  # builds without the distributed package's tensor module
-        return False
-    return isinstance(t, DTensor)
+    dtensor = _compat.dtensor_class()  # resolved once (a detection cache: accel.clear_cache forgets it)
+    return dtensor is not None and isinstance(t, dtensor)
 
 
 _BUILDERS = {"rms_norm": _build_rms_norm, "mlp": _build_mlp, "attention": _build_attention,

@@ -396,6 +396,19 @@ def test_the_fused_loss_is_fp32_and_within_1e_3_of_eager_on_the_first_step(dtype
         torch.testing.assert_close(got, want, rtol=1e-6, atol=0)
 
 
+def test_is_sharded_asks_the_dtensor_class_resolved_once(monkeypatch):
+    from accel import _compat
+
+    class FakeDTensor(torch.Tensor):
+        pass
+
+    plain = torch.zeros(2)
+    monkeypatch.setattr(_compat, "dtensor_class", lambda: FakeDTensor)
+    assert hf._is_sharded(plain.as_subclass(FakeDTensor)) and not hf._is_sharded(plain)
+    monkeypatch.setattr(_compat, "dtensor_class", lambda: None)  # torch without DTensor
+    assert not hf._is_sharded(plain.as_subclass(FakeDTensor))
+
+
 def test_chunk_rows_are_bounded_below_for_matmul_efficiency_and_above_in_memory():
     from accel.nn.linear_cross_entropy import MAX_CHUNK_BYTES, MIN_ROWS, model_chunk_rows
 
