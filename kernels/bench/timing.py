@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 import accel.kernels as ak
+from accel.kernels.core.spec import GPU_BACKENDS  # where accel's built-in kernels are registered
 
 __all__ = ["Timer", "bare_router", "copy_ceiling", "device_facts", "flush_bytes", "has_events", "router_overhead",
            "sync", "time_bare"]
@@ -46,16 +47,12 @@ def sync(device: torch.device) -> None:
         accel.synchronize(device)
 
 
-#: The backends a benchmark device may be of: where accel's built-in kernels are registered.
-GPU_BACKENDS = ("cuda", "rocm", "xpu")
-
-
 def bench_device(command: str, fix: str) -> torch.device:
     """The current device of the active accel backend, for ``accel bench`` (``command``) to time.
 
     Raises:
-        KernelUnavailableError: the active backend is none of :data:`GPU_BACKENDS` (a CPU or MPS machine);
-            the message ends with ``fix``.
+        KernelUnavailableError: the active backend is none of :data:`~accel.kernels.core.spec.GPU_BACKENDS`
+            (a CPU or MPS machine); the message ends with ``fix``.
     """
     import accel
     from accel.errors import KernelUnavailableError

@@ -331,6 +331,13 @@ def test_bench_refuses_a_machine_without_a_gpu_backend():
         timing.bench_device("accel bench", "run it on one.")
 
 
+def test_bench_devices_are_the_backends_op_families_register_for():
+    from accel.kernels.bench import timing
+    from accel.kernels.core import spec
+
+    assert timing.GPU_BACKENDS is spec.GPU_BACKENDS  # one tuple: bench reads core's, never a copy
+
+
 def test_tune_takes_at_least_three_rounds_and_keeps_aten_below_the_speedup():
     from accel.errors import BenchArgumentError
     from accel.kernels.bench import tune
