@@ -13,12 +13,16 @@ pytestmark = pytest.mark.cpu
 
 
 def _modules():
-    names = []
-    for m in pkgutil.walk_packages(accel.__path__, "accel."):
-        if m.name.endswith("__main__") or ".ops." in m.name and m.name.endswith("_kernel"):
-            continue  # DSL kernel sources import triton/helion; their numerics are tested separately
-        names.append(m.name)
-    return names
+    # accel.backends and accel.kernels install from their own folders (setup.py): in an editable install they
+    # are not under accel.__path__, so each is walked from its own __path__.
+    names = set()
+    for package in ("accel", "accel.backends", "accel.kernels"):
+        root = importlib.import_module(package)
+        for m in pkgutil.walk_packages(root.__path__, f"{package}."):
+            if m.name.endswith("__main__") or ".ops." in m.name and m.name.endswith("_kernel"):
+                continue  # DSL kernel sources import triton/helion; their numerics are tested separately
+            names.add(m.name)
+    return sorted({"accel.backends", "accel.kernels", *names})
 
 
 @pytest.mark.parametrize("name", _modules())

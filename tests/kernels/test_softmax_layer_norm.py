@@ -144,6 +144,11 @@ def test_cond_follows_the_tuning_table_and_checks_the_vendor(kernel, fake_backen
 
 
 # ------------------------------------------------------------ interpreter runs
+# The interpreter scripts draw random inputs: a fixed seed makes a failure reproduce (a script that seeds per
+# shape overrides it).
+_SEEDED = "import torch; torch.manual_seed(0)\n"
+
+
 SCRIPT = textwrap.dedent("""
     import json, sys, torch, torch.nn as nn, torch.nn.functional as F
     import accel.kernels as ak
@@ -228,7 +233,7 @@ def interpreted():
             require_dsl(dsl)
             env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "HELION_INTERPRET")}
             env[f"{dsl.upper()}_INTERPRET"] = "1"
-            proc = subprocess.run([sys.executable, "-c", SCRIPT, family, dsl, path], env=env, capture_output=True,
+            proc = subprocess.run([sys.executable, "-c", _SEEDED + SCRIPT, family, dsl, path], env=env, capture_output=True,
                                   text=True, timeout=900)
             assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
             line = next(l for l in proc.stdout.splitlines() if l.startswith("REPORT"))
@@ -266,7 +271,7 @@ def _triton_interpreted(script: str) -> list:
     require_dsl("triton")
     env = {k: v for k, v in os.environ.items() if k != "HELION_INTERPRET"}
     env["TRITON_INTERPRET"] = "1"
-    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=900)
+    proc = subprocess.run([sys.executable, "-c", _SEEDED + script], env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return json.loads(next(l for l in proc.stdout.splitlines() if l.startswith("REPORT")).removeprefix("REPORT"))
 
