@@ -9,17 +9,19 @@ meta and fake tensors.
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+import inspect
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
 
+from accel.errors import KernelRegistrationError
 from accel.kernels.dsl.launch import arch, kernel_limits
 from accel.kernels.dsl.triton_configs import for_wave
 from accel.kernels.tuning import table
 
-__all__ = ["ALIGN", "DTYPES", "Limits", "arch", "device_reason", "device_types_for", "entry_reason",
-           "table_declines", "table_reason", "floors", "tuned_config"]
+__all__ = ["ALIGN", "DTYPES", "Limits", "arch", "conds_from_keys", "device_reason", "device_types_for",
+           "entry_reason", "table_declines", "table_reason", "floors", "tuned_config"]
 
 #: dtypes the kernels compute (fp32 accumulation for all).
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -170,6 +172,95 @@ def floors(fwd, bwd, family: str, dsl: str):
     bwd.floor = functools.partial(table.floor, f"{family}_bwd", dsl)
     fwd.cacheable = bwd.cacheable = True
     return fwd, bwd
+
+
+def _subjects(family: str, key: Callable[..., str | None], names: str | Sequence[str]
+              ) -> Callable[[tuple, dict], tuple]:
+    """``pick(args, kwargs)``: the values of ``key``'s parameters ``names`` in one call, read positionally or
+    by keyword as the call passed them. Raises :class:`~accel.errors.KernelRegistrationError` where ``key``
+    has no parameter of such a name."""
+    names = (names,) if isinstance(names, str) else tuple(names)
+    params = list(inspect.signature(key).parameters)
+    unknown = [n for n in names if n not in params]
+    if unknown:
+        raise KernelRegistrationError(
+            f"accel.kernels conds of {family}: subject {', '.join(map(repr, unknown))} is no parameter of "
+            f"{getattr(key, '__qualname__', key)}{inspect.signature(key)}. Name the parameters whose tensor the "
+            f"reason sentence is about (subject_fwd / subject_bwd).")
+    where = tuple((params.index(n), n) for n in names)
+
+    def pick(args: tuple, kwargs: dict) -> tuple:
+        return tuple(args[i] if i < len(args) else kwargs[n] for i, n in where)
+
+    return pick
+
+
+def conds_from_keys(family: str, dsl: str, devices: dict[str, str | None],
+                    reasons: Mapping[str, str] | Callable[..., str | None],
+                    key_fwd: Callable[..., str | None], key_bwd: Callable[..., str | None], *,
+                    subject_fwd: str | Sequence[str] = "input", subject_bwd: str | Sequence[str] = "input",
+                    ) -> tuple[Callable[..., bool], Callable[..., bool]]:
+    """The ``(forward cond, backward cond)`` of op family ``family`` for ``dsl`` from its two reason-key
+    functions: each cond is ``key(...) is None``, with ``why_not`` (the sentence for the key, ``None`` where
+    the kernel takes the call), ``floor`` and ``cacheable`` (:func:`floors`).
+
+    Args:
+        family: the family's name (``"swiglu"``); the tuning-table ops are ``<family>_fwd`` and ``<family>_bwd``.
+        dsl: the DSL (``"triton"``), said in the sentences.
+        devices: :func:`device_types_for` of the registration's backends.
+        reasons: the sentences: reason key -> template (formatted by :func:`key_text` about the first subject:
+            ``{dsl}``, ``{device}``, ``{devices}``, ``{dtype}``; ``"table"`` is the tuning table's own), or
+            ``text(key, op, *subjects) -> str`` where an op's sentences need more (called for keys only,
+            never ``None``; ``op`` is the tuning-table op of the direction).
+        key_fwd, key_bwd: the ops' signatures (defaults included: ``eps=1e-5``, ``unit_offset=False``), each
+            returning a reason key or ``None`` (the kernel takes the call). The conds pass every argument
+            on as they get it, positional or keyword, and have these signatures (``inspect.signature``).
+        subject_fwd, subject_bwd: the parameter (or a sequence of parameters) of ``key_fwd`` / ``key_bwd``
+            whose values the sentence is about, first the tensor whose device, dtype and shape it names
+            (``"input"``; ``"grad_q"`` for RoPE's backward, ``("output", "grad_output")`` for softmax's).
+
+    Returns:
+        ``(fwd, bwd)``: ``fwd(*args, **kwargs) -> bool`` with ``fwd.why_not(*args, **kwargs) -> str | None``,
+        ``fwd.floor() -> int`` and ``fwd.cacheable = True``; ``bwd`` likewise.
+
+    Raises:
+        KernelRegistrationError: (a ``ValueError``) a subject names no parameter of its key function.
+
+    Example:
+        >>> import torch
+        >>> from accel.kernels.ops.conds import DEVICE_REASONS, conds_from_keys, device_types_for
+        >>> def key(input, eps=1e-5):
+        ...     return None if input.dim() == 2 else "shape"
+        >>> fwd, bwd = conds_from_keys("rms_norm", "triton", device_types_for(["cpu"]),
+        ...                            {**DEVICE_REASONS, "shape": "input not 2-d"}, key, key)
+        >>> fwd(torch.empty(2, 3)), fwd(torch.empty(3)), fwd.why_not(torch.empty(3), eps=1e-6)
+        (True, False, 'input not 2-d')
+    """
+    if callable(reasons):
+        text = reasons
+    else:
+        def text(key: str, op: str, t: torch.Tensor, *others: Any) -> str | None:
+            return key_text(key, t, op, dsl, devices, reasons)
+
+    def why(key: Callable[..., str | None], op: str, subject: str | Sequence[str]) -> Callable[..., str | None]:
+        pick = _subjects(family, key, subject)
+
+        def why_not(*args: Any, **kwargs: Any) -> str | None:
+            found = key(*args, **kwargs)
+            return None if found is None else text(found, op, *pick(args, kwargs))
+
+        return why_not
+
+    def fwd(*args: Any, **kwargs: Any) -> bool:
+        return key_fwd(*args, **kwargs) is None
+
+    def bwd(*args: Any, **kwargs: Any) -> bool:
+        return key_bwd(*args, **kwargs) is None
+
+    for cond, key, direction, subject in ((fwd, key_fwd, "fwd", subject_fwd), (bwd, key_bwd, "bwd", subject_bwd)):
+        cond.why_not = why(key, f"{family}_{direction}", subject)  # type: ignore[attr-defined]
+        cond.__signature__ = cond.why_not.__signature__ = inspect.signature(key)  # type: ignore[attr-defined]
+    return floors(fwd, bwd, family, dsl)
 
 
 def tuned_config(op: str, dsl: str, t: torch.Tensor, m: int, n: int, default: Any) -> Any:

@@ -11,14 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import torch
-from accel.kernels.ops.conds import (
-    DEVICE_REASONS,
-    device_types_for,
-    entry_reason,
-    floors,
-    key_text,
-    table_declines,
-)
+from accel.kernels.ops.conds import DEVICE_REASONS, conds_from_keys, device_types_for, entry_reason, table_declines
 
 __all__ = ["MAX_N", "make_conds"]
 
@@ -58,15 +51,15 @@ def _check(input, weight, devices, dsl, op) -> str | None:
 
 def make_conds(dsl: str, backends: Sequence[str]) -> tuple[Callable[..., bool], Callable[..., bool]]:
     """``(forward cond, backward cond)`` with the two ops' signatures, each with ``why_not``, ``floor`` and
-    ``cacheable`` (:func:`accel.kernels.ops.conds.floors`)."""
+    ``cacheable`` (:func:`accel.kernels.ops.conds.conds_from_keys`; the sentences name ``input``'s device and
+    dtype)."""
     devices = device_types_for(backends)
-    fwd_op, bwd_op = "rms_norm_hf_fwd", "rms_norm_hf_bwd"
 
     def key_fwd(input, weight, eps, unit_offset=False):
-        return _check(input, weight, devices, dsl, fwd_op)
+        return _check(input, weight, devices, dsl, "rms_norm_hf_fwd")
 
     def key_bwd(grad_out, input, weight, rstd, unit_offset, input_grad, weight_grad):
-        key = _check(input, weight, devices, dsl, bwd_op)
+        key = _check(input, weight, devices, dsl, "rms_norm_hf_bwd")
         if key is not None:
             return key
         if grad_out.shape != input.shape or grad_out.dtype != input.dtype or grad_out.device != input.device:
@@ -75,17 +68,4 @@ def make_conds(dsl: str, backends: Sequence[str]) -> tuple[Callable[..., bool], 
             return "rstd"
         return None
 
-    def text(key, input, op) -> str | None:
-        return key_text(key, input, op, dsl, devices, _REASONS)
-
-    def fwd(input, weight, eps, unit_offset=False) -> bool:
-        return key_fwd(input, weight, eps, unit_offset) is None
-
-    def bwd(grad_out, input, weight, rstd, unit_offset, input_grad, weight_grad) -> bool:
-        return key_bwd(grad_out, input, weight, rstd, unit_offset, input_grad, weight_grad) is None
-
-    fwd.why_not = lambda input, weight, eps, unit_offset=False: text(  # type: ignore[attr-defined]
-        key_fwd(input, weight, eps, unit_offset), input, fwd_op)
-    bwd.why_not = lambda grad_out, input, weight, rstd, unit_offset, input_grad, weight_grad: text(  # type: ignore[attr-defined]
-        key_bwd(grad_out, input, weight, rstd, unit_offset, input_grad, weight_grad), input, bwd_op)
-    return floors(fwd, bwd, "rms_norm_hf", dsl)
+    return conds_from_keys("rms_norm_hf", dsl, devices, _REASONS, key_fwd, key_bwd)

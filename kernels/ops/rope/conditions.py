@@ -11,14 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import torch
-from accel.kernels.ops.conds import (
-    DEVICE_REASONS,
-    device_types_for,
-    entry_reason,
-    floors,
-    key_text,
-    table_declines,
-)
+from accel.kernels.ops.conds import DEVICE_REASONS, conds_from_keys, device_types_for, entry_reason, table_declines
 
 __all__ = ["MAX_HEAD_DIM", "make_conds"]
 
@@ -69,27 +62,14 @@ def _check(q, k, cos, sin, unsqueeze_dim, devices, dsl, op) -> str | None:
 
 def make_conds(dsl: str, backends: Sequence[str]) -> tuple[Callable[..., bool], Callable[..., bool]]:
     """``(forward cond, backward cond)`` with the two ops' signatures (``(q, k, cos, sin, unsqueeze_dim=1)``,
-    ``(grad_q, grad_k, cos, sin, unsqueeze_dim=1)``), each with ``why_not``, ``floor`` and ``cacheable``."""
+    ``(grad_q, grad_k, cos, sin, unsqueeze_dim=1)``), each with ``why_not``, ``floor`` and ``cacheable``
+    (:func:`accel.kernels.ops.conds.conds_from_keys`; the sentences name ``q``'s and ``grad_q``'s device and dtype)."""
     devices = device_types_for(backends)
-    fwd_op, bwd_op = "rope_fwd", "rope_bwd"
 
     def key_fwd(q, k, cos, sin, unsqueeze_dim=1):
-        return _check(q, k, cos, sin, unsqueeze_dim, devices, dsl, fwd_op)
+        return _check(q, k, cos, sin, unsqueeze_dim, devices, dsl, "rope_fwd")
 
     def key_bwd(grad_q, grad_k, cos, sin, unsqueeze_dim=1):
-        return _check(grad_q, grad_k, cos, sin, unsqueeze_dim, devices, dsl, bwd_op)
+        return _check(grad_q, grad_k, cos, sin, unsqueeze_dim, devices, dsl, "rope_bwd")
 
-    def text(key, q, op) -> str | None:
-        return key_text(key, q, op, dsl, devices, _REASONS)
-
-    def fwd(q, k, cos, sin, unsqueeze_dim=1) -> bool:
-        return key_fwd(q, k, cos, sin, unsqueeze_dim) is None
-
-    def bwd(grad_q, grad_k, cos, sin, unsqueeze_dim=1) -> bool:
-        return key_bwd(grad_q, grad_k, cos, sin, unsqueeze_dim) is None
-
-    fwd.why_not = lambda q, k, cos, sin, unsqueeze_dim=1: text(  # type: ignore[attr-defined]
-        key_fwd(q, k, cos, sin, unsqueeze_dim), q, fwd_op)
-    bwd.why_not = lambda grad_q, grad_k, cos, sin, unsqueeze_dim=1: text(  # type: ignore[attr-defined]
-        key_bwd(grad_q, grad_k, cos, sin, unsqueeze_dim), grad_q, bwd_op)
-    return floors(fwd, bwd, "rope", dsl)
+    return conds_from_keys("rope", dsl, devices, _REASONS, key_fwd, key_bwd, subject_fwd="q", subject_bwd="grad_q")

@@ -12,14 +12,7 @@ import itertools
 from collections.abc import Callable, Sequence
 
 import torch
-from accel.kernels.ops.conds import (
-    DEVICE_REASONS,
-    device_types_for,
-    entry_reason,
-    floors,
-    key_text,
-    table_declines,
-)
+from accel.kernels.ops.conds import DEVICE_REASONS, conds_from_keys, device_types_for, entry_reason, table_declines
 
 __all__ = ["MAX_N", "make_conds", "row_stride"]
 
@@ -79,30 +72,18 @@ def _check(a: torch.Tensor, b: torch.Tensor, devices: dict[str, str | None], dsl
 
 def make_conds(dsl: str, backends: Sequence[str]) -> tuple[Callable[..., bool], Callable[..., bool]]:
     """``(forward cond, backward cond)`` with the two ops' signatures, each with ``why_not``, ``floor`` and
-    ``cacheable`` (:func:`accel.kernels.ops.conds.floors`)."""
+    ``cacheable`` (:func:`accel.kernels.ops.conds.conds_from_keys`; the sentences name ``a``'s device and dtype)."""
     devices = device_types_for(backends)
-    fwd_op, bwd_op = "swiglu_fwd", "swiglu_bwd"
 
     def key_fwd(a, b):
-        return _check(a, b, devices, dsl, fwd_op)
+        return _check(a, b, devices, dsl, "swiglu_fwd")
 
     def key_bwd(grad_out, a, b):
-        key = _check(a, b, devices, dsl, bwd_op)
+        key = _check(a, b, devices, dsl, "swiglu_bwd")
         if key is None and (grad_out.shape != a.shape or grad_out.dtype != a.dtype or grad_out.device != a.device):
             return "shape"
         if key is None and row_stride(grad_out) is None:
             return "layout"
         return key
 
-    def text(key, a, op) -> str | None:
-        return key_text(key, a, op, dsl, devices, _REASONS)
-
-    def fwd(a, b) -> bool:
-        return key_fwd(a, b) is None
-
-    def bwd(grad_out, a, b) -> bool:
-        return key_bwd(grad_out, a, b) is None
-
-    fwd.why_not = lambda a, b: text(key_fwd(a, b), a, fwd_op)  # type: ignore[attr-defined]
-    bwd.why_not = lambda grad_out, a, b: text(key_bwd(grad_out, a, b), a, bwd_op)  # type: ignore[attr-defined]
-    return floors(fwd, bwd, "swiglu", dsl)
+    return conds_from_keys("swiglu", dsl, devices, _REASONS, key_fwd, key_bwd, subject_fwd="a", subject_bwd="a")
