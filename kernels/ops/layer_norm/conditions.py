@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 
 from accel.kernels.ops.conds import (
     ALIGN,
     Limits,
+    conds_from_keys,
     device_types_for,
     entry_reason,
-    floors,
     reason_text,
     rows_reason,
     table_declines,
@@ -52,7 +53,8 @@ def _param_bad(p: torch.Tensor | None, input: torch.Tensor, n: int) -> bool:
 
 def make_conds(dsl: str, backends: Sequence[str], limits: Limits,
                extra: Callable[..., str | None] | None = None) -> tuple[Callable[..., bool], Callable[..., bool]]:
-    """``(forward cond, backward cond)`` for one DSL registered for ``backends`` (each with ``why_not``).
+    """``(forward cond, backward cond)`` for one DSL registered for ``backends`` (each with ``why_not``, ``floor``
+    and ``cacheable``: :func:`accel.kernels.ops.conds.conds_from_keys`).
 
     ``extra``: the DSL's own last check of the backward, ``(input, n, mean, rstd, weight)`` -> ``None`` or the
     reason sentence (the CuTeDSL kernel's arch, statistics, alignment and row-length checks).
@@ -94,28 +96,16 @@ def make_conds(dsl: str, backends: Sequence[str], limits: Limits,
             return "extra"
         return None
 
-    def text(key, input, normalized_shape, max_n, op, stats=None):
-        if key is None:
-            return None
+    max_n = {"layer_norm_fwd": limits.max_n_fwd, "layer_norm_bwd": limits.max_n_bwd}
+
+    def text(key: str, op: str, input: torch.Tensor, normalized_shape: Sequence[int], *stats: Any) -> str:
         n = _n(input, normalized_shape)
-        if key == "extra":
+        if key == "extra":  # the backward's only: stats is its (mean, rstd, weight)
             return extra(input, n, *stats) or "the DSL's own check"  # type: ignore[misc]
         if key == "table":
             return table_reason(op, dsl, input, n or math.prod(normalized_shape))
-        return reason_text(key, input=input, devices=devices, dsl=dsl, n=n, max_n=max_n, extra=_EXTRA)
+        return reason_text(key, input=input, devices=devices, dsl=dsl, n=n, max_n=max_n[op], extra=_EXTRA)
 
-    max_fwd = limits.max_n_fwd
-
-    def fwd(input, normalized_shape, weight=None, bias=None, eps=1e-5) -> bool:  # check_fwd, one frame less
-        return common(input, normalized_shape, weight, bias, max_fwd, "layer_norm_fwd")[0] is None
-
-    def bwd(grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask) -> bool:
-        return check_bwd(grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask) is None
-
-    fwd.why_not = lambda input, normalized_shape, weight=None, bias=None, eps=1e-5: text(  # type: ignore[attr-defined]
-        check_fwd(input, normalized_shape, weight, bias, eps), input, normalized_shape, limits.max_n_fwd,
-        "layer_norm_fwd")
-    bwd.why_not = lambda grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask: text(  # type: ignore[attr-defined]
-        check_bwd(grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask), input, normalized_shape,
-        limits.max_n_bwd, "layer_norm_bwd", (mean, rstd, weight))
-    return floors(fwd, bwd, "layer_norm", dsl)
+    return conds_from_keys("layer_norm", dsl, devices, text, check_fwd, check_bwd,
+                           subject_fwd=("input", "normalized_shape"),
+                           subject_bwd=("input", "normalized_shape", "mean", "rstd", "weight"))

@@ -13,7 +13,15 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from accel.kernels.ops.conds import DEVICE_REASONS, arch, device_types_for, entry_reason, floors, table_declines
+from accel.kernels.ops.conds import (
+    DEVICE_REASONS,
+    arch,
+    conds_from_keys,
+    device_types_for,
+    entry_reason,
+    key_text,
+    table_declines,
+)
 from accel.kernels.tuning import table
 
 from .reference import LOW_PRECISION
@@ -90,50 +98,46 @@ def table_text(op: str, dsl: str, input: torch.Tensor, linear_weight: torch.Tens
     return why or "tuning table"
 
 
+#: The parameters the sentences are about (:func:`_texts`).
+_SUBJECTS = ("input", "linear_weight")
+
+
+def _texts(dsl: str, devices: dict[str, str | None], table_op: str | None = None) -> Callable[..., str]:
+    """``text(key, op, input, linear_weight)``: the sentence for a reason key of ``dsl``'s conds
+    (:func:`table_text` for ``"table"``, read for ``table_op`` where given, else for ``op``)."""
+
+    def text(key: str, op: str, input: torch.Tensor, linear_weight: torch.Tensor) -> str:
+        if key == "table":
+            return table_text(table_op or op, dsl, input, linear_weight)
+        return key_text(key, input, op, dsl, devices, _REASONS)
+
+    return text
+
+
 def make_conds(dsl: str, backends: Sequence[str]) -> tuple[Callable[..., bool], Callable[..., bool]]:
     """``(forward cond, backward cond)`` with the two ops' signatures, each with ``why_not``, ``floor`` and
-    ``cacheable`` (:func:`accel.kernels.ops.conds.floors`)."""
+    ``cacheable`` (:func:`accel.kernels.ops.conds.conds_from_keys`; the sentences name ``input``'s device and
+    dtype, the tuning table's ``[tokens, classes]`` of ``input`` and ``linear_weight``)."""
     devices = device_types_for(backends)
-    fwd_op, bwd_op = "linear_cross_entropy_fwd", "linear_cross_entropy_bwd"
 
     def key_fwd(input, linear_weight, target, linear_bias, weight, reduction, ignore_index, label_smoothing,
                 batch_chunk_size, acc_policy, acc_dtype, allow_retain_graph, compute_input_grad,
                 compute_linear_weight_grad, compute_linear_bias_grad):
         return check_forward(input, linear_weight, target, linear_bias, weight, reduction, label_smoothing,
-                             batch_chunk_size, acc_policy, acc_dtype, devices, dsl, fwd_op)
+                             batch_chunk_size, acc_policy, acc_dtype, devices, dsl, "linear_cross_entropy_fwd")
 
     def key_bwd(grad_loss, input, linear_weight, target, linear_bias, weight, ignore_index, label_smoothing,
                 batch_chunk_size, acc_policy, acc_dtype, compute_input_grad, compute_linear_weight_grad,
                 compute_linear_bias_grad):
         key = check_forward(input, linear_weight, target, linear_bias, weight, "none", label_smoothing,
-                            batch_chunk_size, acc_policy, acc_dtype, devices, dsl, bwd_op)
+                            batch_chunk_size, acc_policy, acc_dtype, devices, dsl, "linear_cross_entropy_bwd")
         if key is None and (grad_loss.dim() != 1 or grad_loss.shape[0] != input.shape[0]
                             or not grad_loss.dtype.is_floating_point or grad_loss.device != input.device):
             return "grad_loss"
         return key
 
-    def text(key: str | None, input: torch.Tensor, linear_weight: torch.Tensor, op: str) -> str | None:
-        if key is None:
-            return None
-        if key == "table":
-            return table_text(op, dsl, input, linear_weight)
-        return _REASONS[key].format(dsl=dsl, device=input.device.type, devices=", ".join(devices), dtype=input.dtype)
-
-    def fwd(*args, **kwargs) -> bool:
-        return key_fwd(*args, **kwargs) is None
-
-    def bwd(*args, **kwargs) -> bool:
-        return key_bwd(*args, **kwargs) is None
-
-    def why_not_fwd(input, linear_weight, *args, **kwargs):
-        return text(key_fwd(input, linear_weight, *args, **kwargs), input, linear_weight, fwd_op)
-
-    def why_not_bwd(grad_loss, input, linear_weight, *args, **kwargs):
-        return text(key_bwd(grad_loss, input, linear_weight, *args, **kwargs), input, linear_weight, bwd_op)
-
-    fwd.why_not = why_not_fwd  # type: ignore[attr-defined]
-    bwd.why_not = why_not_bwd  # type: ignore[attr-defined]
-    return floors(fwd, bwd, "linear_cross_entropy", dsl)
+    return conds_from_keys("linear_cross_entropy", dsl, devices, _texts(dsl, devices), key_fwd, key_bwd,
+                           subject_fwd=_SUBJECTS, subject_bwd=_SUBJECTS)
 
 
 def upstream_takes(input: torch.Tensor, linear_weight: torch.Tensor, target: torch.Tensor,
@@ -182,24 +186,8 @@ def make_torch_nn_conds(dsl: str, backends: Sequence[str], upstream: Callable[[]
         return check_forward(input, linear_weight, target, linear_bias, weight, "none", 0.0, batch_chunk_size,
                              acc_policy, acc_dtype, devices, dsl, table_op)
 
-    def text(key, input, linear_weight):
-        if key is None:
-            return None
-        if key == "table":
-            return table_text(table_op, dsl, input, linear_weight)
-        return _REASONS[key].format(dsl=dsl, device=input.device.type, devices=", ".join(devices), dtype=input.dtype)
-
-    def cond_scalar(*args, **kwargs) -> bool:
-        return key_scalar(*args, **kwargs) is None
-
-    def cond_none(*args, **kwargs) -> bool:
-        return key_none(*args, **kwargs) is None
-
-    cond_scalar.why_not = lambda input, linear_weight, *a, **k: text(  # type: ignore[attr-defined]
-        key_scalar(input, linear_weight, *a, **k), input, linear_weight)
-    cond_none.why_not = lambda input, linear_weight, *a, **k: text(  # type: ignore[attr-defined]
-        key_none(input, linear_weight, *a, **k), input, linear_weight)
-    fwd, none = floors(cond_scalar, cond_none, "linear_cross_entropy", dsl)
+    fwd, none = conds_from_keys("linear_cross_entropy", dsl, devices, _texts(dsl, devices, table_op), key_scalar,
+                                key_none, subject_fwd=_SUBJECTS, subject_bwd=_SUBJECTS)
     none.floor = fwd.floor
     fwd.cacheable = False  # upstream() may change between calls (torch registers its overrides lazily)
     return fwd, none

@@ -21,9 +21,9 @@ from accel.kernels.ops.conds import (
     DTYPES,
     Limits,
     arch,
+    conds_from_keys,
     device_types_for,
     entry_reason,
-    floors,
     table_declines,
     table_reason,
 )
@@ -106,7 +106,8 @@ def make_conds(dsl: str, backends: Sequence[str], limits: Limits) -> tuple[Calla
     """``(forward cond, backward cond)`` for one DSL registered for ``backends``.
 
     Both have the ATen op's signature and a ``why_not`` attribute (same signature,
-    returns the reason or ``None``).
+    returns the reason or ``None``), ``floor`` and ``cacheable``
+    (:func:`accel.kernels.ops.conds.conds_from_keys`).
     """
     devices = device_types_for(backends)
 
@@ -126,34 +127,17 @@ def make_conds(dsl: str, backends: Sequence[str], limits: Limits) -> tuple[Calla
             return "rstd"
         return None
 
-    extra = {"table": None,
-             "grad_out": "grad_out differs from input in shape/dtype, or is not contiguous and aligned",
+    extra = {"grad_out": "grad_out differs from input in shape/dtype, or is not contiguous and aligned",
              "rstd": "rstd is not a contiguous fp32 tensor with one value per row"}
+    max_n = {"rms_norm_fwd": limits.max_n_fwd, "rms_norm_bwd": limits.max_n_bwd}
 
-    max_fwd = limits.max_n_fwd
-
-    def fwd(input, normalized_shape, weight=None, eps=None) -> bool:  # check_fwd, one frame less (per call)
-        return _check(input, normalized_shape, weight, devices, dsl, limits, max_fwd, "rms_norm_fwd")[0] is None
-
-    def bwd(grad_out, input, normalized_shape, rstd, weight, output_mask) -> bool:
-        return check_bwd(grad_out, input, normalized_shape, rstd, weight, output_mask) is None
-
-    def why_not_fwd(input, normalized_shape, weight=None, eps=None) -> str | None:
-        key = check_fwd(input, normalized_shape, weight, eps)
+    def text(key: str, op: str, input: torch.Tensor, normalized_shape: Sequence[int]) -> str:
         if key == "table":
-            return table_reason("rms_norm_fwd", dsl, input, _prod(normalized_shape))
-        if key is None or key in extra:
-            return extra.get(key)
-        return _reason(key, input, normalized_shape, devices, dsl, limits, limits.max_n_fwd)
+            return table_reason(op, dsl, input, _prod(normalized_shape))
+        if key in extra:
+            return extra[key]
+        return _reason(key, input, normalized_shape, devices, dsl, limits, max_n[op])
 
-    def why_not_bwd(grad_out, input, normalized_shape, rstd, weight, output_mask) -> str | None:
-        key = check_bwd(grad_out, input, normalized_shape, rstd, weight, output_mask)
-        if key == "table":
-            return table_reason("rms_norm_bwd", dsl, input, _prod(normalized_shape))
-        if key is None or key in extra:
-            return extra.get(key)
-        return _reason(key, input, normalized_shape, devices, dsl, limits, limits.max_n_bwd)
-
-    fwd.why_not = why_not_fwd  # type: ignore[attr-defined]
-    bwd.why_not = why_not_bwd  # type: ignore[attr-defined]
-    return floors(fwd, bwd, "rms_norm", dsl)
+    subject = ("input", "normalized_shape")
+    return conds_from_keys("rms_norm", dsl, devices, text, check_fwd, check_bwd, subject_fwd=subject,
+                           subject_bwd=subject)

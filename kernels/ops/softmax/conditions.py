@@ -13,9 +13,9 @@ import torch
 
 from accel.kernels.ops.conds import (
     Limits,
+    conds_from_keys,
     device_types_for,
     entry_reason,
-    floors,
     reason_text,
     rows_reason,
     table_declines,
@@ -40,7 +40,8 @@ def _last(dim: int, ndim: int) -> bool:
 def make_conds(dsl: str, backends: Sequence[str], limits: Limits,
                extra: Callable[..., str | None] | None = None,
                ) -> tuple[Callable[..., bool], Callable[..., bool]]:
-    """``(forward cond, backward cond)`` for one DSL registered for ``backends`` (each with ``why_not``).
+    """``(forward cond, backward cond)`` for one DSL registered for ``backends`` (each with ``why_not``, ``floor``
+    and ``cacheable``: :func:`accel.kernels.ops.conds.conds_from_keys`).
 
     ``extra``: the DSL's own check, run last: ``(op, tensor, n, *others)`` -> ``None`` or the reason sentence
     (the CuTeDSL kernels' arch, alignment and row-length checks; ``others`` is the backward's ``grad_output``).
@@ -86,24 +87,15 @@ def make_conds(dsl: str, backends: Sequence[str], limits: Limits,
             return "grad"
         return last("softmax_bwd", output, n, limits.max_n_bwd, grad_output)
 
-    def text(key: str | None, t: torch.Tensor, max_n: int, op: str, *others: torch.Tensor) -> str | None:
-        if key is None:
-            return None
+    max_n = {"softmax_fwd": limits.max_n_fwd, "softmax_bwd": limits.max_n_bwd}
+
+    def text(key: str, op: str, t: torch.Tensor, *others: torch.Tensor) -> str:
         n = t.shape[-1] if t.dim() else 1
         if key == "table":
             return table_reason(op, dsl, t, n)
         if key == "extra":
             return extra(op, t, n, *others) or "the DSL's own check"  # type: ignore[misc]
-        return reason_text(key, input=t, devices=devices, dsl=dsl, n=n, max_n=max_n, extra=_EXTRA)
+        return reason_text(key, input=t, devices=devices, dsl=dsl, n=n, max_n=max_n[op], extra=_EXTRA)
 
-    def fwd(input, dim, half_to_float) -> bool:
-        return check_fwd(input, dim, half_to_float) is None
-
-    def bwd(grad_output, output, dim, input_dtype) -> bool:
-        return check_bwd(grad_output, output, dim, input_dtype) is None
-
-    fwd.why_not = lambda input, dim, half_to_float: text(  # type: ignore[attr-defined]
-        check_fwd(input, dim, half_to_float), input, limits.max_n_fwd, "softmax_fwd")
-    bwd.why_not = lambda grad_output, output, dim, input_dtype: text(  # type: ignore[attr-defined]
-        check_bwd(grad_output, output, dim, input_dtype), output, limits.max_n_bwd, "softmax_bwd", grad_output)
-    return floors(fwd, bwd, "softmax", dsl)
+    return conds_from_keys("softmax", dsl, devices, text, check_fwd, check_bwd, subject_fwd="input",
+                           subject_bwd=("output", "grad_output"))
