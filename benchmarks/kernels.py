@@ -6,12 +6,12 @@ Usage (on a CUDA GPU; < 3 minutes on an H200)::
     python benchmarks/kernels.py --out benchmarks/results        # tables + JSON/markdown files
     python benchmarks/kernels.py --json                          # JSON report on stdout
 
-Same as ``accel bench``; the code lives in :mod:`accel.kernels.bench`.
+Same as ``accel bench`` (:func:`accel.cli.bench.main`); the benchmark's code lives in :mod:`accel.kernels.bench`.
 """
 
 import sys
 
-from accel.kernels.bench import main
+from accel.cli.bench import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -406,6 +406,18 @@ def test_no_import_loops(installed):
                     f"TYPE_CHECKING imports do not) -- {FIX_LOOP}:\n{body}", pytrace=False)
 
 
+def test_only_entry_scripts_import_the_command_line(installed):
+    """The CLI (``accel.cli``) is the top layer: it calls the library (``accel.kernels.bench`` among it), never the
+    other way. Outside ``accel.cli`` only entry scripts (``__main__`` modules, imported by nothing) import it."""
+    edges = graph(installed)
+    bad = [f"{_shown(installed[a])}:{imp.lineno}: {a} -> {b} ({imp.scope})"
+           for a, targets in sorted(edges.items()) if not (a == "accel.cli" or a.startswith("accel.cli."))
+           and not a.endswith(".__main__") and a != "__main__"
+           for b, imps in sorted(targets.items()) if b == "accel.cli" or b.startswith("accel.cli.")
+           for imp in imps]
+    assert not bad, "library modules import the command line (let the CLI call them instead):\n" + "\n".join(bad)
+
+
 def test_no_private_name_imports(installed):
     bad_reasons = [k for k, reason in ALLOWED_PRIVATE.items() if not str(reason).strip()]
     assert not bad_reasons, f"ALLOWED_PRIVATE entries need a reason: {bad_reasons}"

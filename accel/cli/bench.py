@@ -1,11 +1,13 @@
 """``accel bench``: the kernel benchmark (:mod:`accel.kernels.bench`) on the current GPU; ``--json`` prints its
-report stamped with the versioned schema ``accel.bench``; ``--plot PATH`` also draws it (:mod:`accel.cli.plot`)."""
+report stamped with the versioned schema ``accel.bench``; ``--plot PATH`` also draws it (:mod:`accel.cli.plot`).
+:func:`main` is the same command for ``python -m accel.kernels.bench`` and ``python benchmarks/kernels.py``."""
 
 from __future__ import annotations
 
 import argparse
+import sys
 
-__all__ = ["add_parser", "run"]
+__all__ = ["add_parser", "main", "run"]
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -54,3 +56,18 @@ def run(args: argparse.Namespace) -> int:
     if plot is not None and reports:
         print(f"picture: {plot_bench(reports[-1], plot)}")
     return code
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m accel.kernels.bench`` and ``python benchmarks/kernels.py``: ``accel bench`` itself (the same
+    options, messages, ``--json`` errors and exit codes: 2 for bad input, 1 for what this machine cannot do).
+
+    Args:
+        argv: the options after ``bench`` (default ``sys.argv[1:]``).
+
+    Returns:
+        The exit code.
+    """
+    from accel.cli import main as cli_main
+
+    return cli_main(["bench", *(sys.argv[1:] if argv is None else argv)])

@@ -18,13 +18,16 @@ Modules, each one thing (imports run down this list, never up):
 
 The per-op parts live in each op folder: ``accel.kernels.ops.<op>.bench`` (shapes, peers, cases, tuning
 candidates), found through :func:`accel.kernels.catalog.families`.
+
+The command line sits above this package: ``accel bench`` (:mod:`accel.cli.bench`) calls
+:func:`run_from_args`, and this package never imports :mod:`accel.cli`. ``python -m accel.kernels.bench`` and
+``python benchmarks/kernels.py`` are ``accel bench`` itself (:func:`accel.cli.bench.main`).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -34,7 +37,7 @@ from .arguments import DTYPES, MAX_ELEMENTS, add_arguments, check_arguments
 from .runner import run, to_markdown
 from .timing import Timer
 
-__all__ = ["DTYPES", "MAX_ELEMENTS", "Timer", "add_arguments", "check_arguments", "main", "run", "run_from_args",
+__all__ = ["DTYPES", "MAX_ELEMENTS", "Timer", "add_arguments", "check_arguments", "run", "run_from_args",
            "to_markdown", "tune"]
 
 
@@ -75,15 +78,3 @@ def run_from_args(args: argparse.Namespace, on_report: Callable[[dict], dict] | 
         (out / f"kernels-{stamp}.json").write_text(json.dumps(report, indent=2))
         (out / f"kernels-{stamp}.md").write_text(md + "\n")
     return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python benchmarks/kernels.py`` entry point: ``accel bench`` itself (the same options, messages, ``--json``
-    errors and exit codes: 2 for bad input, 1 for what this machine cannot do).
-
-    Args:
-        argv: the options (default ``sys.argv[1:]``).
-    """
-    from accel.cli import main as cli_main
-
-    return cli_main(["bench", *(sys.argv[1:] if argv is None else argv)])

@@ -206,14 +206,26 @@ def test_accel_bench_errors_without_gpu(capsys):
 
 
 def test_benchmark_script_entry_point_is_accel_bench(capsys):
-    """python benchmarks/kernels.py (bench.main) reports bad input as accel bench does: one line, exit 2."""
-    from accel.kernels import bench
+    """python benchmarks/kernels.py and python -m accel.kernels.bench (accel.cli.bench.main) report bad input as
+    accel bench does: one line, exit 2."""
+    from accel.cli import bench
 
     assert bench.main(["--shapes", "abc"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("accel bench: error: --shapes 'abc': 'abc' is not MxN") and "Traceback" not in err
     assert bench.main(["--ops", "softmax,softmax", "--dtypes", "fp32,fp32"]) == 1  # valid: no GPU here
     assert "no GPU device" in capsys.readouterr().err
+
+
+def test_python_m_accel_kernels_bench_is_accel_bench():
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "accel.kernels.bench", "--shapes", "abc", "--json"],
+                       capture_output=True, text=True, timeout=300, check=False)
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert r.stderr.startswith("accel bench: error: --shapes 'abc': 'abc' is not MxN") and "Traceback" not in r.stderr
+    assert json.loads(r.stdout)["error"]["type"] == "BenchArgumentError"
 
 
 def test_benchmark_measures_a_repeated_op_dtype_or_shape_once(monkeypatch):
