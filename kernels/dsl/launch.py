@@ -15,7 +15,7 @@ from accel.backends import KernelLimits, backend_for_device
 from accel.errors import UnknownBackendError
 
 __all__ = ["arch", "device_guard", "empty", "empty_like", "kernel_limits", "lazy_module", "poison_outputs",
-           "row_count", "rows_view", "shaped_like", "sm_count", "vector"]
+           "row_count", "row_programs", "rows_view", "shaped_like", "sm_count", "vector"]
 
 #: Tests set this: every output buffer the impls allocate starts filled with NaN,
 #: so an element a kernel forgets to write cannot pass as a right answer.
@@ -98,6 +98,24 @@ def sm_count(device: torch.device) -> int:
     if device.type == "cuda":
         return int(torch.cuda.get_device_properties(device).multi_processor_count)
     return 4
+
+
+def row_programs(m: int, device: torch.device, per_sm: int) -> tuple[int, int]:
+    """``(programs, rows per program)`` for a kernel whose programs each walk a run of whole rows (a
+    backward keeping one partial sum per program): at most ``per_sm`` programs per SM of ``device``
+    (:func:`sm_count`) and no more than ``m`` rows, each program ``ceil(m / programs)`` rows, so that none
+    is left without rows. ``(1, 1)`` for ``m == 0`` (one program, nothing to walk).
+
+    Example:
+        >>> import torch
+        >>> row_programs(10, torch.device("cpu"), 2)   # 8 programs at most on 4 "SMs": 5 of 2 rows
+        (5, 2)
+    """
+    if not m:
+        return 1, 1
+    programs = max(1, min(m, sm_count(device) * per_sm))
+    per_program = -(-m // programs)
+    return -(-m // per_program), per_program
 
 
 @detection_cache

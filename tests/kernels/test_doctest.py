@@ -9,7 +9,7 @@ import accel.kernels as ak
 
 MODULES = ["accel.kernels.core.registry", "accel.kernels.core.explain", "accel.kernels.catalog", "accel.kernels.tuning.tolerance",
            "accel.kernels.ops.rms_norm.reference", "accel.kernels.ops.rms_norm.conditions", "accel.kernels.ops.conds",
-           "accel.kernels.tuning.table", "accel.kernels.dsl.triton_configs", "accel.backends.xpu", "accel.backends._base"]
+           "accel.kernels.tuning.table", "accel.kernels.dsl.triton_configs", "accel.kernels.dsl.launch", "accel.backends.xpu", "accel.backends._base"]
 
 
 @pytest.mark.parametrize("name", MODULES)

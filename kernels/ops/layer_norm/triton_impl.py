@@ -14,7 +14,7 @@ import torch
 from accel.errors import UnsupportedOperationError
 from accel.kernels.ops.conds import Limits, tuned_config
 from accel.kernels.dsl.triton_configs import next_power_of_2
-from accel.kernels.dsl.launch import empty, empty_like, lazy_module, row_count, sm_count
+from accel.kernels.dsl.launch import empty, empty_like, lazy_module, row_count, row_programs, sm_count
 from accel.kernels.dsl.triton_utils import LaunchPlan, SplitLaunch, row_launch
 from accel.kernels.dsl.triton_utils import available
 
@@ -84,9 +84,7 @@ class _BwdPlan:
             if m:
                 self.launch = SplitLaunch(k.layer_norm_bwd_split, cfg, m, n, (m, n, rows), groups, **flags)
         else:
-            groups = max(1, min(m, sm_count(x.device) * cfg["programs_per_sm"]))
-            per_program = -(-m // groups) if m else 1
-            groups = -(-m // per_program) if m else 1
+            groups, per_program = row_programs(m, x.device, cfg["programs_per_sm"])
             if m:
                 self.launch = LaunchPlan(k.layer_norm_bwd_rows, (groups,), (m, n, per_program),
                                          num_warps=cfg["num_warps"], BLOCK_N=max(cfg["block_n"], next_power_of_2(n)),

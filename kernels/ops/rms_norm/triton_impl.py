@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from accel.kernels.dsl.launch import empty, empty_like, lazy_module, row_count, sm_count
+from accel.kernels.dsl.launch import empty, empty_like, lazy_module, row_count, row_programs
 from accel.kernels.dsl.triton_utils import LaunchPlan, available, row_launch
 from accel.kernels.ops.conds import tuned_config
 
@@ -108,9 +108,7 @@ def plan_bwd(grad_out: torch.Tensor, input: torch.Tensor, normalized_shape: Sequ
     n = row_count(normalized_shape)
     m = input.numel() // n
     block_n, warps = k.bwd_config(n)
-    programs = max(1, min(m, sm_count(input.device) * (4 if block_n <= 4096 else 2)))
-    per_program = -(-m // programs)
-    programs = -(-m // per_program)
+    programs, per_program = row_programs(m, input.device, 4 if block_n <= 4096 else 2)
     has_w, device, f32 = weight is not None, input.device, torch.float32
     launch = LaunchPlan(k.rms_norm_bwd_rows, (programs,), (m, n, per_program), BLOCK_N=block_n, HAS_W=has_w,
                         WANT_DX=want_dx, WANT_DW=want_dw, num_warps=warps)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import torch
-from accel.kernels.dsl.launch import empty, empty_like, lazy_module, sm_count
+from accel.kernels.dsl.launch import empty, empty_like, lazy_module, row_programs
 from accel.kernels.dsl.triton_utils import LaunchPlan, available, row_launch
 from accel.kernels.ops.conds import tuned_config
 
@@ -67,9 +67,7 @@ def plan_bwd(grad_out, input, weight, rstd, unit_offset, input_grad, weight_grad
     n = input.shape[-1]
     m = input.numel() // n
     block_n, num_warps = k.bwd_config(n)
-    programs = max(1, min(m, sm_count(input.device) * (4 if block_n <= 4096 else 2)))
-    per_program = -(-m // programs)
-    programs = -(-m // per_program)
+    programs, per_program = row_programs(m, input.device, 4 if block_n <= 4096 else 2)
     want_dx, want_dw = bool(input_grad), bool(weight_grad)
     plan = LaunchPlan(k.rms_norm_hf_bwd, (programs,), (m, n, per_program), BLOCK_N=block_n,
                       UNIT_OFFSET=bool(unit_offset), WANT_DX=want_dx, WANT_DW=want_dw, num_warps=num_warps)
