@@ -11,6 +11,7 @@ import contextlib
 from collections.abc import Callable, Iterator
 
 from accel.cli._output import console, print_json, table
+from accel.cli.schemas import stamp
 from accel.demo import BATCH, CPU_THREADS, MIN_EPOCHS, SHORT_BATCH, SHORT_EPOCHS
 
 __all__ = ["add_parser", "run", "ACCURACY_TARGET"]
@@ -108,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
     result["failures"] = failures
     result["ok"] = not failures
     if args.json:
-        print_json(result)
+        print_json(stamp("accel.demo", result))
     else:
         r = result["resume"]
         out = console()

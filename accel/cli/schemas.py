@@ -1,4 +1,5 @@
-"""The JSON schemas of ``accel info --json``, ``doctor --json``, ``kernels --json`` and ``bench --json``.
+"""The JSON schemas of ``accel info --json``, ``doctor --json``, ``demo --json``, ``kernels --json`` and
+``bench --json``.
 
 Each report carries ``"schema"`` (its name, e.g. ``"accel.info"``) and ``"schema_version"`` (an int). The
 version goes up when a field is removed, renamed or changes type; adding a field keeps it (readers must
@@ -10,7 +11,7 @@ command (``{"error": {...}}`` alone: a command line argparse refused, a device t
 Example:
     >>> from accel.cli.schemas import SCHEMAS, stamp
     >>> sorted(SCHEMAS)
-    ['accel.bench', 'accel.doctor', 'accel.error', 'accel.info', 'accel.kernels']
+    ['accel.bench', 'accel.demo', 'accel.doctor', 'accel.error', 'accel.info', 'accel.kernels']
     >>> stamp("accel.doctor", {"ok": True, "checks": []})["schema_version"]
     1
 """
@@ -22,7 +23,8 @@ from typing import Any
 __all__ = ["SCHEMAS", "VERSIONS", "stamp"]
 
 #: Schema name -> its current version.
-VERSIONS = {"accel.info": 1, "accel.doctor": 1, "accel.kernels": 1, "accel.bench": 1, "accel.error": 1}
+VERSIONS = {"accel.info": 1, "accel.doctor": 1, "accel.demo": 1, "accel.kernels": 1, "accel.bench": 1,
+            "accel.error": 1}
 
 _STR = {"type": "string"}
 _NSTR = {"type": ["string", "null"]}
@@ -94,6 +96,29 @@ DOCTOR = _head("accel.doctor", ["ok", "checks"], {
 }, "accel doctor --json: each check, whether it passed, what was seen and the fix (\"\" when it passed); "
    "'error' names the failed checks (exit code 1) or the misspelt device (2).")
 
+_COUNTS = {"type": "object", "additionalProperties": {
+    "type": "object", "required": ["routed", "declined", "failed"],
+    "properties": {"routed": _INT, "declined": _INT, "failed": _INT}}}
+DEMO = _head("accel.demo", [
+    "device", "backend", "vendor", "arch", "accuracy", "epochs", "steps", "step_ms", "threads", "batch", "kernels",
+    "graphs", "final_loss", "resume", "seconds", "accuracy_target", "failures", "ok"], {
+    "device": _STR, "backend": _STR, "vendor": _STR, "arch": _NSTR, "accuracy": _NUM, "epochs": _INT, "steps": _INT,
+    "step_ms": _NUM, "threads": _INT, "batch": _INT,
+    "kernels": {"type": "object", "required": ["installed", "counts", "step_ms_on", "step_ms_off", "wide", "why_none"],
+                "properties": {"installed": {"type": "array", "items": _STR}, "counts": _COUNTS,
+                               "step_ms_on": _NNUM, "step_ms_off": _NNUM, "wide": {"type": ["object", "null"]},
+                               "why_none": _NSTR}},
+    "graphs": {"type": ["object", "null"], "required": ["captured", "eager_ms", "graphed_ms", "speedup", "reason"],
+               "properties": {"captured": _BOOL, "eager_ms": _NUM, "graphed_ms": _NUM, "speedup": _NNUM,
+                              "reason": _STR}},
+    "final_loss": _NUM,
+    "resume": {"type": "object", "required": ["equal", "compared", "max_abs_diff", "checkpoint_epoch"],
+               "properties": {"equal": _BOOL, "compared": _INT, "max_abs_diff": _NUM, "checkpoint_epoch": _INT}},
+    "seconds": _NUM, "accuracy_target": _NUM, "failures": {"type": "array", "items": _STR}, "ok": _BOOL,
+}, "accel demo --json: the device, held-out accuracy against its target, the median step time, the resume "
+   "check (resumed losses equal to the uninterrupted run's bit for bit), the kernels that ran and the graph "
+   "capture comparison; 'failures' says what failed when 'ok' is false (exit code 1).")
+
 _OVERRIDE = {"type": "object", "required": ["name", "op", "dsl", "backends", "active", "routed", "fallbacks", "failed"],
              "properties": {"name": _STR, "op": _STR, "dsl": _STR, "backends": {"type": "array", "items": _STR},
                             "active": _BOOL, "routed": _INT, "fallbacks": _INT, "failed": _INT}}
@@ -132,8 +157,8 @@ ERROR_REPORT = _head("accel.error", ["error"], {},
 ERROR_REPORT["properties"]["error"] = ERROR
 
 #: Schema name -> JSON Schema document.
-SCHEMAS = {"accel.info": INFO, "accel.doctor": DOCTOR, "accel.kernels": KERNELS, "accel.bench": BENCH,
-           "accel.error": ERROR_REPORT}
+SCHEMAS = {"accel.info": INFO, "accel.doctor": DOCTOR, "accel.demo": DEMO, "accel.kernels": KERNELS,
+           "accel.bench": BENCH, "accel.error": ERROR_REPORT}
 
 
 def stamp(name: str, report: dict[str, Any]) -> dict[str, Any]:

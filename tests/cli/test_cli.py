@@ -247,6 +247,11 @@ def test_the_smallest_demo_run_passes_its_accuracy_check(seed):
     res = json.loads(r.stdout)
     assert res["ok"] and res["accuracy"] > 0.90 and res["accuracy_target"] == 0.90
     assert res["resume"]["equal"] and res["batch"] == demo.SHORT_BATCH and res["threads"] == 2
+    jsonschema = pytest.importorskip("jsonschema")
+    from accel.cli.schemas import SCHEMAS
+
+    assert res["schema"] == "accel.demo"
+    jsonschema.Draft202012Validator(SCHEMAS["accel.demo"]).validate(res)  # the real report, not a made-up one
     assert res["epochs"] == 3 and res["steps"] == 3 * -(-1437 // demo.SHORT_BATCH)
     r = subprocess.run([sys.executable, "-m", "accel.cli", "demo", "--epochs", "2"], capture_output=True,
                        text=True, timeout=300, check=False)

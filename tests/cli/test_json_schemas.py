@@ -1,4 +1,4 @@
-"""``accel info|doctor|kernels|bench --json`` (issue 25): each report names its schema and version, and the real
+"""``accel info|doctor|demo|kernels|bench --json`` (issue 25): each report names its schema and version, and the real
 output of each command validates against the published schema (:mod:`accel.cli.schemas`), in success and in
 failure; so does the error-only report."""
 
@@ -76,6 +76,38 @@ def test_a_bench_report_validates():
     del broken["rows"][0]["impls"]
     with pytest.raises(jsonschema.ValidationError):
         _valid(broken)
+
+
+def demo_result(**changes):
+    """What :func:`accel.demo.run` returns on a CPU (its keys and types; values made up), with ``changes``."""
+    result = {"device": "cpu", "backend": "cpu", "vendor": "cpu", "arch": "x86_64", "accuracy": 0.95, "epochs": 3,
+              "steps": 270, "step_ms": 2.5, "threads": 2, "batch": 16,
+              "kernels": {"installed": [], "counts": {}, "step_ms_on": None, "step_ms_off": None, "wide": None,
+                          "why_none": "the demo runs on cpu"},
+              "graphs": None, "final_loss": 0.12,
+              "resume": {"equal": True, "compared": 180, "max_abs_diff": 0.0, "checkpoint_epoch": 1},
+              "seconds": 30.0}
+    result.update(changes)
+    return result
+
+
+def test_accel_demo_json_is_stamped_and_validates_in_success_and_failure(capsys, monkeypatch):
+    """The command's report around :func:`accel.demo.run` (a real run: tests/cli/test_cli.py, slow); a report
+    missing a field does not validate."""
+    from accel import demo
+
+    monkeypatch.setattr(demo, "run", lambda *a, **k: demo_result())
+    report = _report(capsys, ["demo", "--json"])
+    assert list(report)[:2] == ["schema", "schema_version"]
+    assert _valid(report) == "accel.demo" and report["ok"] and report["failures"] == []
+    monkeypatch.setattr(demo, "run", lambda *a, **k: demo_result(
+        accuracy=0.5, graphs={"captured": False, "eager_ms": 3.0, "graphed_ms": 3.0, "speedup": 1.0,
+                              "reason": "runs eagerly: faked"}))
+    report = _report(capsys, ["demo", "--json"], 1)
+    assert _valid(report) == "accel.demo" and not report["ok"] and "held-out accuracy" in report["failures"][0]
+    del report["resume"]
+    with pytest.raises(jsonschema.ValidationError):
+        _valid(report)
 
 
 @pytest.mark.slow
