@@ -246,22 +246,19 @@ def _fits(family: str, op: str, cfg: dict, n: Any) -> bool:
     return True
 
 
+#: The case builder of each family, ``(op, cfg, n, dt, source) -> Case``.
+_BUILDERS = {"rms_norm": _rms_norm, "softmax": _softmax, "layer_norm": _layer_norm, "rms_norm_hf": _rms_norm_hf,
+             "swiglu": _swiglu, "rope": _rope}
+
+
 def _build(family: str, op: str, cfg: dict, n: Any, dt: str, source: str) -> Iterator[Case]:
-    if family == "rms_norm":
-        yield _rms_norm(op, cfg, n, dt, source)
-    elif family == "softmax":
-        yield _softmax(op, cfg, n, dt, source)
-    elif family == "layer_norm":
-        yield _layer_norm(op, cfg, n, dt, source)
-    elif family == "rms_norm_hf":
-        yield _rms_norm_hf(op, cfg, n, dt, source)
-    elif family == "swiglu":
-        yield _swiglu(op, cfg, n, dt, source)
-    elif family == "rope":
-        yield _rope(op, cfg, n, dt, source)
-    elif family == "linear_cross_entropy":
+    """The cases of one config: one per kernel it launches (linear cross-entropy: class-index and
+    probability targets); none for a family without a builder."""
+    if family == "linear_cross_entropy":
         yield _lce(op, cfg, n, dt, source, prob=False)
         yield _lce(op, cfg, n, dt, source, prob=True)
+    elif family in _BUILDERS:
+        yield _BUILDERS[family](op, cfg, n, dt, source)
 
 
 _DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
