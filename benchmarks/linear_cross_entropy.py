@@ -175,32 +175,52 @@ def _routed(name_prefix: str = "linear_cross_entropy") -> dict[str, int]:
     return {o.name: o.routed for o in ak.overrides() if o.name.startswith(name_prefix)}
 
 
-def run(device: torch.device, dtype: torch.dtype, rows, reps: int, warmup: int) -> dict:
+@contextlib.contextmanager
+def _lce_kernels(device: torch.device):
+    """accel's linear cross-entropy kernels installed for the block (none on the CPU): yields their names, and
+    unregisters them after the block, however it ends."""
     import accel.kernels as ak
+
+    installed = ak.install(kernels=["linear_cross_entropy"]) if device.type != "cpu" else []
+    try:
+        yield installed
+    finally:
+        for name in installed:
+            ak.unregister(name)
+
+
+def _inputs(device: torch.device, dtype: torch.dtype, n: int, d: int, c: int):
+    """One row's inputs, seeded (0): hidden states ``[n, d]`` and head weight ``[c, d]`` in ``dtype``, both
+    requiring grad, and int64 targets ``[n]`` in ``[0, c)``."""
+    g = torch.Generator(device=device).manual_seed(0)
+    x = torch.randn(n, d, device=device, generator=g).to(dtype).requires_grad_()
+    w = (torch.randn(c, d, device=device, generator=g) / d**0.5).to(dtype).requires_grad_()
+    t = torch.randint(0, c, (n,), device=device, generator=g)
+    return x, w, t
+
+
+def run(device: torch.device, dtype: torch.dtype, rows, reps: int, warmup: int) -> dict:
     from accel import _compat
     from accel._compat import nn as compat_nn
 
-    installed = ak.install(kernels=["linear_cross_entropy"]) if device.type != "cpu" else []
-    report = {
-        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
-        "torch": torch.__version__, "dtype": str(dtype).removeprefix("torch."), "reps": reps,
-        "installed": installed, "triton": _compat.module_version("triton"), "rows": [], "skipped": [],
-        "notes": [],
-    }
-    if not any(op.startswith("torch_nn") for op in compat_nn.torch_nn_chunked_ops()) or \
-            "_linear_cross_entropy_batch_chunked" not in compat_nn.upstream_overrides():
-        report["notes"].append(
-            f"torch {torch.__version__} here has no CuTeDSL override of torch_nn::_linear_cross_entropy_batch_chunked "
-            f"(torch 2.15 with CuTeDSL installed); upstream's kernel is not measured.")
-    if device.type == "cpu":
-        report["notes"].append("CPU run: accel's kernels are not installed here (accel rows run the eager chunk "
-                               "loop); no peak memory (CUDA statistics only). A smoke test, not a measurement.")
-    try:
+    with _lce_kernels(device) as installed:
+        report = {
+            "device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
+            "torch": torch.__version__, "dtype": str(dtype).removeprefix("torch."), "reps": reps,
+            "installed": installed, "triton": _compat.module_version("triton"), "rows": [], "skipped": [],
+            "notes": [],
+        }
+        if not any(op.startswith("torch_nn") for op in compat_nn.torch_nn_chunked_ops()) or \
+                "_linear_cross_entropy_batch_chunked" not in compat_nn.upstream_overrides():
+            report["notes"].append(
+                f"torch {torch.__version__} here has no CuTeDSL override of "
+                f"torch_nn::_linear_cross_entropy_batch_chunked (torch 2.15 with CuTeDSL installed); upstream's "
+                f"kernel is not measured.")
+        if device.type == "cpu":
+            report["notes"].append("CPU run: accel's kernels are not installed here (accel rows run the eager chunk "
+                                   "loop); no peak memory (CUDA statistics only). A smoke test, not a measurement.")
         for n, d, c in rows:
-            g = torch.Generator(device=device).manual_seed(0)
-            x = (torch.randn(n, d, device=device, generator=g)).to(dtype).requires_grad_()
-            w = (torch.randn(c, d, device=device, generator=g) / d**0.5).to(dtype).requires_grad_()
-            t = torch.randint(0, c, (n,), device=device, generator=g)
+            x, w, t = _inputs(device, dtype, n, d, c)
             t[:: 17] = -100  # some ignored rows, as a padded batch has
             skipped = report["skipped"]
             candidates = _candidates(device, dtype, n, d, c, skipped)
@@ -232,9 +252,6 @@ def run(device: torch.device, dtype: torch.dtype, rows, reps: int, warmup: int) 
             del x, w, t
             if device.type == "cuda":
                 torch.cuda.empty_cache()
-    finally:
-        for name in installed:
-            ak.unregister(name)
     return report
 
 
@@ -294,18 +311,13 @@ def chunk_sweep(device: torch.device, dtype: torch.dtype, shapes, chunks, reps: 
     """accel's chunked loss (forward + backward, ``acc_policy="auto"``) per rows-per-chunk at each shape: ms,
     peak memory over the inputs, and which size :func:`accel.nn.linear_cross_entropy.model_chunk_rows` picks (the
     rule the transformers integration uses; what this sweep is to confirm or correct on the GPU)."""
-    import accel.kernels as ak
     from accel.nn.linear_cross_entropy import LinearCrossEntropyOptions, model_chunk_rows
 
-    installed = ak.install(kernels=["linear_cross_entropy"]) if device.type != "cpu" else []
     report = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
               "torch": torch.__version__, "dtype": str(dtype).removeprefix("torch."), "reps": reps, "rows": []}
-    try:
+    with _lce_kernels(device):
         for n, d, c in shapes:
-            g = torch.Generator(device=device).manual_seed(0)
-            x = torch.randn(n, d, device=device, generator=g).to(dtype).requires_grad_()
-            w = (torch.randn(c, d, device=device, generator=g) / d**0.5).to(dtype).requires_grad_()
-            t = torch.randint(0, c, (n,), device=device, generator=g)
+            x, w, t = _inputs(device, dtype, n, d, c)
             resolved = LinearCrossEntropyOptions().resolve(n, d, c, dtype, device)
             chosen = model_chunk_rows(n, d, c, dtype, device)
 
@@ -329,9 +341,6 @@ def chunk_sweep(device: torch.device, dtype: torch.dtype, shapes, chunks, reps: 
             del x, w, t
             if device.type == "cuda":
                 torch.cuda.empty_cache()
-    finally:
-        for name in installed:
-            ak.unregister(name)
     return report
 
 

@@ -46,3 +46,33 @@ def test_chunk_sweep_times_each_rows_per_chunk_and_marks_the_rule(tmp_path):
         assert all(r["ms"] > 0 for r in row["results"].values())
     assert "| rule |" in (tmp_path / "linear_cross_entropy-chunks.md").read_text()
     assert module.SWEEP_SHAPES[0] == (8192, 1024, 151936)  # Qwen3-style: the 64-row case
+
+
+@pytest.mark.skipif(not SCRIPT.exists(), reason="benchmarks/ is not in this checkout")
+def test_both_runs_unregister_the_kernels_they_installed_however_they_end(monkeypatch):
+    """``run`` and ``chunk_sweep`` share one install/unregister (``_lce_kernels``): on a GPU device the kernels
+    they install are unregistered after the run, also when it raises (faked here: no GPU is touched)."""
+    import torch
+
+    import accel.kernels as ak
+
+    spec = importlib.util.spec_from_file_location("lce_benchmark_kernels", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    gone: list[str] = []
+    monkeypatch.setattr(ak, "install", lambda kernels: [f"{k}.fake" for k in kernels])
+    monkeypatch.setattr(ak, "unregister", gone.append)
+    with pytest.raises(RuntimeError, match="row failed"), module._lce_kernels(torch.device("cuda")) as installed:
+        assert installed == ["linear_cross_entropy.fake"] and gone == []
+        raise RuntimeError("row failed")
+    assert gone == ["linear_cross_entropy.fake"]
+    with module._lce_kernels(torch.device("cpu")) as installed:  # the CPU runs the eager chunk loop
+        assert installed == []
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device: "a faked GPU")
+    monkeypatch.setattr(module, "_inputs", lambda *a: (_ for _ in ()).throw(RuntimeError("row failed")))
+    for run in (lambda: module.run(torch.device("cuda"), torch.bfloat16, [(8, 4, 16)], 1, 0),
+                lambda: module.chunk_sweep(torch.device("cuda"), torch.bfloat16, [(8, 4, 16)], [4], 1, 0)):
+        gone.clear()
+        with pytest.raises(RuntimeError, match="row failed"):
+            run()
+        assert gone == ["linear_cross_entropy.fake"]
