@@ -48,7 +48,7 @@ import json
 import os
 import re
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -287,13 +287,20 @@ def check_defaults(defaults: Iterable[object], where: str = "defaults", tail: st
     if isinstance(defaults, (Mapping, str, bytes)) or not isinstance(defaults, Iterable):
         raise TuningTableError(f"accel.kernels tuning table {where}: defaults is {type(defaults).__name__}, not a "
                                f"list of dicts{tail}.")
-    for i, d in enumerate(defaults):
-        bad = _default_problem(d)
+    _refuse_first(defaults, _default_problem, lambda i, bad: (
+        f"accel.kernels tuning table {where}: default {i} {bad}. A default needs op, dtype, impl, "
+        f"min_numel and source (e.g. op='rms_norm_fwd', dtype='bfloat16', impl='triton', "
+        f"min_numel=1048576, source='accel bench on NVIDIA H200, ...'){tail}."))
+
+
+def _refuse_first(items: Iterable[object], problem: Callable[[object], str | None],
+                  message: Callable[[int, str], str]) -> None:
+    """Raise :class:`~accel.errors.TuningTableError` with ``message(i, what)`` for the first of ``items`` that
+    ``problem`` finds something wrong with (``what``: its words); return where it finds nothing."""
+    for i, item in enumerate(items):
+        bad = problem(item)
         if bad is not None:
-            raise TuningTableError(
-                f"accel.kernels tuning table {where}: default {i} {bad}. A default needs op, dtype, impl, "
-                f"min_numel and source (e.g. op='rms_norm_fwd', dtype='bfloat16', impl='triton', "
-                f"min_numel=1048576, source='accel bench on NVIDIA H200, ...'){tail}.")
+            raise TuningTableError(message(i, bad))
 
 
 def _entry_problem(e: object) -> str | None:
@@ -335,13 +342,10 @@ def check_entries(entries: Iterable[object], where: str = "entries", tail: str =
     Raises:
         TuningTableError: (a ``KernelRegistrationError``, a ``ValueError``) the first bad entry.
     """
-    for i, e in enumerate(entries):
-        bad = _entry_problem(e)
-        if bad is not None:
-            raise TuningTableError(
-                f"accel.kernels tuning table {where}: entry {i} {bad}{' ' if bad.endswith('?') else '. '}Entries need op, dtype, m, n and impl (e.g. "
-                f"op='layer_norm_bwd', dtype='bfloat16', m=4096, n=4096, impl='triton'); the other keys are "
-                f"optional{tail}.")
+    _refuse_first(entries, _entry_problem, lambda i, bad: (
+        f"accel.kernels tuning table {where}: entry {i} {bad}{' ' if bad.endswith('?') else '. '}Entries need op, "
+        f"dtype, m, n and impl (e.g. op='layer_norm_bwd', dtype='bfloat16', m=4096, n=4096, impl='triton'); the "
+        f"other keys are optional{tail}."))
 
 
 def unfit_reason(op: str, dsl: str, arch: str, dtype: torch.dtype, config: Mapping[str, Any] | None) -> str | None:
