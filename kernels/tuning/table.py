@@ -63,7 +63,7 @@ from accel.errors import TuningTableError
 __all__ = ["Choice", "DEFAULT_KEYS", "Default", "ENTRY_KEYS", "FILE_KEYS", "IMPLS", "MIN_NUMEL", "MIN_ROUNDS",
            "MIN_SPEEDUP", "TUNING_DIR_ENV", "arch_state", "bucket", "check_defaults", "check_entries", "check_file",
            "config", "defaults", "dtype_name", "dtype_short", "floor", "lookup", "miss_floor", "reload", "route",
-           "shipped_path", "table", "takes", "user_table_path", "write_user_table"]
+           "shipped_path", "table", "takes", "unmeasured", "user_table_path", "write_user_table"]
 
 #: Implementations an entry may name.
 IMPLS = ("aten", "triton", "helion", "cutedsl")
@@ -632,12 +632,27 @@ def route(op: str, dsl: str, arch: str, dtype: str, m: int, n: int) -> str | Non
     return f"the {hit.source} tuning table for {arch} picks {hit.impl} for {op} {dtype} bucket {bucket_text(m, n)}"
 
 
+def unmeasured(default: Default) -> bool:
+    """Whether a declared default's source labels its floor as not measured (``"fp16, not measured on the
+    H200: ..."``: the label is the text up to the first ``:``).
+
+    Example:
+        >>> from accel.kernels.tuning import table
+        >>> d = table.defaults("sm_90")
+        >>> [table.unmeasured(d[("rms_norm_fwd", dtype, "triton")]) for dtype in ("bfloat16", "float16")]
+        [False, True]
+    """
+    return "not measured" in default.why.split(":")[0]
+
+
 def arch_state(op: str, dsl: str, arch: str) -> str:
     """One line on how ``arch``'s tables route ``dsl``'s kernel of ``op`` (``accel kernels`` shows it).
 
-    ``"tuned for sm_90: 5 entries (shipped) naming it; default floors for bf16, fp16, fp32"``, or
-    ``"not tuned for gfx942: run `accel bench --tune`"`` where no entry names ``dsl`` and no default is
-    declared for it (every call declines). Reads the table files (cached).
+    ``"tuned for sm_90: 5 entries (shipped) naming it; default floors for bf16, fp16, fp32 (not measured:
+    fp16, fp32)"``, or ``"not tuned for gfx942: run `accel bench --tune`"`` where no entry names ``dsl`` and
+    no default is declared for it (every call declines). A default floor is "not measured" where the label
+    of its source (its text up to the first ``:``, as :func:`route` says it) says so: the floor routes the
+    misses, but no run measured it (:func:`unmeasured`). Reads the table files (cached).
 
     Example:
         >>> from accel.kernels.tuning import table
@@ -646,7 +661,8 @@ def arch_state(op: str, dsl: str, arch: str) -> str:
 
     """
     entries = [(c.source, key[1]) for key, c in table(arch).items() if key[0] == op and c.impl == dsl]
-    floors = sorted({k[1] for k, d in defaults(arch).items() if k[0] == op and k[2] == dsl})
+    declared = {k[1]: d for k, d in defaults(arch).items() if k[0] == op and k[2] == dsl}
+    floors = sorted(declared)
     if dsl in MIN_NUMEL and MIN_NUMEL[dsl] < TABLE_ONLY:
         return f"tuning.MIN_NUMEL[{dsl!r}]={MIN_NUMEL[dsl]} set in this process: takes misses on every arch"
     if not entries and not floors:
@@ -656,7 +672,9 @@ def arch_state(op: str, dsl: str, arch: str) -> str:
         sources = ", ".join(sorted({s for s, _ in entries}))
         parts.append(f"{len(entries)} entr{'y' if len(entries) == 1 else 'ies'} ({sources}) naming it")
     if floors:
-        parts.append("default floors for " + ", ".join(dtype_short(f) for f in floors))
+        guessed = [dtype_short(f) for f in floors if unmeasured(declared[f])]
+        parts.append("default floors for " + ", ".join(dtype_short(f) for f in floors)
+                     + (f" (not measured: {', '.join(guessed)})" if guessed else ""))
     else:
         parts.append("no default floor (misses decline)")
     return f"tuned for {arch}: " + "; ".join(parts)

@@ -79,9 +79,13 @@ def test_accel_kernels_on_sm_90_shows_the_shipped_table():
         _, data = _kernels_report()
     rows = {(r["kernel"], r["dsl"]): r["tuning"] for r in data["builtin"]}
     assert rows[("rms_norm", "triton")] == (
-        "fwd: tuned for sm_90: 5 entries (shipped) naming it; default floors for bf16, fp16, fp32; "
-        "bwd: tuned for sm_90: 2 entries (shipped) naming it; default floors for bf16, fp16, fp32")
-    assert rows[("swiglu", "triton")] == "tuned for sm_90: default floors for bf16, fp16, fp32"
+        "fwd: tuned for sm_90: 5 entries (shipped) naming it; default floors for bf16, fp16, fp32 (not measured: "
+        "fp16, fp32); bwd: tuned for sm_90: 2 entries (shipped) naming it; default floors for bf16, fp16, fp32 (not "
+        "measured: fp16, fp32)")
+    # the floors the table declares without a measurement (their sources say "not measured") are said as such
+    assert rows[("swiglu", "triton")] == ("tuned for sm_90: default floors for bf16, fp16, fp32 (not measured: bf16, "
+                                          "fp16, fp32)")
+    assert rows[("softmax", "triton")].endswith("default floors for bf16, fp16, fp32 (not measured: fp32)")
     assert rows[("layer_norm", "cutedsl")] == (  # a backward-only DSL that takes no misses
         f"fwd: not tuned for sm_90: {TUNE}; bwd: tuned for sm_90: 3 entries (shipped) naming it; no default floor "
         "(misses decline)")
