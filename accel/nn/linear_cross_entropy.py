@@ -260,6 +260,19 @@ def _shape(t: torch.Tensor) -> list[int]:
     return list(t.shape)
 
 
+def _check_per_class(where: str, label: str, noun: str, t: torch.Tensor, shape: tuple[int, ...],
+                     input: torch.Tensor, chunked: bool) -> None:
+    """Check an optional per-class tensor (``linear_bias``, the class ``weight``): floating, of ``shape``, and of
+    the input's dtype on the reference path (``chunked`` false); ``label`` names it in the message, ``noun`` in
+    the fix."""
+    if tuple(t.shape) != shape or not t.dtype.is_floating_point:
+        raise LossInputError(f"{where}: {label} is {_shape(t)} {t.dtype}. It must be a floating {list(shape)}, "
+                             f"or None.")
+    if t.dtype != input.dtype and not chunked:
+        raise LossInputError(f"{where}: {label} is {t.dtype}, input {input.dtype}. The reference path "
+                             f"(options=None) needs them equal: cast the {noun}.")
+
+
 def _check_inputs(input: torch.Tensor, linear_weight: torch.Tensor, target: torch.Tensor,
                   linear_bias: torch.Tensor | None, weight: torch.Tensor | None, reduction: str,
                   ignore_index: int | None, label_smoothing: float, options: object, check_range: bool = True) -> bool:
@@ -298,20 +311,10 @@ def _check_inputs(input: torch.Tensor, linear_weight: torch.Tensor, target: torc
     chunked = options is not None
     tensors = [("linear_weight", linear_weight), ("target", target)]
     if linear_bias is not None:
-        if tuple(linear_bias.shape) != (num_classes, *out_features) or not linear_bias.dtype.is_floating_point:
-            raise LossInputError(f"{where}: linear_bias is {_shape(linear_bias)} {linear_bias.dtype}. It must be a "
-                                 f"floating {[num_classes, *out_features]}, or None.")
-        if linear_bias.dtype != input.dtype and not chunked:
-            raise LossInputError(f"{where}: linear_bias is {linear_bias.dtype}, input {input.dtype}. The reference "
-                                 f"path (options=None) needs them equal: cast the bias.")
+        _check_per_class(where, "linear_bias", "bias", linear_bias, (num_classes, *out_features), input, chunked)
         tensors.append(("linear_bias", linear_bias))
     if weight is not None:
-        if tuple(weight.shape) != (num_classes,) or not weight.dtype.is_floating_point:
-            raise LossInputError(f"{where}: weight (class weight) is {_shape(weight)} {weight.dtype}. It must be a "
-                                 f"floating [{num_classes}], or None.")
-        if weight.dtype != input.dtype and not chunked:
-            raise LossInputError(f"{where}: weight (class weight) is {weight.dtype}, input {input.dtype}. The "
-                                 f"reference path (options=None) needs them equal: cast the weight.")
+        _check_per_class(where, "weight (class weight)", "weight", weight, (num_classes,), input, chunked)
         tensors.append(("weight", weight))
     for name, t in tensors:
         if t.device != input.device:

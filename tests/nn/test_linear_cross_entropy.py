@@ -355,6 +355,31 @@ def test_bad_input_raises_a_typed_error_naming_it(index):
     assert isinstance(info.value, (ValueError, RuntimeError))
 
 
+def test_the_bias_and_class_weight_messages_in_full():
+    """linear_bias and the class weight share one check (``_check_per_class``): each message as it was written
+    per tensor, word for word, K-dimensional bias shape included."""
+    x, w, _, t = _inputs()
+    where = "accel.nn.functional.linear_cross_entropy"
+    for kwargs, message in [
+        ({"linear_bias": torch.randn(3)}, "linear_bias is [3] torch.float32. It must be a floating [11], or None."),
+        ({"linear_bias": torch.randint(0, 2, (11,))},
+         "linear_bias is [11] torch.int64. It must be a floating [11], or None."),
+        ({"linear_bias": torch.randn(11).double()}, "linear_bias is torch.float64, input torch.float32. The "
+                                                    "reference path (options=None) needs them equal: cast the bias."),
+        ({"weight": torch.randn(3)},
+         "weight (class weight) is [3] torch.float32. It must be a floating [11], or None."),
+        ({"weight": torch.rand(11).double()}, "weight (class weight) is torch.float64, input torch.float32. The "
+                                              "reference path (options=None) needs them equal: cast the weight."),
+    ]:
+        with pytest.raises(LossInputError) as info:
+            own.linear_cross_entropy(x, w, t, **kwargs)
+        assert str(info.value) == f"{where}: {message}", kwargs
+    with pytest.raises(LossInputError) as info:
+        own.linear_cross_entropy(x.detach(), torch.randn(11, 2, 8), torch.randint(0, 11, (13, 2)),
+                                 linear_bias=torch.randn(11))
+    assert str(info.value) == f"{where}: linear_bias is [11] torch.float32. It must be a floating [11, 2], or None."
+
+
 # -------------------------------------------------------------------------------- autograd limits
 def test_second_backward_needs_allow_retain_graph():
     """The scalar reductions consume their precomputed gradients: a second backward raises, unless
