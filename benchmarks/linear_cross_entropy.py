@@ -377,24 +377,19 @@ def main(argv: list[str] | None = None) -> int:
     warmup = args.warmup if args.warmup is not None else (1 if args.quick else 3)
     if reps < 1 or warmup < 0:
         parser.error(f"--reps {reps} / --warmup {warmup}: need reps >= 1 and warmup >= 0")
+    command = "python benchmarks/linear_cross_entropy.py " + " ".join(sys.argv[1:] if argv is None else argv)
     if args.chunk_sweep:
-        command = "python benchmarks/linear_cross_entropy.py " + " ".join(sys.argv[1:] if argv is None else argv)
         report = chunk_sweep(device, DTYPES[args.dtype], QUICK_ROWS if args.quick else SWEEP_SHAPES,
                              [8, 16, 32] if args.quick else SWEEP_CHUNKS, reps, warmup)
-        report["command"] = command
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "linear_cross_entropy-chunks.json").write_text(json.dumps(report, indent=1) + "\n")
-        text = sweep_markdown(report, command)
-        (args.out / "linear_cross_entropy-chunks.md").write_text(text)
-        print(text)
-        return 0
-    report = run(device, DTYPES[args.dtype], QUICK_ROWS if args.quick else ROWS, reps, warmup)
-    command = "python benchmarks/linear_cross_entropy.py " + " ".join(sys.argv[1:] if argv is None else argv)
+        stem, to_markdown = "linear_cross_entropy-chunks", sweep_markdown
+    else:
+        report = run(device, DTYPES[args.dtype], QUICK_ROWS if args.quick else ROWS, reps, warmup)
+        stem, to_markdown = "linear_cross_entropy", markdown
     report["command"] = command
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "linear_cross_entropy.json").write_text(json.dumps(report, indent=1) + "\n")
-    text = markdown(report, command)
-    (args.out / "linear_cross_entropy.md").write_text(text)
+    (args.out / f"{stem}.json").write_text(json.dumps(report, indent=1) + "\n")
+    text = to_markdown(report, command)
+    (args.out / f"{stem}.md").write_text(text)
     print(text)
     return 0
 

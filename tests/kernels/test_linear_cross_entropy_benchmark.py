@@ -21,6 +21,8 @@ def test_quick_run_writes_the_table_and_json(tmp_path, capsys):
     spec.loader.exec_module(module)
     assert module.main(["--quick", "--device", "cpu", "--reps", "1", "--warmup", "0", "--out", str(tmp_path)]) == 0
     report = json.loads((tmp_path / "linear_cross_entropy.json").read_text())
+    assert report["command"] == f"python benchmarks/linear_cross_entropy.py --quick --device cpu --reps 1 --warmup 0 " \
+                                f"--out {tmp_path}"
     assert [(r["tokens"], r["d"], r["vocab"]) for r in report["rows"]] == module.QUICK_ROWS
     for row in report["rows"]:
         assert {"unfused", "accel", "accel accurate", "accel eager"} <= set(row["results"])
@@ -41,6 +43,7 @@ def test_chunk_sweep_times_each_rows_per_chunk_and_marks_the_rule(tmp_path):
     assert module.main(["--chunk-sweep", "--quick", "--device", "cpu", "--reps", "1", "--warmup", "0",
                         "--out", str(tmp_path)]) == 0
     report = json.loads((tmp_path / "linear_cross_entropy-chunks.json").read_text())
+    assert report["command"].startswith("python benchmarks/linear_cross_entropy.py --chunk-sweep --quick ")
     for row in report["rows"]:
         assert str(row["model_chunk_rows"]) in row["results"] and str(row["aspect_ratio_rows"]) in row["results"]
         assert all(r["ms"] > 0 for r in row["results"].values())
