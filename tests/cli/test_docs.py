@@ -7,7 +7,6 @@ import pkgutil
 
 import pytest
 
-import accel
 
 pytestmark = pytest.mark.cpu
 

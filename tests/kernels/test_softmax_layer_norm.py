@@ -390,7 +390,7 @@ def test_layer_norm_split_backward_wait_loop_interpreted():
 def test_split_launch_never_waits_in_the_interpreter(monkeypatch):
     """Under ``TRITON_INTERPRET=1`` a split launch takes the two-launch path even for CUDA tensors (the
     interpreter runs programs one after another: a wait for a later program would never end)."""
-    from accel.kernels.dsl import launch as _launch, triton_utils as _triton_utils
+    from accel.kernels.dsl import triton_utils as _triton_utils
 
     calls = []
 
