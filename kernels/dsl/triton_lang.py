@@ -25,7 +25,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-__all__ = ["row_ids", "row_offsets", "hinted_load", "load_rows", "pack_pair", "unpack_pair", "split_place", "publish", "gather"]
+__all__ = ["row_ids", "row_offsets", "hinted_load", "load_rows", "row_run", "pack_pair", "unpack_pair", "split_place", "publish", "gather"]
 
 
 @triton.jit
@@ -69,6 +69,19 @@ def load_rows(X, M, N, BLOCK_N: tl.constexpr, ROWS: tl.constexpr, HINTS: tl.cons
     offs = row_offsets(rows, cols, N, WIDE)
     x = hinted_load(X + offs, mask, 0.0, HINTS, "evict_first").to(tl.float32)
     return rows, cols, row_ok, col_ok, mask, offs, x
+
+
+@triton.jit
+def row_run(M, N, rows_per_program, BLOCK_N: tl.constexpr):
+    """This program's run of whole rows of ``[M, N]`` for the kernels that walk ``rows_per_program`` rows each
+    (the grid of :func:`accel.kernels.dsl.launch.row_programs`): returns ``(pid, cols, col_ok, first, last)``,
+    rows ``[first, last)``, ``first`` in int64 because ``M * N`` may exceed 2**31."""
+    pid = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_N)
+    col_ok = cols < N
+    first = pid.to(tl.int64) * rows_per_program
+    last = tl.minimum(first + rows_per_program, M)
+    return pid, cols, col_ok, first, last
 
 
 @triton.jit

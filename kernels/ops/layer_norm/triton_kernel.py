@@ -38,7 +38,7 @@ import triton
 import triton.language as tl
 
 from accel._caches import kept_cache
-from accel.kernels.dsl.triton_lang import gather, hinted_load, load_rows, publish, split_place
+from accel.kernels.dsl.triton_lang import gather, hinted_load, load_rows, publish, row_run, split_place
 from accel.kernels.dsl.triton_configs import (next_power_of_2, row_candidates, row_config, split_part,
                                            unique_configs, warps)
 
@@ -73,15 +73,11 @@ def layer_norm_bwd_rows(DY, X, W, MEAN, RSTD, DX, DW_PARTIAL, DB_PARTIAL, M, N, 
                         BLOCK_N: tl.constexpr, HAS_W: tl.constexpr, WANT_DX: tl.constexpr, WANT_DW: tl.constexpr,
                         WANT_DB: tl.constexpr):
     """Rows ``[pid*rows_per_program, ...)`` of the backward; partial ``dw``/``db`` to ``[pid]`` of the buffers."""
-    pid = tl.program_id(0)
-    cols = tl.arange(0, BLOCK_N)
-    col_ok = cols < N
+    pid, cols, col_ok, first, last = row_run(M, N, rows_per_program, BLOCK_N)
     if HAS_W:
         w = tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32)
     dw = tl.zeros([BLOCK_N], dtype=tl.float32)
     db = tl.zeros([BLOCK_N], dtype=tl.float32)
-    first = pid.to(tl.int64) * rows_per_program
-    last = tl.minimum(first + rows_per_program, M)
     for row in range(first, last):
         base = row * N
         x = tl.load(X + base + cols, mask=col_ok, other=0.0, eviction_policy="evict_first").to(tl.float32)

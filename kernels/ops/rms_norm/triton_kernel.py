@@ -25,7 +25,7 @@ import triton
 import triton.language as tl
 
 from accel._caches import kept_cache
-from accel.kernels.dsl.triton_lang import hinted_load, load_rows
+from accel.kernels.dsl.triton_lang import hinted_load, load_rows, row_run
 from accel.kernels.dsl.triton_configs import next_power_of_2, row_candidates, row_config, unique_configs, warps
 
 __all__ = ["rms_norm_fwd_rows", "rms_norm_fwd_looped", "rms_norm_bwd_rows", "fwd_config", "default_config",
@@ -85,14 +85,10 @@ def rms_norm_fwd_looped(X, W, Y, RSTD, N, eps, BLOCK_N: tl.constexpr, HAS_W: tl.
 def rms_norm_bwd_rows(DY, X, W, RSTD, DX, DW_PARTIAL, M, N, rows_per_program,
                       BLOCK_N: tl.constexpr, HAS_W: tl.constexpr, WANT_DX: tl.constexpr, WANT_DW: tl.constexpr):
     """Rows ``[pid*rows_per_program, ...)`` of the backward; partial ``dw`` to ``DW_PARTIAL[pid]``."""
-    pid = tl.program_id(0)
-    cols = tl.arange(0, BLOCK_N)
-    col_ok = cols < N
+    pid, cols, col_ok, first, last = row_run(M, N, rows_per_program, BLOCK_N)
     if HAS_W:
         w = tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32)
     dw = tl.zeros([BLOCK_N], dtype=tl.float32)
-    first = pid.to(tl.int64) * rows_per_program  # int64 rows: M * N may exceed 2**31
-    last = tl.minimum(first + rows_per_program, M)
     for row in range(first, last):
         base = row * N
         x = tl.load(X + base + cols, mask=col_ok, other=0.0, eviction_policy="evict_first").to(tl.float32)

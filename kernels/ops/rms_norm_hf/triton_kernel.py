@@ -21,7 +21,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 from accel.kernels.dsl.triton_configs import next_power_of_2, row_config, warps
-from accel.kernels.dsl.triton_lang import load_rows
+from accel.kernels.dsl.triton_lang import load_rows, row_run
 
 __all__ = ["MAX_BLOCK_N", "bwd_config", "default_config", "rms_norm_hf_bwd", "rms_norm_hf_fwd"]
 
@@ -49,15 +49,11 @@ def rms_norm_hf_fwd(X, W, Y, RSTD, M, N, eps, BLOCK_N: tl.constexpr, ROWS: tl.co
 def rms_norm_hf_bwd(DY, X, W, RSTD, DX, DW_PARTIAL, M, N, rows_per_program, BLOCK_N: tl.constexpr,
                     UNIT_OFFSET: tl.constexpr, WANT_DX: tl.constexpr, WANT_DW: tl.constexpr):
     """Rows ``[pid * rows_per_program, ...)`` of the backward; partial ``dw`` to ``DW_PARTIAL[pid]``."""
-    pid = tl.program_id(0)
-    cols = tl.arange(0, BLOCK_N)
-    col_ok = cols < N
+    pid, cols, col_ok, first, last = row_run(M, N, rows_per_program, BLOCK_N)
     w = tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32)
     if UNIT_OFFSET:
         w = w + 1.0
     dw = tl.zeros([BLOCK_N], dtype=tl.float32)
-    first = pid.to(tl.int64) * rows_per_program  # int64 rows: M * N may exceed 2**31
-    last = tl.minimum(first + rows_per_program, M)
     for row in range(first, last):
         base = row * N
         x = tl.load(X + base + cols, mask=col_ok, other=0.0).to(tl.float32)

@@ -11,16 +11,8 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from accel.kernels.ops.conds import (
-    Limits,
-    conds_from_keys,
-    device_types_for,
-    entry_reason,
-    reason_text,
-    rows_reason,
-    table_declines,
-    table_reason,
-)
+from accel.kernels.ops.conds import (Limits, conds_from_keys, device_types_for, entry_reason, reason_text,
+                                     rows_reason, table_declines, table_reason)
 
 __all__ = ["make_conds"]
 
