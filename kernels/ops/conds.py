@@ -180,17 +180,18 @@ def _subjects(family: str, key: Callable[..., str | None], names: str | Sequence
     by keyword as the call passed them. Raises :class:`~accel.errors.KernelRegistrationError` where ``key``
     has no parameter of such a name."""
     names = (names,) if isinstance(names, str) else tuple(names)
-    params = list(inspect.signature(key).parameters)
+    signature = inspect.signature(key)
+    params = list(signature.parameters)
     unknown = [n for n in names if n not in params]
     if unknown:
         raise KernelRegistrationError(
             f"accel.kernels conds of {family}: subject {', '.join(map(repr, unknown))} is no parameter of "
-            f"{getattr(key, '__qualname__', key)}{inspect.signature(key)}. Name the parameters whose tensor the "
+            f"{getattr(key, '__qualname__', key)}{signature}. Name the parameters whose tensor the "
             f"reason sentence is about (subject_fwd / subject_bwd).")
-    where = tuple((params.index(n), n) for n in names)
+    where = tuple((params.index(n), n, signature.parameters[n].default) for n in names)
 
-    def pick(args: tuple, kwargs: dict) -> tuple:
-        return tuple(args[i] if i < len(args) else kwargs[n] for i, n in where)
+    def pick(args: tuple, kwargs: dict) -> tuple:  # a subject the call leaves out has its default
+        return tuple(args[i] if i < len(args) else kwargs.get(n, default) for i, n, default in where)
 
     return pick
 

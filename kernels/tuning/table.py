@@ -288,9 +288,14 @@ def check_defaults(defaults: Iterable[object], where: str = "defaults", tail: st
         raise TuningTableError(f"accel.kernels tuning table {where}: defaults is {type(defaults).__name__}, not a "
                                f"list of dicts{tail}.")
     _refuse_first(defaults, _default_problem, lambda i, bad: (
-        f"accel.kernels tuning table {where}: default {i} {bad}. A default needs op, dtype, impl, "
+        f"accel.kernels tuning table {where}: default {i} {_stop(bad)} A default needs op, dtype, impl, "
         f"min_numel and source (e.g. op='rms_norm_fwd', dtype='bfloat16', impl='triton', "
         f"min_numel=1048576, source='accel bench on NVIDIA H200, ...'){tail}."))
+
+
+def _stop(words: str) -> str:
+    """``words`` ending a sentence: a problem that ends in its own ``?`` or ``.`` gets no second stop."""
+    return words if words.endswith(("?", ".")) else words + "."
 
 
 def _refuse_first(items: Iterable[object], problem: Callable[[object], str | None],
@@ -343,7 +348,7 @@ def check_entries(entries: Iterable[object], where: str = "entries", tail: str =
         TuningTableError: (a ``KernelRegistrationError``, a ``ValueError``) the first bad entry.
     """
     _refuse_first(entries, _entry_problem, lambda i, bad: (
-        f"accel.kernels tuning table {where}: entry {i} {bad}{' ' if bad.endswith('?') else '. '}Entries need op, "
+        f"accel.kernels tuning table {where}: entry {i} {_stop(bad)} Entries need op, "
         f"dtype, m, n and impl (e.g. op='layer_norm_bwd', dtype='bfloat16', m=4096, n=4096, impl='triton'); the "
         f"other keys are optional{tail}."))
 

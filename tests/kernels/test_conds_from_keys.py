@@ -68,3 +68,13 @@ def test_a_subject_that_is_no_parameter_is_refused_when_the_conds_are_made():
                                                       r"parameter of .*key_bwd\(grad_out, input, weight, rstd, "
                                                       r"unit_offset=False\)\. Name the parameters"):
         conds_from_keys("rms_norm", "triton", device_types_for(["cpu"]), REASONS, key_fwd, key_bwd, subject_bwd="q")
+
+
+def test_a_subject_the_call_leaves_to_its_default_is_the_default():
+    def key_fwd(input, weight=None):
+        return "shape"
+
+    fwd, _ = conds_from_keys("rms_norm", "triton", device_types_for(["cpu"]),
+                             lambda key, op, *subjects: f"{key} {subjects[1]!r}", key_fwd, key_fwd,
+                             subject_fwd=("input", "weight"))
+    assert fwd.why_not(torch.empty(2)) == "shape None"  # a KeyError (explain: 'why_not raised') before

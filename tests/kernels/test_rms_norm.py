@@ -93,6 +93,18 @@ def test_cond_rejects_with_reasons_on_meta(impl, conds):
         [True, True])
 
 
+def test_cond_declines_empty_input_even_without_a_floor(impl, conds, monkeypatch):
+    """With the floor at 0 (``tuning.MIN_NUMEL``, as the interpreter runs set it) empty input still goes to
+    ATen: the backward's grid shares out rows and there are none."""
+    monkeypatch.setitem(tuning.MIN_NUMEL, impl.DSL, 0)
+    fwd, bwd = conds
+    x, w = _meta(0, 64), _meta(64)
+    assert fwd(x, [64], w, None) is False and "empty input" in fwd.why_not(x, [64], w, None)
+    rstd = torch.empty(0, 1, device="meta")
+    assert bwd(x, x, [64], rstd, w, [True, True]) is False
+    assert fwd(_meta(2, 64), [64], w, None)  # the same floor takes a non-empty call
+
+
 def _table(monkeypatch, arch, entries):
     """Make ``_tuning.table(arch)`` return ``entries`` (folded) for this test."""
     folded: dict = {}

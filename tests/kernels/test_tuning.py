@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -245,3 +246,16 @@ def test_quack_layer_norm_peer_calls_quacks_kernels_as_their_schema_says():
     torch.testing.assert_close(got, torch.ops.aten.native_layer_norm_backward(dy, x, [n], mean, rstd, w, b,
                                                                               [True, True, True]))
     torch.testing.assert_close(fwd(), torch.nn.functional.layer_norm(x, (n,), w, b, layer_norm_bench.EPS))
+
+
+@pytest.mark.parametrize("check, item", [
+    ("check_entries", dict(op="layer_norm_bwd", dtype="bfloat16", m=1, n=1, impl="zzzz")),
+    ("check_entries", dict(op="layer_norm_bwd", dtype="bfloat16", m=1, n=1, impl="trton")),
+    ("check_defaults", dict(op="rms_norm_fwd", dtype="bfloat16", impl="zzzz", min_numel=1, source="s")),
+    ("check_defaults", dict(op="rms_norm_fwd", dtype="bfloat16", impl="trton", min_numel=1, source="s")),
+])
+def test_a_refused_item_is_said_in_sentences_with_one_stop_each(check, item):
+    with pytest.raises(KernelRegistrationError) as info:
+        getattr(_tuning, check)([item], "sm_90.json")
+    text = str(info.value)
+    assert "not one of" in text and not re.search(r"(\.\.|\?\.) [A-Z]", text)  # no stop doubled before a sentence

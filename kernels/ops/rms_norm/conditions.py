@@ -37,6 +37,7 @@ _REASONS = {
     "numel_big": "{numel} elements > {max_numel} (the {dsl} kernel indexes with int32)",
     **DEVICE_REASONS,
     "shape": "normalized_shape {normalized_shape} does not match the input's trailing dims {shape}",
+    "empty": "empty input (no rows or N=0) is left to ATen",
     "no_weight": "{dsl} kernel needs a weight",
     "weight": "weight differs in dtype/device/size or is not contiguous",
     "layout": "input not contiguous",
@@ -56,6 +57,8 @@ def _check(input: torch.Tensor, normalized_shape: Sequence[int], weight: torch.T
     key = entry_reason(input, numel, op, dsl, devices, limits.max_numel)
     if key is not None:
         return key, 0
+    if numel == 0:  # reached only where the floor is 0: the backward's grid has no rows to share out
+        return "empty", 0
     dtype = input.dtype
     shape = input.shape
     if len(normalized_shape) == 1:
