@@ -172,6 +172,11 @@ class Default:
     source: str = "shipped"
     why: str = ""
 
+    @property
+    def label(self) -> str:
+        """The label of :attr:`why`: its text up to the first ``:`` (what :func:`route` says of the default)."""
+        return self.why.split(":")[0]
+
 
 @dataclass(frozen=True)
 class Choice:
@@ -627,7 +632,7 @@ def route(op: str, dsl: str, arch: str, dtype: str, m: int, n: int) -> str | Non
                     f"kernel and writes the user table {user_table_path(arch)}); until then ATen runs")
         if m * n < d.min_numel:
             return (f"{m * n} elements < {d.min_numel}, the {d.source} {arch} table's default floor for {op} "
-                    f"{dtype_short(dtype)} ({dsl}; {d.why.split(':')[0]}) and no entry for bucket {bucket_text(m, n)}")
+                    f"{dtype_short(dtype)} ({dsl}; {d.label}) and no entry for bucket {bucket_text(m, n)}")
         return None
     if hit.impl == dsl:
         if not hit.unfit:
@@ -647,7 +652,7 @@ def unmeasured(default: Default) -> bool:
         >>> [table.unmeasured(d[("rms_norm_fwd", dtype, "triton")]) for dtype in ("bfloat16", "float16")]
         [False, True]
     """
-    return "not measured" in default.why.split(":")[0]
+    return "not measured" in default.label
 
 
 def arch_state(op: str, dsl: str, arch: str) -> str:
