@@ -166,7 +166,9 @@ def run(shapes=None, dtypes=("bf16",), reps: int = 30, budget_s: float = 150.0,
             vendor's events through accel, :mod:`~accel.kernels.bench.timing`); a CPU device only smoke-tests
             the benchmark.
         ops: op family names, in the order measured (``None``: every family of
-            :func:`accel.kernels.catalog.families`, by name), each with forward and backward rows.
+            :func:`accel.kernels.catalog.families`, by name), each with forward and backward rows. A family
+            without a bench module (linear cross-entropy, SwiGLU, RoPE: their benchmarks are under
+            ``benchmarks/``) is listed in ``skipped`` and has no rows.
         rounds: rounds per row; each times ATen and every candidate once, in turn, and the report gives each
             one's median over the rounds (:meth:`~accel.kernels.bench.timing.Timer.interleaved`). The run takes
             about ``rounds`` times as long; ``1`` times each candidate once, one after another.
@@ -195,7 +197,9 @@ def run(shapes=None, dtypes=("bf16",), reps: int = 30, budget_s: float = 150.0,
     started = time.perf_counter()
     timer = timing.Timer(device, reps)
     ceiling = timing.copy_ceiling(timer, device)
-    skipped: list[str] = []
+    skipped = [f"{name}: its OpFamily declares no bench module (nothing to time here)" for name in ops
+               if known[name].bench_module() is None]
+    ops = tuple(name for name in ops if known[name].bench_module() is not None)
     directions = {name: aten_directions(known[name], device, skipped) for name in ops}  # before accel's kernels
     modules = [known[name].bench_module() for name in ops]
     peer_dists = [d for mod in modules if mod is not None for d in getattr(mod, "PEER_DISTRIBUTIONS", ())]

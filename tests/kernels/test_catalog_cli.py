@@ -394,3 +394,26 @@ def test_benchmark_script_runs_end_to_end_on_cpu_in_the_interpreter():
     assert r["router_overhead"]["with_router_us"] > 0 and r["installed"] == ["rms_norm_fwd.triton", "rms_norm_bwd.triton"]
     assert r["router_overhead"]["bare_router_cost_us"] is not None  # the floor, measured at the CPU key
     assert r["skipped"] == ["bwd: ATen has no aten::_fused_rms_norm_backward kernel on cpu"]
+
+
+def test_bench_skips_a_family_without_a_bench_module_in_a_fresh_process():
+    # accel's own ops (linear cross-entropy) are defined only once an impl module is imported; the runner asked
+    # ATen about them before that and raised "operator accel::linear_cross_entropy does not exist" on the H200
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent("""
+        import json, torch
+        import accel.kernels as ak
+        from accel.kernels import bench
+        ak.install = lambda **k: []
+        r = bench.run(shapes=((8, 64),), dtypes=("fp32",), reps=1, device=torch.device("cpu"),
+                      ops=("linear_cross_entropy", "softmax"))
+        print("REPORT" + json.dumps(r))
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    r = json.loads(next(l for l in proc.stdout.splitlines() if l.startswith("REPORT"))[6:])
+    assert "linear_cross_entropy: its OpFamily declares no bench module (nothing to time here)" in r["skipped"]
+    assert {row["op"] for row in r["rows"]} == {"softmax"}
