@@ -44,15 +44,20 @@ from accel.kernels.dsl.launch import empty
 
 __all__ = [
     "LOW_PRECISION",
+    "STATS",
     "Coefficients",
     "backward",
     "check_op_args",
     "chunked",
     "coefficients",
+    "finalize",
     "forward",
     "loss_dtype",
+    "new_stats",
     "reduce_loss",
     "row_step",
+    "tile_grad",
+    "tile_stats",
 ]
 
 #: Input dtypes whose accumulation dtype may be wider (``acc_dtype=torch.float32``).
@@ -136,6 +141,7 @@ class Coefficients(NamedTuple):
         label_smoothing: as given.
         empty: a 0-dim bool tensor, true where ``reduction="mean"`` has nothing to divide by (every row
             ignored, or no rows): the loss is NaN there, as ``cross_entropy``'s is. ``None`` otherwise.
+        num_classes: ``C``.
     """
 
     target: torch.Tensor
@@ -145,6 +151,7 @@ class Coefficients(NamedTuple):
     class_weight: torch.Tensor | None
     label_smoothing: float
     empty: torch.Tensor | None
+    num_classes: int
 
 
 def coefficients(target: torch.Tensor, weight: torch.Tensor | None, reduction: str, ignore_index: int,
@@ -162,7 +169,7 @@ def coefficients(target: torch.Tensor, weight: torch.Tensor | None, reduction: s
         if grad_loss is not None:
             r = r * grad_loss.to(math_dtype)
         empty = torch.tensor(n == 0, device=target.device) if reduction == "mean" else None
-        return Coefficients(target, r, None, None, cw, eps, empty)
+        return Coefficients(target, r, None, None, cw, eps, empty, num_classes)
     ignored = target == ignore_index
     in_range = (target >= 0) & (target < num_classes)
     taken = in_range & ~ignored
@@ -187,7 +194,7 @@ def coefficients(target: torch.Tensor, weight: torch.Tensor | None, reduction: s
         a = a * go
         if b is not None:
             b, bw = b * go, bw * go
-    return Coefficients(t_hat, a, b, bw, cw, eps, empty)
+    return Coefficients(t_hat, a, b, bw, cw, eps, empty, num_classes)
 
 
 def _slice(coef: Coefficients, start: int, rows: int) -> Coefficients:
@@ -197,40 +204,105 @@ def _slice(coef: Coefficients, start: int, rows: int) -> Coefficients:
     return coef._replace(target=coef.target.narrow(0, start, rows), a=cut(coef.a), b=cut(coef.b), bw=cut(coef.bw))
 
 
+#: Rows of a stats block (``[STATS, rows]`` in the math dtype), what a row keeps between vocabulary tiles:
+#: the running max, the sum of ``exp(z - max)``, the target's logit, ``s`` (smoothing: ``sum_c w_c z_c``;
+#: probability targets: ``sum_c q_c z_c``) and ``sq`` (probability targets: ``sum_c q_c``).
+STATS = 5
+
+
+def new_stats(rows: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A stats block for ``rows`` rows before any tile: max at the dtype's lowest finite value (a tile of
+    ``-inf`` never forms ``-inf - -inf``), sums 0."""
+    stats = torch.zeros(STATS, rows, dtype=dtype, device=device)
+    stats[0] = torch.finfo(dtype).min
+    return stats
+
+
+def _skipped(coef: Coefficients) -> torch.Tensor | None:
+    """Class-index rows whose coefficients are all zero (ignored rows): loss and gradient 0, logits unread."""
+    if coef.target.dtype.is_floating_point:
+        return None
+    return (coef.a == 0) if coef.b is None else (coef.a == 0) & (coef.b == 0)
+
+
+def _q(coef: Coefficients, col0: int, cols: int, dtype: torch.dtype) -> torch.Tensor:
+    """Probability targets' ``q`` over columns ``[col0, col0 + cols)``."""
+    q = coef.target.narrow(1, col0, cols).to(dtype)
+    if coef.label_smoothing:
+        q = q * (1.0 - coef.label_smoothing) + coef.label_smoothing / coef.num_classes
+    if coef.class_weight is not None:
+        q = q * coef.class_weight.narrow(0, col0, cols)
+    return q
+
+
+def tile_stats(logits: torch.Tensor, stats: torch.Tensor, coef: Coefficients, col0: int) -> None:
+    """Fold one vocabulary tile, ``logits`` ``[rows, cols]`` = columns ``[col0, col0 + cols)``, into ``stats``
+    (``[STATS, rows]``, updated in place; :data:`STATS`): an online log-sum-exp."""
+    z = logits.to(stats.dtype)
+    cols = z.shape[1]
+    m_old = stats[0].clone()
+    m = torch.maximum(m_old, z.amax(1))
+    stats[1] = stats[1] * torch.exp(m_old - m) + torch.exp(z - m[:, None]).sum(1)
+    stats[0] = m
+    if coef.target.dtype.is_floating_point:
+        q = _q(coef, col0, cols, z.dtype)
+        stats[3] += (q * z).sum(1)
+        stats[4] += q.sum(1)
+        return
+    local = coef.target - col0
+    inside = (local >= 0) & (local < cols)
+    stats[2] = torch.where(inside, z.gather(1, local.clamp(0, cols - 1)[:, None]).squeeze(1), stats[2])
+    if coef.b is not None:
+        stats[3] += z.sum(1) if coef.class_weight is None else z @ coef.class_weight.narrow(0, col0, cols)
+
+
+def finalize(stats: torch.Tensor, coef: Coefficients) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(loss, lse, p_coef)`` per row (``[rows]`` each) once every tile is folded into ``stats``: the row's loss,
+    its log-sum-exp, and the coefficient of the softmax in the gradient (``a``, ``a + bw``, or ``a * sq``)."""
+    m, l_sum, zy, s, sq = stats.unbind(0)
+    log_l = torch.log(l_sum)
+    lse = m + log_l
+    a = coef.a
+    if coef.target.dtype.is_floating_point:
+        return a * (sq * lse - s), lse, a * sq
+    loss = a * ((m - zy) + log_l)  # both halves shifted by the max: no cancellation at large logits
+    p_coef = a
+    if coef.b is not None:
+        loss = loss + coef.bw * lse - coef.b * s
+        p_coef = a + coef.bw
+    skip = _skipped(coef)
+    return torch.where(skip, 0.0, loss), lse, p_coef
+
+
+def tile_grad(logits: torch.Tensor, grad: torch.Tensor, coef: Coefficients, lse: torch.Tensor,
+              p_coef: torch.Tensor, col0: int) -> None:
+    """The gradient w.r.t. one vocabulary tile's logits (``[rows, cols]``, columns from ``col0``) into ``grad``
+    (may be ``logits`` itself), from :func:`finalize`'s ``lse`` and ``p_coef``."""
+    z = logits.to(lse.dtype)
+    cols = z.shape[1]
+    g = p_coef[:, None] * torch.exp(z - lse[:, None])
+    if coef.target.dtype.is_floating_point:
+        g -= coef.a[:, None] * _q(coef, col0, cols, z.dtype)
+    else:
+        local = coef.target - col0
+        inside = (local >= 0) & (local < cols)
+        g.scatter_add_(1, local.clamp(0, cols - 1)[:, None], torch.where(inside, -coef.a, 0.0)[:, None])
+        if coef.b is not None:
+            g -= coef.b[:, None] * (1.0 if coef.class_weight is None else coef.class_weight.narrow(0, col0, cols))
+        g = torch.where(_skipped(coef)[:, None], 0.0, g)
+    grad.copy_(g)
+
+
 def row_step(logits: torch.Tensor, grad: torch.Tensor | None, coef: Coefficients, loss: torch.Tensor) -> None:
     """One chunk's row step in eager PyTorch: per-row losses into ``loss`` (``[rows]``) and, where ``grad``
-    is given (``[rows, C]``, may be ``logits`` itself), the gradient w.r.t. the logits into it."""
-    mdt = loss.dtype
-    z = logits.to(mdt)
-    m = z.amax(1, keepdim=True)
-    lse = m + torch.log(torch.exp(z - m).sum(1, keepdim=True))
-    p = torch.exp(z - lse)
-    lse = lse.squeeze(1)
-    c = z.shape[1]
-    if coef.target.dtype.is_floating_point:
-        q = coef.target.to(mdt)
-        if coef.label_smoothing:
-            q = q * (1.0 - coef.label_smoothing) + coef.label_smoothing / c
-        if coef.class_weight is not None:
-            q = q * coef.class_weight
-        s = q.sum(1)
-        loss.copy_(coef.a * (s * lse - (q * z).sum(1)))
-        if grad is not None:
-            grad.copy_(coef.a[:, None] * (s[:, None] * p - q))
-        return
-    zy = z.gather(1, coef.target[:, None]).squeeze(1)
-    out = coef.a * (lse - zy)
-    if coef.b is not None:
-        wz = z.sum(1) if coef.class_weight is None else z @ coef.class_weight
-        out = out + coef.bw * lse - coef.b * wz
-    loss.copy_(out)
-    if grad is None:
-        return
-    g = (coef.a if coef.bw is None else coef.a + coef.bw)[:, None] * p
-    g.scatter_add_(1, coef.target[:, None], -coef.a[:, None])
-    if coef.b is not None:
-        g -= coef.b[:, None] * (1.0 if coef.class_weight is None else coef.class_weight[None, :])
-    grad.copy_(g)
+    is given (``[rows, C]``, may be ``logits`` itself), the gradient w.r.t. the logits into it. The whole row
+    as one tile of :func:`tile_stats` / :func:`tile_grad`."""
+    stats = new_stats(logits.shape[0], loss.dtype, logits.device)
+    tile_stats(logits, stats, coef, 0)
+    row_loss, lse, p_coef = finalize(stats, coef)
+    loss.copy_(row_loss)
+    if grad is not None:
+        tile_grad(logits, grad, coef, lse, p_coef, 0)
 
 
 @detection_cache
