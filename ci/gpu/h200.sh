@@ -25,6 +25,7 @@ if [ -d "$REPO/.whl" ]; then
 fi
 python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --upgrade --target /tmp/accel "$REPO" \
   || { echo "accel install failed"; exit 1; }
+PYTHONPATH=/tmp/accel:$SITE python3 "$REPO/ci/gpu/check_deps.py" || exit 1
 export PYTHONPATH=/tmp/accel:$SITE:$SITE/nvidia_cutlass_dsl/dsl_packages
 export PATH=/tmp/accel/bin:$PATH
 accel() { python3 -m accel.cli "$@"; }

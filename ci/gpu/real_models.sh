@@ -32,6 +32,7 @@ if [ ! -d /tmp/accel ]; then  # a warm machine keeps the installs of an earlier 
   fi
   python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --upgrade --target /tmp/accel "$REPO" \
     || { echo "accel install failed"; exit 1; }
+  PYTHONPATH=/tmp/accel:/tmp/site python3 "$REPO/ci/gpu/check_deps.py" || exit 1
 fi
 export PYTHONPATH=/tmp/accel:/tmp/site
 cd /tmp  # never import the source tree: accel.backends exists only in the installed layout
