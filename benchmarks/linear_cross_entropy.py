@@ -14,7 +14,9 @@ Per row (bf16, tokens 8192, d 2048/4096, vocab 32000/128256) and candidate:
 Candidates: ``unfused``; ``liger`` (where ``liger_kernel`` imports and the device is CUDA); ``accel`` (the op
 ``torch.ops.accel.linear_cross_entropy`` with accel's Triton kernel installed: ``accel.kernels.install``;
 acc_policy ``compact``, the default on GPUs); ``accel accurate`` (fp32 logits and weight-gradient
-accumulator); ``accel eager`` (the same chunk loop with the kernels disabled: what the fused row step buys).
+accumulator); ``accel eager`` (the same chunk loop with the kernels disabled: what the fused row step buys);
+``accel rows`` / ``accel tiles`` (GPU only: the Triton impl called directly with its row-chunked or its
+vocabulary-tiled schedule forced, so both are timed whichever the default picks).
 The accel loss is read as the op returns it (fp32; ``accel.nn.functional`` casts it to the input dtype, as
 torch does). Torch 2.15's own CuTeDSL override of its chunked op needs torch 2.15 with CuTeDSL on the GPU;
 where the running torch lacks it (the H200 image has torch 2.11) it is not measured, and the report says so.
@@ -115,7 +117,25 @@ def _candidates(device: torch.device, dtype: torch.dtype, n: int, d: int, c: int
             return eager(x, w, t)
 
     out["accel eager"] = (accel_eager, "the same chunk loop, accel's kernels disabled (eager row step)")
+    if device.type != "cpu":
+        from accel.kernels.ops.linear_cross_entropy import triton_impl
+
+        for schedule in ("rows", "tiles"):
+            out[f"accel {schedule}"] = (_forced(triton_impl, schedule, resolved),
+                                        f"accel's Triton impl called with schedule={schedule!r} (not routed)")
     return out
+
+
+def _forced(triton_impl, schedule: str, resolved):
+    """A step calling accel's Triton impl with one schedule forced, its gradients set as backward would (the
+    loss's gradient is 1), so the two schedules are timed side by side whatever the default picks."""
+    def step(x, w, t):
+        loss, gx, gw, _ = triton_impl.linear_cross_entropy(
+            x.detach(), w.detach(), t, None, None, "mean", -100, 0.0, resolved.batch_chunk_size,
+            resolved.acc_policy, resolved.acc_dtype, False, True, True, False, schedule=schedule)
+        x.grad, w.grad = gx, gw
+        return loss
+    return step
 
 
 def _fp32_reference(x, w, t):

@@ -115,7 +115,7 @@ SCRIPT = textwrap.dedent(r"""
     from accel._compat import nn as compat_nn
     from accel.kernels.dsl import launch
     from accel.kernels.tuning import table
-    from accel.kernels.ops.linear_cross_entropy import reference, triton_impl, triton_kernel
+    from accel.kernels.ops.linear_cross_entropy import reference, tiled, triton_impl, triton_kernel
     from accel.nn import linear_cross_entropy as own
     launch.poison_outputs = True           # unwritten outputs stay NaN and fail the comparison
     table.MIN_NUMEL["triton"] = 0          # tiny interpreter shapes must route
@@ -139,6 +139,7 @@ SCRIPT = textwrap.dedent(r"""
         return None if worst <= tol else f"relative error {worst}"
 
     n, d, c = 7, 8, 70
+    shape_of = tiled.tile_shape
     cases = [  # (dtype, target kind, label smoothing, class weight, bias, reduction, policy)
         (torch.float32, "index", 0.0, False, True, "mean", "compact"),
         (torch.float32, "index", 0.2, True, False, "sum", "compact"),
@@ -166,15 +167,21 @@ SCRIPT = textwrap.dedent(r"""
                 t[:] = -100
         acc = torch.float32
         args = (x, w, t, b, cw, reduction, -100, ls, 4, policy, acc, False, True, True, has_b)
-        problem = compare(triton_impl.linear_cross_entropy(*args), reference.forward(*args), dtype)
-        report["numerics"].append(dict(case=[str(dtype), kind, ls, has_cw, has_b, reduction, policy, "fwd"],
-                                       problem=problem))
-        if reduction == "none":
-            go = torch.rand(n, generator=g)
-            bargs = (go, x, w, t, b, cw, -100, ls, 4, policy, acc, True, True, has_b)
-            problem = compare(triton_impl.linear_cross_entropy_backward(*bargs), reference.backward(*bargs), dtype)
-            report["numerics"].append(dict(case=[str(dtype), kind, ls, has_cw, has_b, reduction, policy, "bwd"],
-                                           problem=problem))
+        go = torch.rand(n, generator=g)
+        bargs = (go, x, w, t, b, cw, -100, ls, 4, policy, acc, True, True, has_b)
+        for schedule in ("rows", "tiles"):
+            # tiles: 2 row blocks (4 and 3 rows) x 3 vocabulary tiles (32, 32 and 6 classes)
+            tiled.tile_shape = (lambda *a: (4, 32)) if schedule == "tiles" else shape_of
+            problem = compare(triton_impl.linear_cross_entropy(*args, schedule=schedule), reference.forward(*args),
+                              dtype)
+            report["numerics"].append(dict(case=[str(dtype), kind, ls, has_cw, has_b, reduction, policy, "fwd",
+                                                 schedule], problem=problem))
+            if reduction == "none":
+                problem = compare(triton_impl.linear_cross_entropy_backward(*bargs, schedule=schedule),
+                                  reference.backward(*bargs), dtype)
+                report["numerics"].append(dict(case=[str(dtype), kind, ls, has_cw, has_b, reduction, policy, "bwd",
+                                                     schedule], problem=problem))
+        tiled.tile_shape = shape_of
     triton_kernel.default_config = small
 
     # register -> route (accel's op; torch's own ops where torch has them) -> unregister
@@ -241,12 +248,13 @@ def interpreted():
 
 
 def test_interpreted_kernel_matches_the_chunked_reference(interpreted):
-    """The Triton row step in the chunk loop equals the eager one: index and probability targets, label
-    smoothing, class weight, bias, every reduction and the ``"none"`` backward, compact and accurate, fp32,
-    bf16 and fp16; ignored rows (skipped by the kernel), an out-of-range row (NaN, no read outside the row),
-    rows of several blocks; every output NaN-poisoned before."""
+    """The Triton row step in the chunk loop, and the Triton tile steps in the tiled schedule (two row blocks,
+    three vocabulary tiles), equal the eager chunk loop: index and probability targets, label smoothing, class
+    weight, bias, every reduction and the ``"none"`` backward, compact and accurate, fp32, bf16 and fp16;
+    ignored rows (skipped by the kernels), an out-of-range row (NaN, no read outside the row), rows of several
+    blocks; every output NaN-poisoned before."""
     numerics = interpreted["numerics"]
-    assert len(numerics) == 12
+    assert len(numerics) == 24 and {e["case"][-1] for e in numerics} == {"rows", "tiles"}
     assert [e for e in numerics if e["problem"] is not None] == []
 
 
@@ -277,3 +285,58 @@ def test_interpreted_round_trip_register_route_unregister(interpreted):
         assert r["routed"]["linear_cross_entropy_torch_nn_none.triton"] >= 1
     assert all(v == 0 for v in r["failed"].values())
     assert r["after_unregister"] == []
+
+
+# ------------------------------------------------------------------------------ the tiled schedule, eager
+@pytest.mark.parametrize("dtype,kind,ls,has_cw,has_b,policy", [
+    (torch.float32, "index", 0.0, False, True, "compact"),
+    (torch.float32, "index", 0.2, True, False, "compact"),
+    (torch.float32, "prob", 0.1, True, True, "compact"),
+    (torch.bfloat16, "index", 0.1, True, True, "compact"),
+    (torch.bfloat16, "ignored", 0.0, False, False, "accurate"),
+    (torch.float16, "prob", 0.0, False, False, "accurate"),
+])
+def test_tiled_schedule_equals_the_row_chunked_loop(dtype, kind, ls, has_cw, has_b, policy):
+    """The eager tile steps in the tiled schedule (row blocks x vocabulary tiles, the last of each partial)
+    give the row-chunked loop's losses and gradients (input, weight, bias) for index and probability targets,
+    smoothing, class weight, bias, every row ignored, compact and accurate."""
+    from accel.kernels.ops.linear_cross_entropy import reference, tiled
+
+    g = torch.Generator().manual_seed(1)
+    n, d, c = 11, 16, 90
+    x, w = torch.randn(n, d, generator=g).to(dtype), torch.randn(c, d, generator=g).to(dtype)
+    b = torch.randn(c, generator=g).to(dtype) if has_b else None
+    cw = torch.rand(c, generator=g) + 0.5 if has_cw else None
+    if kind == "prob":
+        t = torch.randn(n, c, generator=g).softmax(1).to(dtype)
+    else:
+        t = torch.randint(0, c, (n,), generator=g)
+        t[2] = -100
+        if kind == "ignored":
+            t[:] = -100
+    coef = reference.coefficients(t, cw, "sum", -100, ls, c, torch.float32)
+    flags = (policy, torch.float32, True, True, has_b)
+    want = reference.chunked(x, w, coef, b, 4, *flags)
+    for tile in ((4, 32), (11, 90), (3, 7)):
+        got = tiled.tiled(x, w, coef, b, tile, *flags)
+        tol = 1e-5 if dtype == torch.float32 else 3e-2
+        for a, e in zip(got, want):
+            assert a.shape == e.shape and a.dtype == e.dtype
+            scale = max(float(e.float().abs().max()) if e.numel() else 0.0, 1.0)
+            assert a.numel() == 0 or float((a.float() - e.float()).abs().max()) <= tol * scale, (tile, a, e)
+
+
+def test_tile_shape_fits_the_row_chunked_loops_memory():
+    """Every tile :func:`tile_shape` gives keeps the logits tile plus the fp32 grad_input accumulator within the
+    row-chunked loop's buffer at the same ``batch_chunk_size``; too little memory gives ``None`` (row chunks)."""
+    from accel.kernels.ops.linear_cross_entropy import tiled
+
+    for n, d, c, rows in ((8192, 2048, 32000, 512), (8192, 4096, 128256, 256), (8192, 1024, 151936, 1024),
+                          (100, 64, 500, 100), (8192, 2048, 32000, 64)):
+        shape = tiled.tile_shape(n, d, c, rows, 2, 4)
+        if shape is None:
+            assert rows * c * 2 < min(n, tiled.MIN_TILE_ROWS) * (d * 4 + min(c, tiled.MIN_TILE_COLS) * 2)
+            continue
+        r, v = shape
+        assert r * v * 2 + r * d * 4 <= min(n, rows) * c * 2 and r >= min(n, tiled.MIN_TILE_ROWS)
+        assert v == c or v % 128 == 0

@@ -45,6 +45,7 @@ from accel.kernels.dsl.launch import empty
 __all__ = [
     "LOW_PRECISION",
     "STATS",
+    "Loop",
     "Coefficients",
     "backward",
     "check_op_args",
@@ -394,6 +395,18 @@ def chunked(input: torch.Tensor, linear_weight: torch.Tensor, coef: Coefficients
     return losses, grad_input, grad_w, grad_b.to(dtype)
 
 
+#: A whole schedule: ``loop(input, linear_weight, coef, linear_bias, batch_chunk_size, acc_policy, acc_dtype,
+#: compute_input_grad, compute_linear_weight_grad, compute_linear_bias_grad)`` returning what :func:`chunked` does.
+Loop = Callable[..., "tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]"]
+
+
+def _chunked_with(step: RowStep) -> Loop:
+    def loop(*args):
+        return chunked(*args, step=step)
+
+    return loop
+
+
 def reduce_loss(losses: torch.Tensor, coef: Coefficients, reduction: str) -> torch.Tensor:
     """The op's loss from the per-row losses: their sum (already scaled for ``"mean"``; NaN where ``"mean"``
     has nothing to divide by), or the rows themselves for ``"none"``."""
@@ -409,8 +422,12 @@ def forward(input: torch.Tensor, linear_weight: torch.Tensor, target: torch.Tens
             weight: torch.Tensor | None, reduction: str, ignore_index: int, label_smoothing: float,
             batch_chunk_size: int, acc_policy: str, acc_dtype: torch.dtype, allow_retain_graph: bool,
             compute_input_grad: bool, compute_linear_weight_grad: bool, compute_linear_bias_grad: bool,
-            *, step: RowStep = row_step) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+            *, step: RowStep = row_step, loop: Loop | None = None,
+            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """``accel::linear_cross_entropy`` in eager PyTorch (its default kernel on every device).
+
+    ``step``: the row step of the chunk loop (:func:`chunked`); ``loop``: a whole schedule in its place
+    (:data:`Loop`; the Triton impl's picks the tiled schedule, :mod:`.tiled`, where it fits).
 
     Returns:
         ``(loss, grad_input, grad_linear_weight, grad_linear_bias)``: ``loss`` in fp32 (fp64 for fp64
@@ -426,9 +443,10 @@ def forward(input: torch.Tensor, linear_weight: torch.Tensor, target: torch.Tens
     coef = coefficients(target, weight, reduction, ignore_index, label_smoothing, linear_weight.shape[0],
                         loss_dtype(input.dtype))
     grads = reduction != "none"
-    losses, gi, gw, gb = chunked(input, linear_weight, coef, linear_bias, batch_chunk_size, acc_policy, acc_dtype,
-                                 grads and compute_input_grad, grads and compute_linear_weight_grad,
-                                 grads and compute_linear_bias_grad and linear_bias is not None, step)
+    losses, gi, gw, gb = (loop or _chunked_with(step))(
+        input, linear_weight, coef, linear_bias, batch_chunk_size, acc_policy, acc_dtype,
+        grads and compute_input_grad, grads and compute_linear_weight_grad,
+        grads and compute_linear_bias_grad and linear_bias is not None)
     return reduce_loss(losses, coef, reduction), gi, gw, gb
 
 
@@ -436,7 +454,7 @@ def backward(grad_loss: torch.Tensor, input: torch.Tensor, linear_weight: torch.
              linear_bias: torch.Tensor | None, weight: torch.Tensor | None, ignore_index: int, label_smoothing: float,
              batch_chunk_size: int, acc_policy: str, acc_dtype: torch.dtype, compute_input_grad: bool,
              compute_linear_weight_grad: bool, compute_linear_bias_grad: bool, *, step: RowStep = row_step,
-             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+             loop: Loop | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``accel::linear_cross_entropy_backward`` in eager PyTorch: the gradients of ``reduction="none"``'s
     per-row losses weighted by ``grad_loss`` (``[N]``), recomputed chunk by chunk.
 
@@ -453,7 +471,7 @@ def backward(grad_loss: torch.Tensor, input: torch.Tensor, linear_weight: torch.
                              f"[{input.shape[0]}] (one value per row of reduction='none').")
     coef = coefficients(target, weight, "none", ignore_index, label_smoothing, linear_weight.shape[0],
                         loss_dtype(input.dtype), grad_loss=grad_loss)
-    _, gi, gw, gb = chunked(input, linear_weight, coef, linear_bias, batch_chunk_size, acc_policy, acc_dtype,
-                            compute_input_grad, compute_linear_weight_grad,
-                            compute_linear_bias_grad and linear_bias is not None, step)
+    _, gi, gw, gb = (loop or _chunked_with(step))(
+        input, linear_weight, coef, linear_bias, batch_chunk_size, acc_policy, acc_dtype, compute_input_grad,
+        compute_linear_weight_grad, compute_linear_bias_grad and linear_bias is not None)
     return gi, gw, gb

@@ -18,11 +18,11 @@ from accel.kernels.dsl.launch import device_guard, lazy_module
 from accel.kernels.dsl.triton_utils import available, triton_launch
 from accel.kernels.ops.conds import tuned_config
 
-from . import FAMILY, op, reference
+from . import FAMILY, op, reference, tiled
 from .conditions import make_conds, make_torch_nn_conds
 
-__all__ = ["DSL", "available", "backward", "conds", "forward", "linear_cross_entropy",
-           "linear_cross_entropy_backward", "register", "register_torch_nn", "row_step", "torch_nn_chunked",
+__all__ = ["DSL", "SCHEDULES", "TILES", "available", "backward", "conds", "forward", "linear_cross_entropy",
+           "linear_cross_entropy_backward", "register", "register_torch_nn", "row_step", "tile_grad", "tile_stats", "torch_nn_chunked",
            "torch_nn_chunked_no_reduction"]
 
 DSL = "triton"
@@ -53,35 +53,104 @@ def row_step(logits: torch.Tensor, grad: torch.Tensor | None, coef: reference.Co
                       WRITE_GRAD=grad is not None, num_warps=cfg["num_warps"])
 
 
-def _step(table_op: str, input: torch.Tensor, num_classes: int):
+def tile_stats(logits: torch.Tensor, stats: torch.Tensor, coef: reference.Coefficients, col0: int) -> None:
+    """:func:`.reference.tile_stats` as one Triton launch (one program per row; ``stats`` fp32)."""
+    rows, v = logits.shape
+    if rows == 0:
+        return
+    k = _kernels()
+    cfg = k.default_config(v)
+    prob = coef.target.dtype.is_floating_point
+    a = coef.a
+    with device_guard(logits.device):
+        triton_launch(k.lce_tile_stats, (rows,), logits, coef.target, a, a if coef.b is None else coef.b,
+                      a if coef.class_weight is None else coef.class_weight, stats, stats.stride(0), v, col0,
+                      logits.stride(0), coef.target.stride(0) if prob else 1, float(coef.label_smoothing),
+                      1.0 / coef.num_classes, BLOCK_V=cfg["block_v"], PROB=prob,
+                      SMOOTH=bool(coef.label_smoothing), HAS_CW=coef.class_weight is not None,
+                      num_warps=cfg["num_warps"])
+
+
+def tile_grad(logits: torch.Tensor, grad: torch.Tensor, coef: reference.Coefficients, lse: torch.Tensor,
+              p_coef: torch.Tensor, col0: int) -> None:
+    """:func:`.reference.tile_grad` as one Triton launch (one program per row; ``grad`` may be ``logits``)."""
+    rows, v = logits.shape
+    if rows == 0:
+        return
+    k = _kernels()
+    cfg = k.default_config(v)
+    prob = coef.target.dtype.is_floating_point
+    a = coef.a
+    with device_guard(logits.device):
+        triton_launch(k.lce_tile_grad, (rows,), logits, grad, coef.target, a, a if coef.b is None else coef.b,
+                      a if coef.class_weight is None else coef.class_weight, lse, p_coef, v, col0,
+                      logits.stride(0), grad.stride(0), coef.target.stride(0) if prob else 1,
+                      float(coef.label_smoothing), 1.0 / coef.num_classes, BLOCK_V=cfg["block_v"], PROB=prob,
+                      SMOOTH=bool(coef.label_smoothing), HAS_CW=coef.class_weight is not None,
+                      num_warps=cfg["num_warps"])
+
+
+#: The tiled schedule's per-tile steps as Triton launches.
+TILES = tiled.TileSteps(tile_stats, tile_grad)
+#: ``schedule`` values: ``"auto"`` (tiles where :func:`.tiled.tile_shape` fits and gradients are computed,
+#: else row chunks), ``"rows"`` (always row chunks), ``"tiles"`` (tiles wherever they fit).
+SCHEDULES = ("auto", "rows", "tiles")
+
+
+def _loop(table_op: str, input: torch.Tensor, num_classes: int, schedule: str) -> reference.Loop:
+    if schedule not in SCHEDULES:
+        raise ValueError(f"linear_cross_entropy triton impl: schedule={schedule!r}; one of {', '.join(SCHEDULES)}")
     cfg = tuned_config(table_op, DSL, input, input.shape[0], num_classes, _kernels().default_config)
 
     def step(logits, grad, coef, loss):
         row_step(logits, grad, coef, loss, cfg)
 
-    return step
+    def loop(input, linear_weight, coef, linear_bias, batch_chunk_size, acc_policy, acc_dtype, cig, cwg, cbg):
+        tile = None
+        if schedule != "rows" and (cig or cwg or cbg):
+            tile = tiled.tile_shape(*input.shape, linear_weight.shape[0], batch_chunk_size,
+                                    _logit_bytes(input, acc_policy, acc_dtype),
+                                    4 if cig and input.dtype in reference.LOW_PRECISION else 0)
+        if tile is None:
+            return reference.chunked(input, linear_weight, coef, linear_bias, batch_chunk_size, acc_policy,
+                                     acc_dtype, cig, cwg, cbg, step)
+        return tiled.tiled(input, linear_weight, coef, linear_bias, tile, acc_policy, acc_dtype, cig, cwg, cbg,
+                           TILES)
+
+    return loop
+
+
+def _logit_bytes(input: torch.Tensor, acc_policy: str, acc_dtype: torch.dtype) -> int:
+    """Bytes per logit of the chunk buffers: the input's element size, or under ``"accurate"`` with a wider
+    ``acc_dtype`` that dtype's plus (cuBLAS's fp32-result matmuls) a separate gradient buffer in the input's."""
+    size = input.element_size()
+    if acc_policy != "accurate" or acc_dtype == input.dtype:
+        return size
+    return torch.empty((), dtype=acc_dtype).element_size() + (size if reference._mixed_mm(input.device.type) else 0)
 
 
 def linear_cross_entropy(input, linear_weight, target, linear_bias, weight, reduction, ignore_index, label_smoothing,
                          batch_chunk_size, acc_policy, acc_dtype, allow_retain_graph, compute_input_grad,
-                         compute_linear_weight_grad, compute_linear_bias_grad):
-    """``accel::linear_cross_entropy`` with the Triton row step; arguments and results as
+                         compute_linear_weight_grad, compute_linear_bias_grad, *, schedule: str = "auto"):
+    """``accel::linear_cross_entropy`` with the Triton steps; arguments and results as
     :func:`.reference.forward` (also torch 2.15's ``torch_nn::_linear_cross_entropy_batch_chunked``'s
-    arguments: :func:`register` installs it there too, casting the loss to the input's dtype)."""
+    arguments: :func:`register` installs it there too, casting the loss to the input's dtype). Where gradients
+    are computed and :func:`.tiled.tile_shape` fits, the tiled schedule (:mod:`.tiled`), else row chunks;
+    ``schedule`` (:data:`SCHEDULES`) forces one, for benchmarks."""
     return reference.forward(input, linear_weight, target, linear_bias, weight, reduction, ignore_index,
                              label_smoothing, batch_chunk_size, acc_policy, acc_dtype, allow_retain_graph,
                              compute_input_grad, compute_linear_weight_grad, compute_linear_bias_grad,
-                             step=_step("linear_cross_entropy_fwd", input, linear_weight.shape[0]))
+                             loop=_loop("linear_cross_entropy_fwd", input, linear_weight.shape[0], schedule))
 
 
 def linear_cross_entropy_backward(grad_loss, input, linear_weight, target, linear_bias, weight, ignore_index,
                                   label_smoothing, batch_chunk_size, acc_policy, acc_dtype, compute_input_grad,
-                                  compute_linear_weight_grad, compute_linear_bias_grad):
-    """``accel::linear_cross_entropy_backward`` with the Triton row step; as :func:`.reference.backward`."""
+                                  compute_linear_weight_grad, compute_linear_bias_grad, *, schedule: str = "auto"):
+    """``accel::linear_cross_entropy_backward`` with the Triton steps; as :func:`.reference.backward`."""
     return reference.backward(grad_loss, input, linear_weight, target, linear_bias, weight, ignore_index,
                               label_smoothing, batch_chunk_size, acc_policy, acc_dtype, compute_input_grad,
                               compute_linear_weight_grad, compute_linear_bias_grad,
-                              step=_step("linear_cross_entropy_bwd", input, linear_weight.shape[0]))
+                              loop=_loop("linear_cross_entropy_bwd", input, linear_weight.shape[0], schedule))
 
 
 def conds(backends: Sequence[str]) -> tuple:

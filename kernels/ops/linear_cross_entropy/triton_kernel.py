@@ -12,6 +12,9 @@ math whatever the storage dtype, coefficients as in :mod:`.reference`:
   has just read, so in place needs no barrier.
 
 A class-index row whose coefficients are all zero (an ignored row) skips both passes: loss 0, gradient 0.
+``lce_tile_stats`` / ``lce_tile_grad`` are the same two passes over one vocabulary tile of a row, for the
+tiled schedule (:mod:`.tiled`): pass 1 folds the tile into the row's stats, pass 2 reads the row's
+log-sum-exp.
 Offsets are int64 (``rows * V`` exceeds 2**31 at vocabularies of 128k).
 """
 
@@ -22,7 +25,97 @@ import triton.language as tl
 
 from accel.kernels.dsl.triton_configs import next_power_of_2
 
-__all__ = ["default_config", "lce_rows"]
+__all__ = ["default_config", "lce_rows", "lce_tile_grad", "lce_tile_stats"]
+
+@triton.jit
+def _q_block(t_row, CW, cols, ok, smoothing, inv_v, SMOOTH: tl.constexpr, HAS_CW: tl.constexpr):
+    """Probability targets' ``q`` at ``cols`` (0 outside the row)."""
+    q = tl.load(t_row + cols, mask=ok, other=0.0).to(tl.float32)
+    if SMOOTH:
+        q = tl.where(ok, q * (1.0 - smoothing) + smoothing * inv_v, 0.0)
+    if HAS_CW:
+        q = q * tl.load(CW + cols, mask=ok, other=0.0).to(tl.float32)
+    return q
+
+
+@triton.jit
+def _row_stats(z_row, t_row, CW, V, smoothing, inv_v, BLOCK_V: tl.constexpr, PROB: tl.constexpr,
+               SMOOTH: tl.constexpr, HAS_CW: tl.constexpr):
+    """Pass 1 over the ``V`` columns at ``z_row``: ``(max, sum exp(z - max), s, sq)`` (``s``: smoothing's
+    class-weighted sum of the logits, or probability targets' sum of ``q * z``; ``sq``: the sum of ``q``)."""
+    cols0 = tl.arange(0, BLOCK_V)
+    # the running max starts below any real logit but finite: a block of -inf never forms -inf - -inf
+    m = tl.max(tl.full([BLOCK_V], -3.0e38, tl.float32), axis=0)
+    l_vec = tl.zeros([BLOCK_V], dtype=tl.float32)
+    s_vec = tl.zeros([BLOCK_V], dtype=tl.float32)
+    q_vec = tl.zeros([BLOCK_V], dtype=tl.float32)
+    for start in range(0, V, BLOCK_V):
+        cols = start + cols0
+        ok = cols < V
+        z = tl.load(z_row + cols, mask=ok, other=float("-inf")).to(tl.float32)
+        m_new = tl.maximum(m, tl.max(z, axis=0))
+        l_vec = l_vec * tl.exp(m - m_new) + tl.exp(z - m_new)
+        m = m_new
+        if PROB:
+            q = _q_block(t_row, CW, cols, ok, smoothing, inv_v, SMOOTH, HAS_CW)
+            q_vec += q
+            s_vec += q * tl.where(ok, z, 0.0)
+        elif SMOOTH:
+            zz = tl.where(ok, z, 0.0)
+            if HAS_CW:
+                zz = zz * tl.load(CW + cols, mask=ok, other=0.0).to(tl.float32)
+            s_vec += zz
+    return m, tl.sum(l_vec, axis=0), tl.sum(s_vec, axis=0), tl.sum(q_vec, axis=0)
+
+
+@triton.jit
+def _row_grad(z_row, g_row, t_row, CW, V, y, a, b, p_coef, lse, smoothing, inv_v, BLOCK_V: tl.constexpr,
+              PROB: tl.constexpr, SMOOTH: tl.constexpr, HAS_CW: tl.constexpr):
+    """Pass 2: the gradient w.r.t. the ``V`` logits at ``z_row`` into ``g_row`` (``y``: the target's column
+    here, anything outside ``[0, V)`` where the target is elsewhere)."""
+    cols0 = tl.arange(0, BLOCK_V)
+    for start in range(0, V, BLOCK_V):
+        cols = start + cols0
+        ok = cols < V
+        z = tl.load(z_row + cols, mask=ok, other=float("-inf")).to(tl.float32)
+        g = p_coef * tl.exp(z - lse)
+        if PROB:
+            g -= a * _q_block(t_row, CW, cols, ok, smoothing, inv_v, SMOOTH, HAS_CW)
+        else:
+            g -= tl.where(cols == y, a, 0.0)
+            if SMOOTH:
+                if HAS_CW:
+                    g -= b * tl.load(CW + cols, mask=ok, other=0.0).to(tl.float32)
+                else:
+                    g -= b
+        tl.store(g_row + cols, g.to(g_row.dtype.element_ty), mask=ok)
+
+
+@triton.jit
+def _row_zero(g_row, V, BLOCK_V: tl.constexpr):
+    cols0 = tl.arange(0, BLOCK_V)
+    zero = tl.zeros([BLOCK_V], dtype=tl.float32)
+    for start in range(0, V, BLOCK_V):
+        cols = start + cols0
+        tl.store(g_row + cols, zero.to(g_row.dtype.element_ty), mask=cols < V)
+
+
+@triton.jit
+def _row_coefs(T, A, B, row, PROB: tl.constexpr, SMOOTH: tl.constexpr):
+    """``(a, b, y, skip)`` of one row: a class-index row whose coefficients are all zero is skipped."""
+    a = tl.load(A + row).to(tl.float32)
+    b = 0.0
+    y = 0
+    skip = False
+    if not PROB:
+        y = tl.load(T + row)
+        if SMOOTH:
+            b = tl.load(B + row).to(tl.float32)
+            skip = (a == 0.0) & (b == 0.0)
+        else:
+            skip = a == 0.0
+    return a, b, y, skip
+
 
 @triton.jit
 def lce_rows(Z, G, T, A, B, BW, CW, LOSS, V, stride_z, stride_g, stride_t, smoothing, inv_v,
@@ -32,90 +125,74 @@ def lce_rows(Z, G, T, A, B, BW, CW, LOSS, V, stride_z, stride_g, stride_t, smoot
     row = tl.program_id(0).to(tl.int64)
     z_row = Z + row * stride_z
     g_row = G + row * stride_g
-    cols0 = tl.arange(0, BLOCK_V)
-    a = tl.load(A + row).to(tl.float32)
-    if PROB:
-        t_row = T + row * stride_t
-        skip = False
-    else:
-        y = tl.load(T + row)
-        if SMOOTH:
-            b = tl.load(B + row).to(tl.float32)
-            bw = tl.load(BW + row).to(tl.float32)
-            skip = (a == 0.0) & (b == 0.0)
-        else:
-            skip = a == 0.0
+    t_row = T + row * stride_t
+    a, b, y, skip = _row_coefs(T, A, B, row, PROB, SMOOTH)
     if skip:
         tl.store(LOSS + row, 0.0)
         if WRITE_GRAD:
-            zero = tl.zeros([BLOCK_V], dtype=tl.float32)
-            for start in range(0, V, BLOCK_V):
-                cols = start + cols0
-                tl.store(g_row + cols, zero.to(G.dtype.element_ty), mask=cols < V)
+            _row_zero(g_row, V, BLOCK_V)
     else:
-        # the running max starts below any real logit but finite: a block of -inf never forms -inf - -inf
-        m = tl.max(tl.full([BLOCK_V], -3.0e38, tl.float32), axis=0)
-        l_vec = tl.zeros([BLOCK_V], dtype=tl.float32)
-        s_vec = tl.zeros([BLOCK_V], dtype=tl.float32)   # smoothing: sum w*z; probabilities: sum q*z
-        q_vec = tl.zeros([BLOCK_V], dtype=tl.float32)   # probabilities: sum q
-        for start in range(0, V, BLOCK_V):
-            cols = start + cols0
-            ok = cols < V
-            z = tl.load(z_row + cols, mask=ok, other=float("-inf")).to(tl.float32)
-            m_new = tl.maximum(m, tl.max(z, axis=0))
-            l_vec = l_vec * tl.exp(m - m_new) + tl.exp(z - m_new)
-            m = m_new
-            if PROB:
-                q = tl.load(t_row + cols, mask=ok, other=0.0).to(tl.float32)
-                if SMOOTH:
-                    q = tl.where(ok, q * (1.0 - smoothing) + smoothing * inv_v, 0.0)
-                if HAS_CW:
-                    q = q * tl.load(CW + cols, mask=ok, other=0.0).to(tl.float32)
-                q_vec += q
-                s_vec += q * tl.where(ok, z, 0.0)
-            elif SMOOTH:
-                zz = tl.where(ok, z, 0.0)
-                if HAS_CW:
-                    zz = zz * tl.load(CW + cols, mask=ok, other=0.0).to(tl.float32)
-                s_vec += zz
-        log_l = tl.log(tl.sum(l_vec, axis=0))
+        m, l_sum, s, sq = _row_stats(z_row, t_row, CW, V, smoothing, inv_v, BLOCK_V, PROB, SMOOTH, HAS_CW)
+        log_l = tl.log(l_sum)
         lse = m + log_l
         if PROB:
-            sq = tl.sum(q_vec, axis=0)
-            loss = a * (sq * lse - tl.sum(s_vec, axis=0))
+            loss = a * (sq * lse - s)
+            p_coef = a * sq
         else:
             zy = tl.load(z_row + y).to(tl.float32)
             loss = a * ((m - zy) + log_l)  # both halves shifted by the max: no cancellation at large logits
+            p_coef = a
             if SMOOTH:
-                loss += bw * lse - b * tl.sum(s_vec, axis=0)
+                bw = tl.load(BW + row).to(tl.float32)
+                loss += bw * lse - b * s
+                p_coef = a + bw
         tl.store(LOSS + row, loss)
         if WRITE_GRAD:
-            if PROB:
-                coef = a * sq
-            elif SMOOTH:
-                coef = a + bw
-            else:
-                coef = a
-            for start in range(0, V, BLOCK_V):
-                cols = start + cols0
-                ok = cols < V
-                z = tl.load(z_row + cols, mask=ok, other=float("-inf")).to(tl.float32)
-                g = coef * tl.exp(z - lse)
-                if PROB:
-                    q = tl.load(t_row + cols, mask=ok, other=0.0).to(tl.float32)
-                    if SMOOTH:
-                        q = q * (1.0 - smoothing) + smoothing * inv_v
-                    if HAS_CW:
-                        q = q * tl.load(CW + cols, mask=ok, other=0.0).to(tl.float32)
-                    g -= a * q
-                else:
-                    g -= tl.where(cols == y, a, 0.0)
-                    if SMOOTH:
-                        if HAS_CW:
-                            g -= b * tl.load(CW + cols, mask=ok, other=0.0).to(tl.float32)
-                        else:
-                            g -= b
-                tl.store(g_row + cols, g.to(G.dtype.element_ty), mask=ok)
+            _row_grad(z_row, g_row, t_row, CW, V, y, a, b, p_coef, lse, smoothing, inv_v, BLOCK_V, PROB, SMOOTH,
+                      HAS_CW)
+
+
+@triton.jit
+def lce_tile_stats(Z, T, A, B, CW, ST, n_st, V, col0, stride_z, stride_t, smoothing, inv_v,
+                   BLOCK_V: tl.constexpr, PROB: tl.constexpr, SMOOTH: tl.constexpr, HAS_CW: tl.constexpr):
+    """Fold one vocabulary tile (``V`` columns from ``col0``; ``Z`` holds the tile) of row ``program_id(0)``
+    into its stats (``ST``: ``[5, n_st]`` fp32, :data:`.reference.STATS`); skipped rows are left as they are."""
+    row = tl.program_id(0).to(tl.int64)
+    z_row = Z + row * stride_z
+    a, b, y, skip = _row_coefs(T, A, B, row, PROB, SMOOTH)
+    if not skip:
+        m_t, l_t, s_t, q_t = _row_stats(z_row, T + row * stride_t + col0, CW + col0, V, smoothing, inv_v,
+                                        BLOCK_V, PROB, SMOOTH, HAS_CW)
+        m_old = tl.load(ST + row)
+        l_old = tl.load(ST + n_st + row)
+        m = tl.maximum(m_old, m_t)
+        tl.store(ST + row, m)
+        tl.store(ST + n_st + row, l_old * tl.exp(m_old - m) + l_t * tl.exp(m_t - m))
+        if PROB or SMOOTH:
+            tl.store(ST + 3 * n_st + row, tl.load(ST + 3 * n_st + row) + s_t)
+        if PROB:
+            tl.store(ST + 4 * n_st + row, tl.load(ST + 4 * n_st + row) + q_t)
+        else:
+            local = y - col0
+            inside = (local >= 0) & (local < V)
+            zy = tl.load(z_row + local, mask=inside, other=0.0).to(tl.float32)
+            tl.store(ST + 2 * n_st + row, zy, mask=inside)
+
+
+@triton.jit
+def lce_tile_grad(Z, G, T, A, B, CW, LSE, PC, V, col0, stride_z, stride_g, stride_t, smoothing, inv_v,
+                  BLOCK_V: tl.constexpr, PROB: tl.constexpr, SMOOTH: tl.constexpr, HAS_CW: tl.constexpr):
+    """The gradient w.r.t. one vocabulary tile's logits of row ``program_id(0)`` into ``G`` (may be ``Z``), from
+    the row's log-sum-exp ``LSE`` and softmax coefficient ``PC`` (:func:`.reference.finalize`)."""
+    row = tl.program_id(0).to(tl.int64)
+    g_row = G + row * stride_g
+    a, b, y, skip = _row_coefs(T, A, B, row, PROB, SMOOTH)
+    if skip:
+        _row_zero(g_row, V, BLOCK_V)
+    else:
+        _row_grad(Z + row * stride_z, g_row, T + row * stride_t + col0, CW + col0, V, y - col0, a, b,
+                  tl.load(PC + row).to(tl.float32), tl.load(LSE + row).to(tl.float32), smoothing, inv_v, BLOCK_V,
+                  PROB, SMOOTH, HAS_CW)
 
 
 def default_config(v: int) -> dict:
