@@ -332,6 +332,11 @@ def run_one(model_name: str, mode: str, *, quick: bool, steps: int, warmup: int,
         import accel.kernels as ak
 
         result["routed"] = {o.name: o.routed for o in ak.overrides()}
+        result["declined"] = {o.name: o.declined for o in ak.overrides() if o.declined}
+        if mode == "accel" and not any(result["routed"].values()):
+            # every kernel declined: the figures are the model's own code (a missing dependency made every
+            # cond raise on the H200 once); said in the result so that no table takes them for accel's
+            result["warning"] = "no accel kernel took any call in this run (see declined and stderr_warnings)"
     if not all(math.isfinite(v) for v in values):
         result["error"] = "a loss was not finite"
     return result
@@ -587,6 +592,9 @@ def drive(models: list[str], modes: list[str], out: Path, *, quick: bool, steps:
                                                                      f"{(proc.stderr or proc.stdout)[-2000:]}"}
                 else:
                     result = json.loads(line.removeprefix("RESULT "))
+                    said = [ln.strip() for ln in proc.stderr.splitlines() if "Warning" in ln]
+                    if said:
+                        result["stderr_warnings"] = list(dict.fromkeys(said))[:10]
             except subprocess.TimeoutExpired:
                 result = {"model": model, "mode": mode, "error": f"no result within {timeout:.0f} s"}
             result["wall_s"] = round(time.time() - began, 1)
@@ -599,6 +607,8 @@ def drive(models: list[str], modes: list[str], out: Path, *, quick: bool, steps:
                 f.write(json.dumps(result) + "\n")
             shown = result.get("ms", result.get("skipped", result.get("error", "")))
             print(f"{model:12s} {mode:14s} {str(shown)[:100]}", flush=True)
+            if result.get("warning"):
+                print(f"{'':12s} {'':14s} warning: {result['warning']}", flush=True)
     return results
 
 

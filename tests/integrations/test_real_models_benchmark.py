@@ -44,6 +44,8 @@ def test_quick_runs_eager_accel_and_compile_each_in_its_own_process(tmp_path):
     assert rows["eager"]["speedup_vs_eager"] == 1.0 and rows["accel"]["speedup_vs_eager"] > 0
     # CPU, no accel kernel: the patched model runs its own code, so its loss curve is eager's to the bit
     assert rows["accel"]["losses"] == rows["eager"]["losses"] and rows["accel"]["loss_rel_vs_eager"] == 0.0
+    # ... and the result says so, so that no table takes these figures for accel's kernels
+    assert rows["accel"]["warning"].startswith("no accel kernel took any call") and "warning" not in rows["eager"]
     assert rows["accel"]["patch"]["replaced"]["LlamaRMSNorm"]["op"] == "accel::rms_norm_hf"
     assert rows["compile"]["compile_backend"] == "aot_eager"
     assert rows["compile"]["loss_rel_vs_eager"] < 1e-5
