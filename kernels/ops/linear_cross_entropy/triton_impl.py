@@ -53,22 +53,30 @@ def row_step(logits: torch.Tensor, grad: torch.Tensor | None, coef: reference.Co
                       WRITE_GRAD=grad is not None, num_warps=cfg["num_warps"])
 
 
+def _tile_args(coef: reference.Coefficients, v: int) -> tuple[tuple, tuple, dict]:
+    """What both tile kernels take from the coefficients: the pointers ``(target, a, b, class weight)`` (``a``
+    standing in for an absent one), the arguments after the logits' strides (the target's row stride, the
+    smoothing, ``1 / C``), and the constexprs."""
+    k = _kernels()
+    cfg = k.default_config(v)
+    prob = coef.target.dtype.is_floating_point
+    a = coef.a
+    pointers = (coef.target, a, a if coef.b is None else coef.b, a if coef.class_weight is None else coef.class_weight)
+    scalars = (coef.target.stride(0) if prob else 1, float(coef.label_smoothing), 1.0 / coef.num_classes)
+    constexprs = dict(BLOCK_V=cfg["block_v"], PROB=prob, SMOOTH=bool(coef.label_smoothing),
+                      HAS_CW=coef.class_weight is not None, num_warps=cfg["num_warps"])
+    return pointers, scalars, constexprs
+
+
 def tile_stats(logits: torch.Tensor, stats: torch.Tensor, coef: reference.Coefficients, col0: int) -> None:
     """:func:`.reference.tile_stats` as one Triton launch (one program per row; ``stats`` fp32)."""
     rows, v = logits.shape
     if rows == 0:
         return
-    k = _kernels()
-    cfg = k.default_config(v)
-    prob = coef.target.dtype.is_floating_point
-    a = coef.a
+    pointers, scalars, constexprs = _tile_args(coef, v)
     with device_guard(logits.device):
-        triton_launch(k.lce_tile_stats, (rows,), logits, coef.target, a, a if coef.b is None else coef.b,
-                      a if coef.class_weight is None else coef.class_weight, stats, stats.stride(0), v, col0,
-                      logits.stride(0), coef.target.stride(0) if prob else 1, float(coef.label_smoothing),
-                      1.0 / coef.num_classes, BLOCK_V=cfg["block_v"], PROB=prob,
-                      SMOOTH=bool(coef.label_smoothing), HAS_CW=coef.class_weight is not None,
-                      num_warps=cfg["num_warps"])
+        triton_launch(_kernels().lce_tile_stats, (rows,), logits, *pointers, stats, stats.stride(0), v, col0,
+                      logits.stride(0), *scalars, **constexprs)
 
 
 def tile_grad(logits: torch.Tensor, grad: torch.Tensor, coef: reference.Coefficients, lse: torch.Tensor,
@@ -77,17 +85,10 @@ def tile_grad(logits: torch.Tensor, grad: torch.Tensor, coef: reference.Coeffici
     rows, v = logits.shape
     if rows == 0:
         return
-    k = _kernels()
-    cfg = k.default_config(v)
-    prob = coef.target.dtype.is_floating_point
-    a = coef.a
+    pointers, scalars, constexprs = _tile_args(coef, v)
     with device_guard(logits.device):
-        triton_launch(k.lce_tile_grad, (rows,), logits, grad, coef.target, a, a if coef.b is None else coef.b,
-                      a if coef.class_weight is None else coef.class_weight, lse, p_coef, v, col0,
-                      logits.stride(0), grad.stride(0), coef.target.stride(0) if prob else 1,
-                      float(coef.label_smoothing), 1.0 / coef.num_classes, BLOCK_V=cfg["block_v"], PROB=prob,
-                      SMOOTH=bool(coef.label_smoothing), HAS_CW=coef.class_weight is not None,
-                      num_warps=cfg["num_warps"])
+        triton_launch(_kernels().lce_tile_grad, (rows,), logits, grad, *pointers, lse, p_coef, v, col0,
+                      logits.stride(0), grad.stride(0), *scalars, **constexprs)
 
 
 #: The tiled schedule's per-tile steps as Triton launches.
