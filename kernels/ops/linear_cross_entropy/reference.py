@@ -52,11 +52,13 @@ __all__ = [
     "chunked",
     "coefficients",
     "finalize",
+    "fp32_result_mm",
     "forward",
     "loss_dtype",
     "new_stats",
     "reduce_loss",
     "row_step",
+    "slice_rows",
     "tile_grad",
     "tile_stats",
 ]
@@ -198,7 +200,8 @@ def coefficients(target: torch.Tensor, weight: torch.Tensor | None, reduction: s
     return Coefficients(t_hat, a, b, bw, cw, eps, empty, num_classes)
 
 
-def _slice(coef: Coefficients, start: int, rows: int) -> Coefficients:
+def slice_rows(coef: Coefficients, start: int, rows: int) -> Coefficients:
+    """``coef`` for rows ``[start, start + rows)`` (views)."""
     def cut(t):
         return None if t is None else t.narrow(0, start, rows)
 
@@ -307,7 +310,7 @@ def row_step(logits: torch.Tensor, grad: torch.Tensor | None, coef: Coefficients
 
 
 @detection_cache
-def _mixed_mm(device_type: str) -> bool:
+def fp32_result_mm(device_type: str) -> bool:
     """Whether ``torch.mm(a, b, out_dtype=torch.float32)`` takes bf16 operands on this device type (CUDA/ROCm:
     cuBLAS/hipBLASLt accumulate and write fp32); elsewhere accurate mode computes from fp32 copies."""
     if device_type != "cuda":
@@ -339,7 +342,7 @@ def chunked(input: torch.Tensor, linear_weight: torch.Tensor, coef: Coefficients
     mdt = loss_dtype(dtype)
     want_grad = compute_input_grad or compute_linear_weight_grad or compute_linear_bias_grad
     wide = acc_policy == "accurate" and acc_dtype != dtype  # logits and grad_W accumulator in acc_dtype
-    mixed = wide and _mixed_mm(device.type)  # low-precision operands, acc_dtype results (cuBLAS)
+    mixed = wide and fp32_result_mm(device.type)  # low-precision operands, acc_dtype results (cuBLAS)
     upcast = wide and not mixed  # acc_dtype copies of the operands (CPU and other devices)
     w_mm = linear_weight.to(acc_dtype) if upcast else linear_weight
     rows_max = max(1, min(batch_chunk_size, n))
@@ -369,7 +372,7 @@ def chunked(input: torch.Tensor, linear_weight: torch.Tensor, coef: Coefficients
         else:
             torch.addmm(bias, x_mm, wt, out=logits)
         g = grad_buf.narrow(0, 0, rows) if want_grad else None
-        step(logits, g, _slice(coef, start, rows), losses.narrow(0, start, rows))
+        step(logits, g, slice_rows(coef, start, rows), losses.narrow(0, start, rows))
         if g is None:
             continue
         if compute_linear_bias_grad:

@@ -27,7 +27,7 @@ import torch
 from accel.kernels.dsl.launch import empty
 
 from . import reference
-from .reference import Coefficients, _mixed_mm, _slice, loss_dtype
+from .reference import Coefficients, fp32_result_mm, loss_dtype, slice_rows
 
 __all__ = ["EAGER", "MIN_TILE_COLS", "MIN_TILE_ROWS", "TILE_ROWS", "TileSteps", "tile_shape", "tiled"]
 
@@ -90,7 +90,7 @@ def tiled(input: torch.Tensor, linear_weight: torch.Tensor, coef: Coefficients, 
     mdt = loss_dtype(dtype)
     want_grad = compute_input_grad or compute_linear_weight_grad or compute_linear_bias_grad
     wide = acc_policy == "accurate" and acc_dtype != dtype
-    fp32_out = _mixed_mm(device.type)  # low-precision operands, fp32 results (cuBLAS / hipBLASLt)
+    fp32_out = fp32_result_mm(device.type)  # low-precision operands, fp32 results (cuBLAS / hipBLASLt)
     upcast = wide and not fp32_out
     w_mm = linear_weight.to(acc_dtype) if upcast else linear_weight
     rows_max, cols_max = tile
@@ -123,7 +123,7 @@ def tiled(input: torch.Tensor, linear_weight: torch.Tensor, coef: Coefficients, 
         rows = min(rows_max, n - r0)
         x = input.narrow(0, r0, rows)
         x_mm = x.to(acc_dtype) if upcast else x
-        part = _slice(coef, r0, rows)
+        part = slice_rows(coef, r0, rows)
         stats = reference.new_stats(rows, mdt, device)
         for c0 in range(0, c, cols_max):
             cols = min(cols_max, c - c0)

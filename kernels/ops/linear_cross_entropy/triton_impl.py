@@ -22,8 +22,8 @@ from . import FAMILY, op, reference, tiled
 from .conditions import make_conds, make_torch_nn_conds
 
 __all__ = ["DSL", "SCHEDULES", "TILES", "available", "backward", "conds", "forward", "linear_cross_entropy",
-           "linear_cross_entropy_backward", "register", "register_torch_nn", "row_step", "tile_grad", "tile_stats", "torch_nn_chunked",
-           "torch_nn_chunked_no_reduction"]
+           "linear_cross_entropy_backward", "register", "register_torch_nn", "row_step", "tile_grad", "tile_stats",
+           "torch_nn_chunked", "torch_nn_chunked_no_reduction"]
 
 DSL = "triton"
 #: The custom ops this module's impls are for (defined by importing :mod:`.op`).
@@ -127,7 +127,8 @@ def _logit_bytes(input: torch.Tensor, acc_policy: str, acc_dtype: torch.dtype) -
     size = input.element_size()
     if acc_policy != "accurate" or acc_dtype == input.dtype:
         return size
-    return torch.empty((), dtype=acc_dtype).element_size() + (size if reference._mixed_mm(input.device.type) else 0)
+    wide = torch.empty((), dtype=acc_dtype).element_size()
+    return wide + (size if reference.fp32_result_mm(input.device.type) else 0)
 
 
 def linear_cross_entropy(input, linear_weight, target, linear_bias, weight, reduction, ignore_index, label_smoothing,
