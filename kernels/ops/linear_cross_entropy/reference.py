@@ -55,6 +55,7 @@ __all__ = [
     "fp32_result_mm",
     "forward",
     "loss_dtype",
+    "mm_into",
     "new_stats",
     "reduce_loss",
     "row_step",
@@ -322,6 +323,21 @@ def fp32_result_mm(device_type: str) -> bool:
         return False
 
 
+def mm_into(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *, first: bool,
+            out_dtype: torch.dtype | None = None) -> None:
+    """``out = a @ b`` where ``first``, else ``out += a @ b``; ``out_dtype``: results in that dtype from
+    low-precision operands (where :func:`fp32_result_mm` says the device has such matmuls)."""
+    if out_dtype is None:
+        if first:
+            torch.mm(a, b, out=out)
+        else:
+            out.addmm_(a, b)
+    elif first:
+        torch.mm(a, b, out_dtype=out_dtype, out=out)
+    else:
+        torch.addmm(out, a, b, out_dtype=out_dtype, out=out)
+
+
 #: ``step(logits, grad or None, coefficients, loss out)``: the row step a chunk loop runs.
 RowStep = Callable[[torch.Tensor, "torch.Tensor | None", Coefficients, torch.Tensor], None]
 
@@ -383,16 +399,8 @@ def chunked(input: torch.Tensor, linear_weight: torch.Tensor, coef: Coefficients
                 out.copy_(g @ w_mm)
             else:
                 torch.mm(g, linear_weight, out=out)
-        if compute_linear_weight_grad:
-            if mixed:
-                if start == 0:
-                    torch.mm(g.t(), x, out_dtype=acc_dtype, out=grad_w)
-                else:
-                    torch.addmm(grad_w, g.t(), x, out_dtype=acc_dtype, out=grad_w)
-            elif start == 0:  # the first chunk writes the accumulator, later ones add to it
-                torch.mm(g.t(), x_mm, out=grad_w)
-            else:
-                grad_w.addmm_(g.t(), x_mm)
+        if compute_linear_weight_grad:  # the first chunk writes the accumulator, later ones add to it
+            mm_into(grad_w, g.t(), x if mixed else x_mm, first=start == 0, out_dtype=acc_dtype if mixed else None)
     if grad_w.dtype != dtype:
         grad_w = grad_w.to(dtype)
     return losses, grad_input, grad_w, grad_b.to(dtype)

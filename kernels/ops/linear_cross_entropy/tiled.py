@@ -27,7 +27,7 @@ import torch
 from accel.kernels.dsl.launch import empty
 
 from . import reference
-from .reference import Coefficients, fp32_result_mm, loss_dtype, slice_rows
+from .reference import Coefficients, fp32_result_mm, loss_dtype, mm_into, slice_rows
 
 __all__ = ["EAGER", "MIN_TILE_COLS", "MIN_TILE_ROWS", "TILE_ROWS", "TileSteps", "tile_shape", "tiled"]
 
@@ -147,26 +147,13 @@ def tiled(input: torch.Tensor, linear_weight: torch.Tensor, coef: Coefficients, 
                 if acc_x is None:  # fp32 / fp64 input: the gradient itself accumulates
                     gx.addmm_(g, w_t, beta=0.0 if i == 0 else 1.0)
                 elif fp32_out:
-                    if i == 0:
-                        torch.mm(g, w_t, out_dtype=mdt, out=gx)
-                    else:
-                        torch.addmm(gx, g, w_t, out_dtype=mdt, out=gx)
-                elif i == 0:
-                    torch.mm(g.to(mdt), w_t.to(mdt), out=gx)
+                    mm_into(gx, g, w_t, first=i == 0, out_dtype=mdt)
                 else:
-                    gx.addmm_(g.to(mdt), w_t.to(mdt))
-            if compute_linear_weight_grad:
-                out = grad_w.narrow(0, c0, cols)
-                x_w = x if (wide and fp32_out) else x_mm
-                if wide and fp32_out:
-                    if r0 == 0:
-                        torch.mm(g.t(), x_w, out_dtype=acc_dtype, out=out)
-                    else:
-                        torch.addmm(out, g.t(), x_w, out_dtype=acc_dtype, out=out)
-                elif r0 == 0:  # the first row block writes grad_W, later ones add to it
-                    torch.mm(g.t(), x_w, out=out)
-                else:
-                    out.addmm_(g.t(), x_w)
+                    mm_into(gx, g.to(mdt), w_t.to(mdt), first=i == 0)
+            if compute_linear_weight_grad:  # the first row block writes grad_W, later ones add to it
+                mixed = wide and fp32_out
+                mm_into(grad_w.narrow(0, c0, cols), g.t(), x if mixed else x_mm, first=r0 == 0,
+                        out_dtype=acc_dtype if mixed else None)
         if acc_x is not None:
             grad_input.narrow(0, r0, rows).copy_(gx)
     if grad_w.dtype != dtype:
