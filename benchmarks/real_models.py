@@ -240,13 +240,54 @@ def _versions() -> dict[str, str | None]:
     return out
 
 
+# Kernel-name patterns of the profile's families, first match wins (cuBLAS/CUTLASS names, cuDNN/flash
+# attention, ATen's elementwise/reduce/copy templates, the fused AdamW).
+FAMILIES = (("matmul", ("gemm", "nvjet", "cutlass", "xmma", "cublas")),
+            ("attention", ("flash", "fmha", "cudnn", "attention")),
+            ("optimizer", ("multi_tensor", "adam")),
+            ("copy/cast", ("copy", "cat_", "catarray")),
+            ("reduction", ("reduce",)),
+            ("elementwise", ("elementwise", "vectorized")))
+
+
+def profile_steps(step: Callable[[], Any], steps: int, device) -> dict[str, Any]:
+    """``steps`` more training steps under ``torch.profiler``: per step, the device time of each kernel name
+    (CPU op self time on a CPU device), the top 30 and the totals per :data:`FAMILIES` family, in ms."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = device.type == "cuda"
+    with profile(activities=[ProfilerActivity.CUDA if cuda else ProfilerActivity.CPU]) as prof:
+        for _ in range(steps):
+            step()
+        if cuda:
+            torch.cuda.synchronize(device)
+    per_name: dict[str, list[float]] = {}
+    for ev in prof.key_averages():
+        us = ev.self_device_time_total if cuda else ev.self_cpu_time_total
+        if us > 0 and (not cuda or ev.device_type == torch.autograd.DeviceType.CUDA):
+            entry = per_name.setdefault(ev.key, [0.0, 0])
+            entry[0] += us / 1e3 / steps
+            entry[1] += ev.count // steps
+    families: dict[str, float] = {}
+    for name, (ms, _) in per_name.items():
+        low = name.lower()
+        fam = next((f for f, keys in FAMILIES if any(k in low for k in keys)), "other")
+        families[fam] = families.get(fam, 0.0) + ms
+    top = sorted(per_name.items(), key=lambda kv: -kv[1][0])[:30]
+    return {"steps": steps, "total_ms": round(sum(v[0] for v in per_name.values()), 3),
+            "families_ms": {f: round(v, 3) for f, v in sorted(families.items(), key=lambda kv: -kv[1])},
+            "top": [[name[:120], round(ms, 3), calls] for name, (ms, calls) in top]}
+
+
 def run_one(model_name: str, mode: str, *, quick: bool, steps: int, warmup: int, device_spec: str | None,
             eager_ms: float | None, loss_chunk: int | None = None, curve_steps: int = 50,
-            compile_backend: str = "inductor") -> dict[str, Any]:
+            compile_backend: str = "inductor", profile: int = 0) -> dict[str, Any]:
     """One model x mode in this process: the JSON-ready result (``skipped`` with a reason where it cannot run).
 
     Runs ``max(warmup + steps, curve_steps)`` training steps on the fixed batch: the ``steps`` after ``warmup``
-    are timed (median ``ms``), every step's loss is kept (``losses``: the loss curve)."""
+    are timed (median ``ms``), every step's loss is kept (``losses``: the loss curve). ``profile`` > 0: that many
+    more steps under the profiler (:func:`profile_steps`, as ``profile`` in the result)."""
     import torch
 
     import accel
@@ -328,6 +369,8 @@ def run_one(model_name: str, mode: str, *, quick: bool, steps: int, warmup: int,
               "steps": steps, "warmup": warmup, "curve_steps": len(values), "ms_all": [round(t, 3) for t in times]}
     if patch_report is not None:
         result["patch"] = patch_report
+    if profile > 0:
+        result["profile"] = profile_steps(step, profile, device)
     if mode in ("accel", "accel_compile"):
         import accel.kernels as ak
 
@@ -549,7 +592,8 @@ def compare_to_eager(result: dict[str, Any], eager: dict[str, Any] | None) -> No
 
 def drive(models: list[str], modes: list[str], out: Path, *, quick: bool, steps: int, warmup: int,
           device_spec: str | None, timeout: float, loss_chunk: int | None = None, curve_steps: int = 50,
-          compile_backend: str = "inductor", eager_from: Path | None = None) -> list[dict[str, Any]]:
+          compile_backend: str = "inductor", eager_from: Path | None = None,
+          profile: int = 0) -> list[dict[str, Any]]:
     """Each model x mode in a fresh process (eager first); one JSON line per run appended to ``out``.
 
     A mode that cannot run is a ``skipped`` line with the reason, never left out: Liger for a model it has no
@@ -583,6 +627,7 @@ def drive(models: list[str], modes: list[str], out: Path, *, quick: bool, steps:
             cmd += ["--device", device_spec] if device_spec else []
             cmd += ["--eager-ms", str(eager_ms)] if eager_ms else []
             cmd += ["--loss-chunk", str(loss_chunk)] if loss_chunk else []
+            cmd += ["--profile", str(profile)] if profile else []
             began = time.time()
             try:
                 proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
@@ -692,6 +737,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--compile-backend", default="inductor", help="torch.compile backend of the compile modes")
     p.add_argument("--eager-from", type=Path, help="with --all and no eager mode: eager's lines in this results "
                                                    "file give speedup_vs_eager and the loss comparison")
+    p.add_argument("--profile", type=int, default=0, metavar="STEPS",
+                   help="after the timed steps, STEPS more under torch.profiler: kernel time per step by name and "
+                        "family in the result's 'profile'")
     p.add_argument("--plot", type=Path, metavar="JSONL", help="write a PNG of a results file (bar chart of the "
                                                               "speedups, loss curves per model): --png FILE")
     p.add_argument("--png", type=Path, help="the PNG --plot writes (default: the results file with .png)")
@@ -724,14 +772,15 @@ def main(argv: list[str] | None = None) -> int:
         drive(_parse_list(args.models, MODELS, "models"), _parse_list(args.modes, MODES, "modes"), args.out,
               quick=args.quick, steps=args.steps, warmup=args.warmup, device_spec=args.device, timeout=args.timeout,
               loss_chunk=args.loss_chunk, curve_steps=args.curve_steps, compile_backend=args.compile_backend,
-              eager_from=args.eager_from)
+              eager_from=args.eager_from, profile=args.profile)
         return 0
     if args.model is None or args.mode is None:
         p.error("give --model and --mode (one run), or --all")
     with contextlib.redirect_stdout(sys.stderr):  # the library's prints stay off the result line
         result = run_one(args.model, args.mode, quick=args.quick, steps=args.steps, warmup=args.warmup,
                          device_spec=args.device, eager_ms=args.eager_ms, loss_chunk=args.loss_chunk,
-                         curve_steps=args.curve_steps, compile_backend=args.compile_backend)
+                         curve_steps=args.curve_steps, compile_backend=args.compile_backend,
+                         profile=args.profile)
     print("RESULT " + json.dumps(result), flush=True)
     return 1 if "error" in result else 0
 

@@ -93,8 +93,11 @@ def tile_grad(logits: torch.Tensor, grad: torch.Tensor, coef: reference.Coeffici
 
 #: The tiled schedule's per-tile steps as Triton launches.
 TILES = tiled.TileSteps(tile_stats, tile_grad)
-#: ``schedule`` values: ``"auto"`` (tiles where :func:`.tiled.tile_shape` fits and gradients are computed,
-#: else row chunks), ``"rows"`` (always row chunks), ``"tiles"`` (tiles wherever they fit).
+#: ``schedule`` values: ``"auto"`` and ``"rows"`` (row chunks), ``"tiles"`` (the tiled schedule wherever
+#: :func:`.tiled.tile_shape` fits and gradients are computed). Row chunks are the default because they were
+#: faster on every benchmark row on the H200 (bf16, 8192 tokens: 6.35 vs 8.09 ms at d 2048, vocab 32000;
+#: 53.85 vs 58.67 ms at d 4096, vocab 128256; ``benchmarks/results/h200/session15``): the tiles' fourth
+#: matmul costs more than the row chunks' thin ``grad_W`` matmul. Tiles round ``grad_W`` fewer times.
 SCHEDULES = ("auto", "rows", "tiles")
 
 
@@ -108,7 +111,7 @@ def _loop(table_op: str, input: torch.Tensor, num_classes: int, schedule: str) -
 
     def loop(input, linear_weight, coef, linear_bias, batch_chunk_size, acc_policy, acc_dtype, cig, cwg, cbg):
         tile = None
-        if schedule != "rows" and (cig or cwg or cbg):
+        if schedule == "tiles" and (cig or cwg or cbg):
             tile = tiled.tile_shape(*input.shape, linear_weight.shape[0], batch_chunk_size,
                                     _logit_bytes(input, acc_policy, acc_dtype),
                                     4 if cig and input.dtype in reference.LOW_PRECISION else 0)
@@ -136,9 +139,9 @@ def linear_cross_entropy(input, linear_weight, target, linear_bias, weight, redu
                          compute_linear_weight_grad, compute_linear_bias_grad, *, schedule: str = "auto"):
     """``accel::linear_cross_entropy`` with the Triton steps; arguments and results as
     :func:`.reference.forward` (also torch 2.15's ``torch_nn::_linear_cross_entropy_batch_chunked``'s
-    arguments: :func:`register` installs it there too, casting the loss to the input's dtype). Where gradients
-    are computed and :func:`.tiled.tile_shape` fits, the tiled schedule (:mod:`.tiled`), else row chunks;
-    ``schedule`` (:data:`SCHEDULES`) forces one, for benchmarks."""
+    arguments: :func:`register` installs it there too, casting the loss to the input's dtype). Row chunks;
+    ``schedule="tiles"`` (:data:`SCHEDULES`) takes the tiled schedule (:mod:`.tiled`) where it fits, for
+    benchmarks."""
     return reference.forward(input, linear_weight, target, linear_bias, weight, reduction, ignore_index,
                              label_smoothing, batch_chunk_size, acc_policy, acc_dtype, allow_retain_graph,
                              compute_input_grad, compute_linear_weight_grad, compute_linear_bias_grad,
