@@ -3,7 +3,7 @@
 # wheels (.whl: helion 1.4.0, filecheck, Liger-Kernel, platformdirs; optionally quack + CuTeDSL),
 # then run the stages named on the command line, writing logs and results under $OUT (or ./gpu-out).
 #   stages: facts tests rng host launch graphs example plan kernels tune demo-kernels helion-probe cpp-probe compile quant
-#           route lce bench models
+#           route lce lce-gap bench models
 #           allreduce split-smoke cutedsl-smoke config-probe rms-variants ab
 # Usage (device tool, carry [".whl"]): bash ci/gpu/h200.sh facts tests rng host graphs
 set -u
@@ -140,20 +140,21 @@ print('wide routed', {n: c for n, c in w['counts'].items() if c['routed'] or c['
     compile) timeout 240 python3 "$REPO/ci/gpu/compile_demo.py" --mode "${ACCEL_GPU_COMPILE_MODE:-max-autotune-no-cudagraphs}" --out "$OUT" 2>&1 | tail -12 ;;
     allreduce) timeout 180 python3 "$REPO/ci/gpu/allreduce.py" --out "$OUT" 2>&1 | tail -15 ;;  # nvidia-h200-x2
     route) timeout 120 python3 "$REPO/ci/gpu/route_probe.py" --json "$OUT/route_probe.json" 2>&1 | tail -40 ;;
+    lce-gap) timeout 120 python3 "$REPO/ci/gpu/lce_gap.py" 2>&1 | tee "$OUT/lce_gap.txt" | tail -70 ;;
     lce) timeout 240 python3 "$REPO/benchmarks/linear_cross_entropy.py" --out "$OUT" 2>&1 | tail -40 ;;
     bench) mkdir -p "$OUT/bench"; timeout 240 python3 -m accel.cli bench --rounds 5 --out "$OUT/bench" 2>&1 | tail -60 ;;
     models)
       # ACCEL_GPU_MODELS: '|'-separated "models:modes" runs of benchmarks/real_models.py --all, appended to
       # $OUT/real_models.jsonl; a run is not started once ACCEL_GPU_MODELS_S seconds (default 360) are spent.
       # Eager's lines for runs without an eager mode: ACCEL_GPU_EAGER_FROM (a carried file, relative to the repo),
-      # else this call's own results file.
+      # else this call's own results file. ACCEL_GPU_MODELS_ARGS: more arguments of every run (e.g. --profile 3).
       IFS='|' read -ra runs <<< "${ACCEL_GPU_MODELS:-hf_llama:eager,accel,liger}"
       start=$SECONDS; budget=${ACCEL_GPU_MODELS_S:-360}
       for r in "${runs[@]}"; do
         if [ $((SECONDS - start)) -ge "$budget" ]; then echo "models: not started (budget $budget s): $r"; continue; fi
         timeout $((budget - (SECONDS - start) + 60)) python3 "$REPO/benchmarks/real_models.py" --all \
           --models "${r%%:*}" --modes "${r#*:}" --steps 20 --warmup 5 --curve-steps 50 --timeout 200 \
-          --out "$OUT/real_models.jsonl" --eager-from "${ACCEL_GPU_EAGER_FROM:+$REPO/}${ACCEL_GPU_EAGER_FROM:-$OUT/real_models.jsonl}" \
+          --out "$OUT/real_models.jsonl" ${ACCEL_GPU_MODELS_ARGS:-} --eager-from "${ACCEL_GPU_EAGER_FROM:+$REPO/}${ACCEL_GPU_EAGER_FROM:-$OUT/real_models.jsonl}" \
           2>&1 | tee -a "$OUT/real_models.log" | grep -vE "^\s*$" | tail -8
       done
       ;;
