@@ -282,7 +282,7 @@ def profile_steps(step: Callable[[], Any], steps: int, device) -> dict[str, Any]
 
 def run_one(model_name: str, mode: str, *, quick: bool, steps: int, warmup: int, device_spec: str | None,
             eager_ms: float | None, loss_chunk: int | None = None, curve_steps: int = 50,
-            compile_backend: str = "inductor", profile: int = 0) -> dict[str, Any]:
+            compile_backend: str = "inductor", profile: int = 0, mlp_recompute: bool = True) -> dict[str, Any]:
     """One model x mode in this process: the JSON-ready result (``skipped`` with a reason where it cannot run).
 
     Runs ``max(warmup + steps, curve_steps)`` training steps on the fixed batch: the ``steps`` after ``warmup``
@@ -325,7 +325,9 @@ def run_one(model_name: str, mode: str, *, quick: bool, steps: int, warmup: int,
 
             options = LinearCrossEntropyOptions(batch_chunk_size=loss_chunk, chunking_method=None)
             base["loss_chunk"] = loss_chunk
-        accel_hf.patch(model, loss_options=options)
+        accel_hf.patch(model, loss_options=options, mlp_recompute=mlp_recompute)
+        if not mlp_recompute:
+            base["mlp_recompute"] = False
         patch_report = accel_hf.report(model).as_dict()
     model.train()
     if mode == "compile":
@@ -593,7 +595,7 @@ def compare_to_eager(result: dict[str, Any], eager: dict[str, Any] | None) -> No
 def drive(models: list[str], modes: list[str], out: Path, *, quick: bool, steps: int, warmup: int,
           device_spec: str | None, timeout: float, loss_chunk: int | None = None, curve_steps: int = 50,
           compile_backend: str = "inductor", eager_from: Path | None = None,
-          profile: int = 0) -> list[dict[str, Any]]:
+          profile: int = 0, mlp_recompute: bool = True) -> list[dict[str, Any]]:
     """Each model x mode in a fresh process (eager first); one JSON line per run appended to ``out``.
 
     A mode that cannot run is a ``skipped`` line with the reason, never left out: Liger for a model it has no
@@ -628,6 +630,7 @@ def drive(models: list[str], modes: list[str], out: Path, *, quick: bool, steps:
             cmd += ["--eager-ms", str(eager_ms)] if eager_ms else []
             cmd += ["--loss-chunk", str(loss_chunk)] if loss_chunk else []
             cmd += ["--profile", str(profile)] if profile else []
+            cmd += [] if mlp_recompute else ["--no-mlp-recompute"]
             began = time.time()
             try:
                 proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
@@ -740,6 +743,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--profile", type=int, default=0, metavar="STEPS",
                    help="after the timed steps, STEPS more under torch.profiler: kernel time per step by name and "
                         "family in the result's 'profile'")
+    p.add_argument("--no-mlp-recompute", action="store_true",
+                   help="accel modes: patch(mlp_recompute=False), the SwiGLU product saved for backward")
     p.add_argument("--plot", type=Path, metavar="JSONL", help="write a PNG of a results file (bar chart of the "
                                                               "speedups, loss curves per model): --png FILE")
     p.add_argument("--png", type=Path, help="the PNG --plot writes (default: the results file with .png)")
@@ -772,7 +777,7 @@ def main(argv: list[str] | None = None) -> int:
         drive(_parse_list(args.models, MODELS, "models"), _parse_list(args.modes, MODES, "modes"), args.out,
               quick=args.quick, steps=args.steps, warmup=args.warmup, device_spec=args.device, timeout=args.timeout,
               loss_chunk=args.loss_chunk, curve_steps=args.curve_steps, compile_backend=args.compile_backend,
-              eager_from=args.eager_from, profile=args.profile)
+              eager_from=args.eager_from, profile=args.profile, mlp_recompute=not args.no_mlp_recompute)
         return 0
     if args.model is None or args.mode is None:
         p.error("give --model and --mode (one run), or --all")
@@ -780,7 +785,7 @@ def main(argv: list[str] | None = None) -> int:
         result = run_one(args.model, args.mode, quick=args.quick, steps=args.steps, warmup=args.warmup,
                          device_spec=args.device, eager_ms=args.eager_ms, loss_chunk=args.loss_chunk,
                          curve_steps=args.curve_steps, compile_backend=args.compile_backend,
-                         profile=args.profile)
+                         profile=args.profile, mlp_recompute=not args.no_mlp_recompute)
     print("RESULT " + json.dumps(result), flush=True)
     return 1 if "error" in result else 0
 

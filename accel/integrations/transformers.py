@@ -79,6 +79,7 @@ from accel.kernels.ops.rms_norm_hf import reference as rms_norm_reference
 from accel.kernels.ops.rope import op as rope_ops
 from accel.kernels.ops.rope import reference as rope_reference
 from accel.kernels.ops.swiglu import op as swiglu_ops
+from accel.kernels.ops.swiglu.linear import swiglu_linear
 
 __all__ = ["FAMILIES", "ROUTES", "PatchReport", "accel_takes", "disable", "enable", "enabled", "patch", "report",
            "unpatch"]
@@ -248,7 +249,7 @@ def _check_module(model: Any, fn: str) -> None:
 
 
 def patch(model: nn.Module, *, norms: bool = True, mlp: bool = True, rope: bool = True, loss: bool = True,
-          loss_options: Any = None) -> nn.Module:
+          loss_options: Any = None, mlp_recompute: bool = True) -> nn.Module:
     """Make ``model``'s known modules use accel's ops, in place; returns ``model``.
 
     Each module accel covers and verifies (module docstring) gets an accel subclass of its own class as
@@ -256,7 +257,8 @@ def patch(model: nn.Module, *, norms: bool = True, mlp: bool = True, rope: bool 
     (on CPU and without kernels bit for bit: the ops' references are the modules' own arithmetic). A
     model of a family accel does not know is returned as it is; :func:`report` says what was replaced,
     what already routes (``nn.LayerNorm``) and what was left and why. Patching twice replaces nothing more;
-    a second call's ``loss_options`` replace the first's (:func:`unpatch` undoes the replacements).
+    a second call's ``loss_options`` (when given) and ``mlp_recompute`` replace the first's (:func:`unpatch`
+    undoes the replacements).
 
     Args:
         model: an ``nn.Module`` (a Hugging Face model, or any module holding some).
@@ -272,6 +274,11 @@ def patch(model: nn.Module, *, norms: bool = True, mlp: bool = True, rope: bool 
             logits chunk and the head's weight gradient accumulate in the weight's dtype; ``"accurate"`` keeps
             both in fp32 for one ``[vocab, hidden]`` fp32 scratch more). The loss is fp32 either way, as
             Hugging Face's.
+        mlp_recompute: the replaced MLPs' down projection (a plain ``nn.Linear`` without hooks) saves
+            ``gate`` and ``up`` only and recomputes ``silu(gate) * up`` in backward
+            (:func:`accel.kernels.ops.swiglu.linear.swiglu_linear`: the same bits), so one
+            ``[tokens, intermediate]`` tensor per layer is not kept between forward and backward, for one
+            more elementwise pass in backward. ``False``: the product is saved, as the model's code does.
 
     Returns:
         ``model`` itself.
@@ -291,10 +298,15 @@ def patch(model: nn.Module, *, norms: bool = True, mlp: bool = True, rope: bool 
         for module in model.modules():
             cls = type(module)
             known = _known(cls)
-            if known is None and _original(cls) is not cls:  # patched before: only new loss options apply
+            if known is None and _original(cls) is not cls:  # patched before: only the options apply
                 original = _known(_original(cls))
                 if loss_options is not None and original is not None and original[1] == "causal_lm":
                     module.accel_loss_options = loss_options
+                if original is not None and original[1] == "mlp":
+                    if mlp_recompute:
+                        vars(module).pop("accel_mlp_recompute", None)
+                    else:
+                        module.accel_mlp_recompute = False
                 continue
             if known is None or not wanted[known[1]]:
                 continue
@@ -303,6 +315,8 @@ def patch(model: nn.Module, *, norms: bool = True, mlp: bool = True, rope: bool 
                 module.__class__ = accel_cls
                 if known[1] == "causal_lm" and loss_options is not None:
                     module.accel_loss_options = loss_options
+                if known[1] == "mlp" and not mlp_recompute:
+                    module.accel_mlp_recompute = False
     return model
 
 
@@ -320,6 +334,7 @@ def unpatch(model: nn.Module) -> nn.Module:
             if original is not type(module):
                 module.__class__ = original
                 vars(module).pop("accel_loss_options", None)
+                vars(module).pop("accel_mlp_recompute", None)
     return model
 
 
@@ -507,6 +522,13 @@ def _build_mlp(cls: type, variant: str | None) -> tuple[type | None, str | None]
         return None, "its forward is not the gated MLP accel implements (names it uses differ)"
     silu = _SILU_TYPES
 
+    def down(self, gate, up):
+        proj = self.down_proj
+        if (getattr(self, "accel_mlp_recompute", True) and type(proj) is nn.Linear
+                and not (proj._forward_hooks or proj._forward_pre_hooks or proj._backward_hooks)):
+            return swiglu_linear(gate, up, proj.weight, proj.bias)  # the product is recomputed, not saved
+        return proj(swiglu_ops.swiglu(gate, up))
+
     if variant == "split":
         def forward_accel(self, x, *args, **kwargs):
             if args or kwargs or type(self.act_fn) not in silu:
@@ -517,7 +539,7 @@ def _build_mlp(cls: type, variant: str | None) -> tuple[type | None, str | None]
             up = self.up_proj(x)
             if gate.shape != up.shape or gate.dtype != up.dtype:
                 return self.down_proj(self.act_fn(gate) * up)
-            return self.down_proj(swiglu_ops.swiglu(gate, up))
+            return down(self, gate, up)
     else:
         def forward_accel(self, hidden_states, *args, **kwargs):
             if args or kwargs or type(self.activation_fn) not in silu:
@@ -526,7 +548,7 @@ def _build_mlp(cls: type, variant: str | None) -> tuple[type | None, str | None]
             gate, up = up_states.chunk(2, dim=-1)
             if gate.shape != up.shape or not accel_takes(SWIGLU_OP, gate, up):
                 return self.down_proj(up * self.activation_fn(gate))  # the model's own code
-            return self.down_proj(swiglu_ops.swiglu(gate, up))
+            return down(self, gate, up)
 
     forward_accel.__doc__ = forward.__doc__
     return _subclass(cls, "mlp", {"forward": forward_accel}), None

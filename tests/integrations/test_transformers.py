@@ -549,3 +549,37 @@ def test_loss_options_of_another_kind_are_a_typed_error_and_torchs_options_are_r
         loss = model(**inputs).loss
         assert loss.dtype == torch.float32 and _routed(cpu_kernels)["accel::linear_cross_entropy"] == 1
         torch.testing.assert_close(loss, ref(**inputs).loss, rtol=1e-5, atol=1e-6)
+
+
+def test_mlp_recompute_keeps_the_bits_and_saves_one_product_per_layer(cpu_kernels):
+    """``patch(mlp_recompute=True)`` (the default): the down projection saves gate and up, not their SwiGLU
+    product: the same loss and gradients bit for bit as ``mlp_recompute=False``, and autograd keeps one
+    ``[tokens, intermediate]`` fp32 tensor less per layer. A second patch call switches it; unpatch clears it."""
+    inputs = _inputs("llama")
+    runs = {}
+    for recompute in (False, True):
+        _, model = _build("llama")
+        hf.patch(model, mlp_recompute=recompute)
+        saved = []
+
+        def pack(t, saved=saved):
+            saved.append(t.untyped_storage())
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            out, grads = _loss_and_grads(model, inputs)
+        storages = {s.data_ptr(): s.nbytes() for s in saved}
+        runs[recompute] = (out.loss, grads, sum(storages.values()), model)
+    assert torch.equal(runs[True][0], runs[False][0])
+    assert all(torch.equal(runs[True][1][n], runs[False][1][n]) for n in runs[False][1])
+    layers, tokens, inter = _DECODER["num_hidden_layers"], 2 * 12, _DECODER["intermediate_size"]
+    assert runs[False][2] - runs[True][2] == layers * tokens * inter * 4
+    model = runs[True][3]
+    mlps = [m for m in model.modules() if type(m).__name__.endswith("MLP")]
+    hf.patch(model, mlp_recompute=False)
+    assert all(m.accel_mlp_recompute is False for m in mlps)
+    hf.patch(model)
+    assert not any("accel_mlp_recompute" in vars(m) for m in mlps)
+    hf.patch(model, mlp_recompute=False)
+    hf.unpatch(model)
+    assert not any("accel_mlp_recompute" in vars(m) for m in mlps)
