@@ -144,7 +144,7 @@ print('wide routed', {n: c for n, c in w['counts'].items() if c['routed'] or c['
     lce) timeout 240 python3 "$REPO/benchmarks/linear_cross_entropy.py" --out "$OUT" 2>&1 | tail -40 ;;
     bench) mkdir -p "$OUT/bench"; timeout 240 python3 -m accel.cli bench --rounds 5 --out "$OUT/bench" 2>&1 | tail -60 ;;
     models)
-      # ACCEL_GPU_MODELS: '|'-separated "models:modes" runs of benchmarks/real_models.py --all, appended to
+      # ACCEL_GPU_MODELS: '|'-separated "models:modes[:more arguments]" runs of benchmarks/real_models.py --all, appended to
       # $OUT/real_models.jsonl; a run is not started once ACCEL_GPU_MODELS_S seconds (default 360) are spent.
       # Eager's lines for runs without an eager mode: ACCEL_GPU_EAGER_FROM (a carried file, relative to the repo),
       # else this call's own results file. ACCEL_GPU_MODELS_ARGS: more arguments of every run (e.g. --profile 3).
@@ -152,8 +152,9 @@ print('wide routed', {n: c for n, c in w['counts'].items() if c['routed'] or c['
       start=$SECONDS; budget=${ACCEL_GPU_MODELS_S:-360}
       for r in "${runs[@]}"; do
         if [ $((SECONDS - start)) -ge "$budget" ]; then echo "models: not started (budget $budget s): $r"; continue; fi
+        IFS=':' read -r r_models r_modes r_args <<< "$r"
         timeout $((budget - (SECONDS - start) + 60)) python3 "$REPO/benchmarks/real_models.py" --all \
-          --models "${r%%:*}" --modes "${r#*:}" --steps 20 --warmup 5 --curve-steps 50 --timeout 200 \
+          --models "$r_models" --modes "$r_modes" $r_args --steps 20 --warmup 5 --curve-steps 50 --timeout 200 \
           --out "$OUT/real_models.jsonl" ${ACCEL_GPU_MODELS_ARGS:-} --eager-from "${ACCEL_GPU_EAGER_FROM:+$REPO/}${ACCEL_GPU_EAGER_FROM:-$OUT/real_models.jsonl}" \
           2>&1 | tee -a "$OUT/real_models.log" | grep -vE "^\s*$" | tail -8
       done
