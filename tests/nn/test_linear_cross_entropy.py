@@ -615,3 +615,24 @@ def test_the_fp32_variant_can_skip_the_host_range_check():
         own.linear_cross_entropy_fp32(x, w, bad, options=own.LinearCrossEntropyOptions())
     loss = own.linear_cross_entropy_fp32(x, w, bad, options=own.LinearCrossEntropyOptions(), check_target_range=False)
     assert torch.isnan(loss)  # the chunked path's answer for an out-of-range class, without a device-to-host read
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_chunk_buffers_rows_are_padded_to_16_bytes_and_the_results_do_not_change(dtype, monkeypatch):
+    """At an odd vocabulary the logits buffer's rows are padded (cuBLAS's fast kernels need 16-byte leading
+    dimensions); the loop's results equal those of an unpadded buffer bit for bit."""
+    from accel.kernels.ops.linear_cross_entropy import reference as ref
+
+    buf = ref.aligned_rows(3, 13, dtype, torch.device("cpu"))
+    assert buf.shape == (3, 13) and buf.stride(0) * buf.element_size() % 16 == 0
+    assert ref.aligned_rows(3, 16, dtype, torch.device("cpu")).is_contiguous()
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(10, 8, generator=g).to(dtype)
+    w = torch.randn(13, 8, generator=g).to(dtype)
+    t = torch.randint(0, 13, (10,), generator=g)
+    coef = ref.coefficients(t, None, "mean", -100, 0.0, 13)
+    padded = ref.chunked(x, w, coef, None, 4, "compact", torch.float32, True, True, False)
+    monkeypatch.setattr(ref, "aligned_rows", lambda r, c, dt, dev: torch.empty((r, c), dtype=dt, device=dev))
+    plain = ref.chunked(x, w, coef, None, 4, "compact", torch.float32, True, True, False)
+    for a, b in zip(padded, plain):
+        assert torch.equal(a, b)

@@ -44,9 +44,11 @@ from accel.kernels.dsl.launch import empty
 
 __all__ = [
     "LOW_PRECISION",
+    "ROW_ALIGN_BYTES",
     "STATS",
     "Loop",
     "Coefficients",
+    "aligned_rows",
     "backward",
     "check_op_args",
     "chunked",
@@ -310,6 +312,22 @@ def row_step(logits: torch.Tensor, grad: torch.Tensor | None, coef: Coefficients
         tile_grad(logits, grad, coef, lse, p_coef, 0)
 
 
+#: Row stride, in bytes, that a logits buffer's rows are padded to. cuBLAS picks its fast (TMA, vectorised)
+#: kernels only for leading dimensions of a multiple of 16 bytes: at GPT-2's odd vocabulary (50257) unpadded
+#: bf16 rows made it take sm_75 ``align1`` kernels, 32 of a 87 ms training step on the H200
+#: (``benchmarks/results/h200/session15/real_models-4.jsonl``, the profile of gpt2 accel).
+ROW_ALIGN_BYTES = 16
+
+
+def aligned_rows(rows: int, cols: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """An uninitialised ``[rows, cols]`` buffer whose row stride is ``cols`` rounded up to
+    :data:`ROW_ALIGN_BYTES` (a view of ``[rows, padded]``; the padding is never read)."""
+    per = max(1, ROW_ALIGN_BYTES // torch.empty((), dtype=dtype).element_size())
+    padded = -(-cols // per) * per
+    buf = empty((rows, padded), dtype, device)
+    return buf if padded == cols else buf.narrow(1, 0, cols)
+
+
 @detection_cache
 def fp32_result_mm(device_type: str) -> bool:
     """Whether ``torch.mm(a, b, out_dtype=torch.float32)`` takes bf16 operands on this device type (CUDA/ROCm:
@@ -362,9 +380,9 @@ def chunked(input: torch.Tensor, linear_weight: torch.Tensor, coef: Coefficients
     upcast = wide and not mixed  # acc_dtype copies of the operands (CPU and other devices)
     w_mm = linear_weight.to(acc_dtype) if upcast else linear_weight
     rows_max = max(1, min(batch_chunk_size, n))
-    logits_buf = empty((rows_max, c), acc_dtype if wide else dtype, device)
+    logits_buf = aligned_rows(rows_max, c, acc_dtype if wide else dtype, device)
     # the gradient goes where the matmuls can read it: in place, except accurate mode on cuBLAS (input dtype)
-    grad_buf = empty((rows_max, c), dtype, device) if (want_grad and mixed) else logits_buf
+    grad_buf = aligned_rows(rows_max, c, dtype, device) if (want_grad and mixed) else logits_buf
     bias = None if linear_bias is None else linear_bias.to(logits_buf.dtype)
     losses = empty(n, mdt, device)
     grad_input = empty(tuple(input.shape) if compute_input_grad else (0, 0), dtype, device)
