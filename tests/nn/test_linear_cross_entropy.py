@@ -636,3 +636,27 @@ def test_chunk_buffers_rows_are_padded_to_16_bytes_and_the_results_do_not_change
     plain = ref.chunked(x, w, coef, None, 4, "compact", torch.float32, True, True, False)
     for a, b in zip(padded, plain):
         assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_gradient_matmuls_split_at_the_aligned_classes_on_a_gpu(dtype, monkeypatch):
+    """On a GPU device the gradient matmuls take the 16-byte-aligned leading classes in one piece and the
+    rest in a thin second one: the same loss, ``grad_W`` bit for bit, ``grad_input`` within one more rounding
+    (emulated on CPU by forcing the split point)."""
+    from accel.kernels.ops.linear_cross_entropy import reference as ref
+
+    cpu, gpu = torch.device("cpu"), torch.device("meta")
+    assert ref.aligned_classes(50257, torch.bfloat16, gpu) == 50256
+    assert ref.aligned_classes(50257, torch.bfloat16, cpu) == 50257
+    assert ref.aligned_classes(32000, torch.bfloat16, gpu) == 32000 and ref.aligned_classes(3, dtype, gpu) == 3
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(10, 8, generator=g).to(dtype)
+    w = torch.randn(13, 8, generator=g).to(dtype)
+    t = torch.randint(0, 13, (10,), generator=g)
+    coef = ref.coefficients(t, None, "mean", -100, 0.0, 13)
+    whole = ref.chunked(x, w, coef, None, 4, "compact", torch.float32, True, True, False)
+    monkeypatch.setattr(ref, "aligned_classes", lambda c, dt, dev: 8)
+    split = ref.chunked(x, w, coef, None, 4, "compact", torch.float32, True, True, False)
+    assert torch.equal(split[0], whole[0]) and torch.equal(split[2], whole[2])
+    tol = {"rtol": 0, "atol": 1e-6} if dtype == torch.float32 else {"rtol": 1e-2, "atol": 1e-3}
+    torch.testing.assert_close(split[1], whole[1], **tol)

@@ -48,6 +48,7 @@ __all__ = [
     "STATS",
     "Loop",
     "Coefficients",
+    "aligned_classes",
     "aligned_rows",
     "backward",
     "check_op_args",
@@ -328,6 +329,20 @@ def aligned_rows(rows: int, cols: int, dtype: torch.dtype, device: torch.device)
     return buf if padded == cols else buf.narrow(1, 0, cols)
 
 
+def aligned_classes(c: int, dtype: torch.dtype, device: torch.device) -> int:
+    """How many leading classes the gradient matmuls take in one piece (the rest, fewer than 16 bytes' worth,
+    in a second thin one); ``c`` where no split is wanted.
+
+    Padding the rows (:func:`aligned_rows`) aligns the leading dimension only: ``g @ W`` and ``g.T @ x`` run
+    along the class dimension of ``g`` as their contiguous extent, and an extent that is not a multiple of
+    16 bytes keeps cuBLAS on its ``align1`` kernels (GPT-2, vocabulary 50257: 23 of 81 ms per step on the
+    H200 after padding, ``benchmarks/results/h200/session15/real_models-5.jsonl``). A GPU device splits
+    there; on CPU the split buys nothing and is not made (one rounding of ``grad_input`` fewer)."""
+    per = max(1, ROW_ALIGN_BYTES // torch.empty((), dtype=dtype).element_size())
+    main = c // per * per
+    return c if device.type == "cpu" or main in (0, c) else main
+
+
 @detection_cache
 def fp32_result_mm(device_type: str) -> bool:
     """Whether ``torch.mm(a, b, out_dtype=torch.float32)`` takes bf16 operands on this device type (CUDA/ROCm:
@@ -391,6 +406,7 @@ def chunked(input: torch.Tensor, linear_weight: torch.Tensor, coef: Coefficients
     grad_w = empty(gw_shape, gw_dtype, device) if n else torch.zeros(gw_shape, dtype=gw_dtype, device=device)
     grad_b = torch.zeros(c if compute_linear_bias_grad else 0, dtype=mdt, device=device)
     wt = w_mm.t()
+    main = aligned_classes(c, grad_buf.dtype, device)
     for start in range(0, n, rows_max):
         rows = min(rows_max, n - start)
         x = input.narrow(0, start, rows)
@@ -416,9 +432,14 @@ def chunked(input: torch.Tensor, linear_weight: torch.Tensor, coef: Coefficients
             if upcast:
                 out.copy_(g @ w_mm)
             else:
-                torch.mm(g, linear_weight, out=out)
+                torch.mm(g.narrow(1, 0, main), linear_weight.narrow(0, 0, main), out=out)
+                if main < c:
+                    out.addmm_(g.narrow(1, main, c - main), linear_weight.narrow(0, main, c - main))
         if compute_linear_weight_grad:  # the first chunk writes the accumulator, later ones add to it
-            mm_into(grad_w, g.t(), x if mixed else x_mm, first=start == 0, out_dtype=acc_dtype if mixed else None)
+            for lo, width in ((0, main), (main, c - main)):
+                if width:
+                    mm_into(grad_w.narrow(0, lo, width), g.narrow(1, lo, width).t(), x if mixed else x_mm,
+                            first=start == 0, out_dtype=acc_dtype if mixed else None)
     if grad_w.dtype != dtype:
         grad_w = grad_w.to(dtype)
     return losses, grad_input, grad_w, grad_b.to(dtype)
