@@ -208,6 +208,23 @@ def _lce(op: str, cfg: dict, v: int, dt: str, source: str, prob: bool) -> Case:
                 cfg["block_v"], _ESIZE[dt])
 
 
+def _lce_tiles(op: str, cfg: dict, v: int, dt: str, source: str, prob: bool) -> Iterator[Case]:
+    """The tiled schedule's two kernels (``lce_tile_stats``, ``lce_tile_grad``) at the row kernel's config; a
+    tile's width and first column are multiples of 128 (:func:`.linear_cross_entropy.tiled.tile_shape`)."""
+    k = _k("linear_cross_entropy")
+    p, f = f"*{dt}", "*fp32"
+    common = dict(Z=p, T=p if prob else "*i64", A=f, B=f, CW=f, V="i32", col0="i32", stride_z="i32",
+                  stride_t="i32", smoothing="fp32", inv_v="fp32")
+    cx = dict(BLOCK_V=cfg["block_v"], PROB=prob, SMOOTH=True, HAS_CW=True)
+    target = ("T", "stride_t") if prob else ()
+    for fn, types, aligned in (
+            (k.lce_tile_stats, dict(common, ST=f, n_st="i32"), ("Z", "CW", "ST", "n_st", "V", "col0", "stride_z")),
+            (k.lce_tile_grad, dict(common, G=p, LSE=f, PC=f), ("Z", "G", "CW", "V", "col0", "stride_z", "stride_g"))):
+        types = dict(types, stride_g="i32") if "G" in types else types
+        yield Case(op, fn, _sig(fn, types), cx, (*aligned, *target), cfg["num_warps"], None, cfg, source,
+                   cfg["block_v"], cfg["block_v"], _ESIZE[dt])
+
+
 # ----------------------------------------------------------------------------- configs per family
 
 
@@ -252,11 +269,13 @@ _BUILDERS = {"rms_norm": _rms_norm, "softmax": _softmax, "layer_norm": _layer_no
 
 
 def _build(family: str, op: str, cfg: dict, n: Any, dt: str, source: str) -> Iterator[Case]:
-    """The cases of one config: one per kernel it launches (linear cross-entropy: class-index and
-    probability targets); none for a family without a builder."""
+    """The cases of one config: one per kernel it launches (linear cross-entropy: the row kernel and the
+    tiled schedule's two, each for class-index and probability targets); none for a family without a
+    builder."""
     if family == "linear_cross_entropy":
-        yield _lce(op, cfg, n, dt, source, prob=False)
-        yield _lce(op, cfg, n, dt, source, prob=True)
+        for prob in (False, True):
+            yield _lce(op, cfg, n, dt, source, prob=prob)
+            yield from _lce_tiles(op, cfg, n, dt, source, prob=prob)
     elif family in _BUILDERS:
         yield _BUILDERS[family](op, cfg, n, dt, source)
 
