@@ -240,10 +240,10 @@ def _versions() -> dict[str, str | None]:
     return out
 
 
-# Kernel-name patterns of the profile's families, first match wins (cuBLAS/CUTLASS names, cuDNN/flash
-# attention, ATen's elementwise/reduce/copy templates, the fused AdamW).
-FAMILIES = (("matmul", ("gemm", "nvjet", "cutlass", "xmma", "cublas")),
-            ("attention", ("flash", "fmha", "cudnn", "attention")),
+# Kernel-name patterns of the profile's families, first match wins (cuDNN/flash attention, cuBLAS/CUTLASS
+# names, the fused AdamW, ATen's copy/reduce/elementwise templates).
+FAMILIES = (("attention", ("flash", "fmha", "cudnn", "attention")),  # before matmul: FA2 names hold "cutlass"
+            ("matmul", ("gemm", "nvjet", "cutlass", "xmma", "cublas")),
             ("optimizer", ("multi_tensor", "adam")),
             ("copy/cast", ("copy", "cat_", "catarray")),
             ("reduction", ("reduce",)),
@@ -252,7 +252,8 @@ FAMILIES = (("matmul", ("gemm", "nvjet", "cutlass", "xmma", "cublas")),
 
 def profile_steps(step: Callable[[], Any], steps: int, device) -> dict[str, Any]:
     """``steps`` more training steps under ``torch.profiler``: per step, the device time of each kernel name
-    (CPU op self time on a CPU device), the top 30 and the totals per :data:`FAMILIES` family, in ms."""
+    (CPU op self time on a CPU device), the top 30 with their calls per step, and the totals per
+    :data:`FAMILIES` family, in ms."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -266,9 +267,9 @@ def profile_steps(step: Callable[[], Any], steps: int, device) -> dict[str, Any]
     for ev in prof.key_averages():
         us = ev.self_device_time_total if cuda else ev.self_cpu_time_total
         if us > 0 and (not cuda or ev.device_type == torch.autograd.DeviceType.CUDA):
-            entry = per_name.setdefault(ev.key, [0.0, 0])
+            entry = per_name.setdefault(ev.key, [0.0, 0.0])
             entry[0] += us / 1e3 / steps
-            entry[1] += ev.count // steps
+            entry[1] += ev.count / steps
     families: dict[str, float] = {}
     for name, (ms, _) in per_name.items():
         low = name.lower()
@@ -277,7 +278,7 @@ def profile_steps(step: Callable[[], Any], steps: int, device) -> dict[str, Any]
     top = sorted(per_name.items(), key=lambda kv: -kv[1][0])[:30]
     return {"steps": steps, "total_ms": round(sum(v[0] for v in per_name.values()), 3),
             "families_ms": {f: round(v, 3) for f, v in sorted(families.items(), key=lambda kv: -kv[1])},
-            "top": [[name[:120], round(ms, 3), calls] for name, (ms, calls) in top]}
+            "top": [[name[:120], round(ms, 3), round(calls, 2)] for name, (ms, calls) in top]}
 
 
 def run_one(model_name: str, mode: str, *, quick: bool, steps: int, warmup: int, device_spec: str | None,
@@ -371,8 +372,6 @@ def run_one(model_name: str, mode: str, *, quick: bool, steps: int, warmup: int,
               "steps": steps, "warmup": warmup, "curve_steps": len(values), "ms_all": [round(t, 3) for t in times]}
     if patch_report is not None:
         result["patch"] = patch_report
-    if profile > 0:
-        result["profile"] = profile_steps(step, profile, device)
     if mode in ("accel", "accel_compile"):
         import accel.kernels as ak
 
@@ -382,6 +381,8 @@ def run_one(model_name: str, mode: str, *, quick: bool, steps: int, warmup: int,
             # every kernel declined: the figures are the model's own code (a missing dependency made every
             # cond raise on the H200 once); said in the result so that no table takes them for accel's
             result["warning"] = "no accel kernel took any call in this run (see declined and stderr_warnings)"
+    if profile > 0:  # after the routed counts: those are of the timed run's steps alone
+        result["profile"] = profile_steps(step, profile, device)
     if not all(math.isfinite(v) for v in values):
         result["error"] = "a loss was not finite"
     return result

@@ -249,7 +249,7 @@ def _check_module(model: Any, fn: str) -> None:
 
 
 def patch(model: nn.Module, *, norms: bool = True, mlp: bool = True, rope: bool = True, loss: bool = True,
-          loss_options: Any = None, mlp_recompute: bool = True) -> nn.Module:
+          loss_options: Any = None, mlp_recompute: bool | None = None) -> nn.Module:
     """Make ``model``'s known modules use accel's ops, in place; returns ``model``.
 
     Each module accel covers and verifies (module docstring) gets an accel subclass of its own class as
@@ -257,7 +257,7 @@ def patch(model: nn.Module, *, norms: bool = True, mlp: bool = True, rope: bool 
     (on CPU and without kernels bit for bit: the ops' references are the modules' own arithmetic). A
     model of a family accel does not know is returned as it is; :func:`report` says what was replaced,
     what already routes (``nn.LayerNorm``) and what was left and why. Patching twice replaces nothing more;
-    a second call's ``loss_options`` (when given) and ``mlp_recompute`` replace the first's (:func:`unpatch`
+    a second call's ``loss_options`` and ``mlp_recompute``, where given, replace the first's (:func:`unpatch`
     undoes the replacements).
 
     Args:
@@ -274,11 +274,14 @@ def patch(model: nn.Module, *, norms: bool = True, mlp: bool = True, rope: bool 
             logits chunk and the head's weight gradient accumulate in the weight's dtype; ``"accurate"`` keeps
             both in fp32 for one ``[vocab, hidden]`` fp32 scratch more). The loss is fp32 either way, as
             Hugging Face's.
-        mlp_recompute: the replaced MLPs' down projection (a plain ``nn.Linear`` without hooks) saves
-            ``gate`` and ``up`` only and recomputes ``silu(gate) * up`` in backward
+        mlp_recompute: ``True`` (what ``None`` means on a first patch): the replaced MLPs' down projection
+            (a plain ``nn.Linear`` without hooks, in the activations' dtype, outside autocast) saves ``gate``
+            and ``up`` only and recomputes ``silu(gate) * up`` in backward
             (:func:`accel.kernels.ops.swiglu.linear.swiglu_linear`: the same bits), so one
             ``[tokens, intermediate]`` tensor per layer is not kept between forward and backward, for one
-            more elementwise pass in backward. ``False``: the product is saved, as the model's code does.
+            more elementwise pass in backward (HF Llama on the H200: 0.60 GiB less peak, 2.6 % more time
+            per step; ``benchmarks/results/h200/session15``). ``False``: the product is saved, as the
+            model's code does. ``None`` on a model patched before: keep its setting.
 
     Returns:
         ``model`` itself.
@@ -302,7 +305,7 @@ def patch(model: nn.Module, *, norms: bool = True, mlp: bool = True, rope: bool 
                 original = _known(_original(cls))
                 if loss_options is not None and original is not None and original[1] == "causal_lm":
                     module.accel_loss_options = loss_options
-                if original is not None and original[1] == "mlp":
+                if original is not None and original[1] == "mlp" and mlp_recompute is not None:
                     if mlp_recompute:
                         vars(module).pop("accel_mlp_recompute", None)
                     else:
@@ -315,7 +318,7 @@ def patch(model: nn.Module, *, norms: bool = True, mlp: bool = True, rope: bool 
                 module.__class__ = accel_cls
                 if known[1] == "causal_lm" and loss_options is not None:
                     module.accel_loss_options = loss_options
-                if known[1] == "mlp" and not mlp_recompute:
+                if known[1] == "mlp" and mlp_recompute is False:
                     module.accel_mlp_recompute = False
     return model
 
@@ -512,6 +515,23 @@ def _build_rms_norm(cls: type, variant: str | None) -> tuple[type | None, str | 
     return _subclass(cls, "rms_norm", {"forward": forward_accel, "accel_unit_offset": unit}), None
 
 
+def _plain_linear(proj: Any, x: torch.Tensor) -> bool:
+    """Whether calling ``F.linear`` with ``proj``'s parameters is what calling ``proj(x)`` does: an
+    ``nn.Linear`` itself, no hook of any kind (its own, global, or accelerate's offload hook and replaced
+    ``forward``), its weight in ``x``'s dtype and on its device, and no autocast (whose cast the recomputing
+    backward would not repeat)."""
+    from torch.nn.modules import module as _module
+
+    if type(proj) is not nn.Linear or "forward" in vars(proj) or hasattr(proj, "_hf_hook"):
+        return False
+    if (proj._forward_hooks or proj._forward_pre_hooks or proj._backward_hooks or proj._backward_pre_hooks
+            or _module._global_forward_hooks or _module._global_forward_pre_hooks
+            or _module._global_backward_hooks or _module._global_backward_pre_hooks):
+        return False
+    return (proj.weight.dtype == x.dtype and proj.weight.device == x.device
+            and not torch.is_autocast_enabled(x.device.type))
+
+
 _MLP_NAMES = {"split": {"down_proj", "act_fn", "gate_proj", "up_proj"},
               "fused": {"gate_up_proj", "chunk", "activation_fn", "down_proj"}}
 
@@ -524,8 +544,7 @@ def _build_mlp(cls: type, variant: str | None) -> tuple[type | None, str | None]
 
     def down(self, gate, up):
         proj = self.down_proj
-        if (getattr(self, "accel_mlp_recompute", True) and type(proj) is nn.Linear
-                and not (proj._forward_hooks or proj._forward_pre_hooks or proj._backward_hooks)):
+        if getattr(self, "accel_mlp_recompute", True) and _plain_linear(proj, gate):
             return swiglu_linear(gate, up, proj.weight, proj.bias)  # the product is recomputed, not saved
         return proj(swiglu_ops.swiglu(gate, up))
 

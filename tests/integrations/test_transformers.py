@@ -580,8 +580,48 @@ def test_mlp_recompute_keeps_the_bits_and_saves_one_product_per_layer(cpu_kernel
     mlps = [m for m in model.modules() if type(m).__name__.endswith("MLP")]
     hf.patch(model, mlp_recompute=False)
     assert all(m.accel_mlp_recompute is False for m in mlps)
-    hf.patch(model)
+    hf.patch(model)  # not given: kept
+    assert all(m.accel_mlp_recompute is False for m in mlps)
+    hf.patch(model, mlp_recompute=True)
     assert not any("accel_mlp_recompute" in vars(m) for m in mlps)
     hf.patch(model, mlp_recompute=False)
     hf.unpatch(model)
     assert not any("accel_mlp_recompute" in vars(m) for m in mlps)
+
+
+def _saved_bytes_and_grads(model, inputs):
+    saved = []
+
+    def pack(t):
+        saved.append(t.untyped_storage())
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out, grads = _loss_and_grads(model, inputs)
+    return sum({s.data_ptr(): s.nbytes() for s in saved}.values()), out, grads
+
+
+def test_mlp_recompute_steps_aside_for_hooks_and_autocast(cpu_kernels):
+    """A down projection with a forward hook runs as a module (the hook fires, the product is saved: the
+    same saved bytes as mlp_recompute=False); under autocast with fp32 weights the patched model trains and
+    matches mlp_recompute=False bit for bit (the recomputing backward would see uncast weights)."""
+    inputs = _inputs("llama")
+    _, plain = _build("llama")
+    hf.patch(plain, mlp_recompute=False)
+    plain_bytes, _, _ = _saved_bytes_and_grads(plain, inputs)
+    _, hooked = _build("llama")
+    hf.patch(hooked)
+    calls = []
+    for name, m in hooked.named_modules():
+        if name.endswith("mlp.down_proj"):
+            m.register_forward_hook(lambda mod, args, out: calls.append(1))
+    hooked_bytes, _, _ = _saved_bytes_and_grads(hooked, inputs)
+    assert len(calls) == _DECODER["num_hidden_layers"] and hooked_bytes == plain_bytes
+    runs = []
+    for recompute in (False, True):
+        _, model = _build("llama")
+        hf.patch(model, mlp_recompute=recompute)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            runs.append(_loss_and_grads(model, inputs))
+    assert torch.equal(runs[0][0].loss, runs[1][0].loss)
+    assert all(torch.equal(runs[0][1][n], runs[1][1][n]) for n in runs[0][1])

@@ -72,6 +72,43 @@ def test_the_product_is_not_saved_for_backward():
     assert _saved_bytes(swiglu_linear, leaves) == 0  # only the inputs themselves
 
 
+class _Ops(torch.utils._python_dispatch.TorchDispatchMode):
+    """Counts the ops that run inside it (accel's custom ops and ATen's)."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.seen.append(str(func.overloadpacket))
+        return func(*args, **(kwargs or {}))
+
+
+def _backward_ops(gate, up, w) -> list[str]:
+    y = swiglu_linear(gate, up, w)
+    with _Ops() as ops:
+        y.sum().backward()
+    return ops.seen
+
+
+def test_the_backward_runs_only_what_the_gradients_asked_for_need():
+    gate, up, w, _ = _leaves((4, 6), 3, torch.float32, False)
+    both = _backward_ops(gate, up, w)
+    assert "accel.swiglu" in both and "accel.swiglu_backward" in both
+    w_frozen = _backward_ops(*(t.detach().requires_grad_() for t in (gate, up)), w.detach())
+    assert "accel.swiglu" not in w_frozen and "accel.swiglu_backward" in w_frozen  # no product recomputed
+    acts_frozen = _backward_ops(gate.detach(), up.detach(), w.detach().requires_grad_())
+    assert "accel.swiglu" in acts_frozen and "accel.swiglu_backward" not in acts_frozen
+
+
+def test_torch_func_grad_runs_through_it():
+    gate, up, w, _ = (t.detach() if t is not None else None for t in _leaves((4, 6), 3, torch.float32, False))
+    got = torch.func.grad(lambda w_: swiglu_linear(gate, up, w_).sum())(w)
+    w2 = w.clone().requires_grad_()
+    _plain(gate, up, w2, None).sum().backward()
+    assert torch.equal(got, w2.grad)
+
+
 def test_only_the_gradients_asked_for_are_computed():
     gate, up, w, _ = _leaves((4, 6), 3, torch.float32, False)
     w.requires_grad_(False)

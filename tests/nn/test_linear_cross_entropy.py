@@ -617,8 +617,9 @@ def test_the_fp32_variant_can_skip_the_host_range_check():
     assert torch.isnan(loss)  # the chunked path's answer for an out-of-range class, without a device-to-host read
 
 
+@pytest.mark.parametrize("policy", ["compact", "accurate"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_chunk_buffers_rows_are_padded_to_16_bytes_and_the_results_do_not_change(dtype, monkeypatch):
+def test_chunk_buffers_rows_are_padded_to_16_bytes_and_the_results_do_not_change(dtype, policy, monkeypatch):
     """At an odd vocabulary the logits buffer's rows are padded (cuBLAS's fast kernels need 16-byte leading
     dimensions); the loop's results equal those of an unpadded buffer bit for bit."""
     from accel.kernels.ops.linear_cross_entropy import reference as ref
@@ -631,15 +632,16 @@ def test_chunk_buffers_rows_are_padded_to_16_bytes_and_the_results_do_not_change
     w = torch.randn(13, 8, generator=g).to(dtype)
     t = torch.randint(0, 13, (10,), generator=g)
     coef = ref.coefficients(t, None, "mean", -100, 0.0, 13)
-    padded = ref.chunked(x, w, coef, None, 4, "compact", torch.float32, True, True, False)
+    padded = ref.chunked(x, w, coef, None, 4, policy, torch.float32, True, True, False)
     monkeypatch.setattr(ref, "aligned_rows", lambda r, c, dt, dev: torch.empty((r, c), dtype=dt, device=dev))
-    plain = ref.chunked(x, w, coef, None, 4, "compact", torch.float32, True, True, False)
+    plain = ref.chunked(x, w, coef, None, 4, policy, torch.float32, True, True, False)
     for a, b in zip(padded, plain):
         assert torch.equal(a, b)
 
 
+@pytest.mark.parametrize("policy", ["compact", "accurate"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_the_gradient_matmuls_split_at_the_aligned_classes_on_a_gpu(dtype, monkeypatch):
+def test_the_gradient_matmuls_split_at_the_aligned_classes_on_a_gpu(dtype, policy, monkeypatch):
     """On a GPU device the gradient matmuls take the 16-byte-aligned leading classes in one piece and the
     rest in a thin second one: the same loss, ``grad_W`` bit for bit, ``grad_input`` within one more rounding
     (emulated on CPU by forcing the split point)."""
@@ -654,9 +656,26 @@ def test_the_gradient_matmuls_split_at_the_aligned_classes_on_a_gpu(dtype, monke
     w = torch.randn(13, 8, generator=g).to(dtype)
     t = torch.randint(0, 13, (10,), generator=g)
     coef = ref.coefficients(t, None, "mean", -100, 0.0, 13)
-    whole = ref.chunked(x, w, coef, None, 4, "compact", torch.float32, True, True, False)
+    whole = ref.chunked(x, w, coef, None, 4, policy, torch.float32, True, True, False)
     monkeypatch.setattr(ref, "aligned_classes", lambda c, dt, dev: 8)
-    split = ref.chunked(x, w, coef, None, 4, "compact", torch.float32, True, True, False)
+    split = ref.chunked(x, w, coef, None, 4, policy, torch.float32, True, True, False)
     assert torch.equal(split[0], whole[0]) and torch.equal(split[2], whole[2])
     tol = {"rtol": 0, "atol": 1e-6} if dtype == torch.float32 else {"rtol": 1e-2, "atol": 1e-3}
     torch.testing.assert_close(split[1], whole[1], **tol)
+
+
+def test_the_triton_impl_runs_row_chunks_unless_told_tiles(monkeypatch):
+    """``schedule="auto"`` (the default) is the row-chunked loop even where a tile fits; ``"tiles"`` takes the
+    tiled schedule (measured slower on every H200 row: benchmarks/results/h200/session15)."""
+    from accel.kernels.ops.linear_cross_entropy import reference as ref
+    from accel.kernels.ops.linear_cross_entropy import tiled, triton_impl
+
+    taken = []
+    monkeypatch.setattr(tiled, "tile_shape", lambda *a: (4, 32))
+    monkeypatch.setattr(tiled, "tiled", lambda *a: taken.append("tiles") or "tiles")
+    monkeypatch.setattr(ref, "chunked", lambda *a, **k: taken.append("rows") or "rows")
+    x, w = torch.randn(8, 4), torch.randn(40, 4)
+    for schedule in ("auto", "rows", "tiles"):
+        loop = triton_impl._loop("linear_cross_entropy_fwd", x, 40, schedule)
+        loop(x, w, None, None, 4, "compact", torch.float32, True, True, False)
+    assert taken == ["rows", "rows", "tiles"]

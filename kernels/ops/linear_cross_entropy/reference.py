@@ -477,7 +477,7 @@ def forward(input: torch.Tensor, linear_weight: torch.Tensor, target: torch.Tens
     """``accel::linear_cross_entropy`` in eager PyTorch (its default kernel on every device).
 
     ``step``: the row step of the chunk loop (:func:`chunked`); ``loop``: a whole schedule in its place
-    (:data:`Loop`; the Triton impl's picks the tiled schedule, :mod:`.tiled`, where it fits).
+    (:data:`Loop`; the Triton impl's, which runs :func:`chunked` with its kernel, or :mod:`.tiled` when told).
 
     Returns:
         ``(loss, grad_input, grad_linear_weight, grad_linear_bias)``: ``loss`` in fp32 (fp64 for fp64

@@ -9,7 +9,9 @@ their default kernels, on every device and wherever no accel kernel is registere
 reference (:mod:`.reference`: exactly ``F.silu(a) * b`` and its autograd).
 
 Modules: :mod:`.reference`, :mod:`.op` (the custom ops; imported by the impls and by
-:mod:`accel.integrations`, not here), :mod:`.conditions` (the ``cond``), ``triton_kernel``/``triton_impl``.
+:mod:`accel.integrations`, not here), :mod:`.conditions` (the ``cond``), ``triton_kernel``/``triton_impl``,
+:mod:`.linear` (``swiglu_linear``: the op followed by a linear layer, the product recomputed in backward; a
+composition of the ops, not a kernel of this family).
 Importing ``triton_impl`` imports no Triton.
 """
 

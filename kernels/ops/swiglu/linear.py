@@ -18,11 +18,16 @@ __all__ = ["swiglu_linear"]
 
 
 class _SwiGLULinear(torch.autograd.Function):
+    # forward + setup_context (not forward(ctx, ...)): torch.func transforms (grad, vmap) need that form
     @staticmethod
-    def forward(ctx, gate, up, weight, bias):
+    def forward(gate, up, weight, bias):
+        return F.linear(swiglu_ops.swiglu(gate, up), weight, bias)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        gate, up, weight, bias = inputs
         ctx.save_for_backward(gate, up, weight)
         ctx.has_bias = bias is not None
-        return F.linear(swiglu_ops.swiglu(gate, up), weight, bias)
 
     @staticmethod
     def backward(ctx, grad_out):
@@ -47,7 +52,9 @@ def swiglu_linear(gate: torch.Tensor, up: torch.Tensor, weight: torch.Tensor,
 
     Args:
         gate, up: ``[..., intermediate]``, one shape, floating dtype and device (:func:`.op.swiglu`'s rules).
-        weight: ``[out, intermediate]`` of ``gate``'s dtype; bias: ``[out]`` or ``None``.
+        weight: ``[out, intermediate]`` of ``gate``'s dtype; bias: ``[out]`` or ``None``. Not for autocast
+            regions with weights of another dtype (the backward runs outside autocast): the integration
+            calls it only where the dtypes already agree and autocast is off.
 
     Returns:
         ``[..., out]`` in ``gate``'s dtype.
