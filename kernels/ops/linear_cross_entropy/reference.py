@@ -320,10 +320,15 @@ def row_step(logits: torch.Tensor, grad: torch.Tensor | None, coef: Coefficients
 ROW_ALIGN_BYTES = 16
 
 
+def _per_aligned(dtype: torch.dtype) -> int:
+    """Elements of ``dtype`` in :data:`ROW_ALIGN_BYTES`."""
+    return max(1, ROW_ALIGN_BYTES // dtype.itemsize)
+
+
 def aligned_rows(rows: int, cols: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """An uninitialised ``[rows, cols]`` buffer whose row stride is ``cols`` rounded up to
     :data:`ROW_ALIGN_BYTES` (a view of ``[rows, padded]``; the padding is never read)."""
-    per = max(1, ROW_ALIGN_BYTES // torch.empty((), dtype=dtype).element_size())
+    per = _per_aligned(dtype)
     padded = -(-cols // per) * per
     buf = empty((rows, padded), dtype, device)
     return buf if padded == cols else buf.narrow(1, 0, cols)
@@ -338,8 +343,7 @@ def aligned_classes(c: int, dtype: torch.dtype, device: torch.device) -> int:
     16 bytes keeps cuBLAS on its ``align1`` kernels (GPT-2, vocabulary 50257: 23 of 81 ms per step on the
     H200 after padding, ``benchmarks/results/h200/session15/real_models-5.jsonl``). A GPU device splits
     there; on CPU the split buys nothing and is not made (one rounding of ``grad_input`` fewer)."""
-    per = max(1, ROW_ALIGN_BYTES // torch.empty((), dtype=dtype).element_size())
-    main = c // per * per
+    main = c // _per_aligned(dtype) * _per_aligned(dtype)
     return c if device.type == "cpu" or main in (0, c) else main
 
 
@@ -407,6 +411,7 @@ def chunked(input: torch.Tensor, linear_weight: torch.Tensor, coef: Coefficients
     grad_b = torch.zeros(c if compute_linear_bias_grad else 0, dtype=mdt, device=device)
     wt = w_mm.t()
     main = aligned_classes(c, grad_buf.dtype, device)
+    pieces = [(lo, width) for lo, width in ((0, main), (main, c - main)) if width]  # the classes, split there
     for start in range(0, n, rows_max):
         rows = min(rows_max, n - start)
         x = input.narrow(0, start, rows)
@@ -432,14 +437,12 @@ def chunked(input: torch.Tensor, linear_weight: torch.Tensor, coef: Coefficients
             if upcast:
                 out.copy_(g @ w_mm)
             else:
-                torch.mm(g.narrow(1, 0, main), linear_weight.narrow(0, 0, main), out=out)
-                if main < c:
-                    out.addmm_(g.narrow(1, main, c - main), linear_weight.narrow(0, main, c - main))
+                for lo, width in pieces:  # the first piece writes the chunk's rows, the second adds to them
+                    mm_into(out, g.narrow(1, lo, width), linear_weight.narrow(0, lo, width), first=lo == 0)
         if compute_linear_weight_grad:  # the first chunk writes the accumulator, later ones add to it
-            for lo, width in ((0, main), (main, c - main)):
-                if width:
-                    mm_into(grad_w.narrow(0, lo, width), g.narrow(1, lo, width).t(), x if mixed else x_mm,
-                            first=start == 0, out_dtype=acc_dtype if mixed else None)
+            for lo, width in pieces:
+                mm_into(grad_w.narrow(0, lo, width), g.narrow(1, lo, width).t(), x if mixed else x_mm,
+                        first=start == 0, out_dtype=acc_dtype if mixed else None)
     if grad_w.dtype != dtype:
         grad_w = grad_w.to(dtype)
     return losses, grad_input, grad_w, grad_b.to(dtype)
