@@ -305,11 +305,8 @@ def patch(model: nn.Module, *, norms: bool = True, mlp: bool = True, rope: bool 
                 original = _known(_original(cls))
                 if loss_options is not None and original is not None and original[1] == "causal_lm":
                     module.accel_loss_options = loss_options
-                if original is not None and original[1] == "mlp" and mlp_recompute is not None:
-                    if mlp_recompute:
-                        vars(module).pop("accel_mlp_recompute", None)
-                    else:
-                        module.accel_mlp_recompute = False
+                if original is not None and original[1] == "mlp":
+                    _set_mlp_recompute(module, mlp_recompute)
                 continue
             if known is None or not wanted[known[1]]:
                 continue
@@ -318,9 +315,18 @@ def patch(model: nn.Module, *, norms: bool = True, mlp: bool = True, rope: bool 
                 module.__class__ = accel_cls
                 if known[1] == "causal_lm" and loss_options is not None:
                     module.accel_loss_options = loss_options
-                if known[1] == "mlp" and mlp_recompute is False:
-                    module.accel_mlp_recompute = False
+                if known[1] == "mlp":
+                    _set_mlp_recompute(module, mlp_recompute)
     return model
+
+
+def _set_mlp_recompute(module: nn.Module, recompute: bool | None) -> None:
+    """Record ``patch``'s ``mlp_recompute`` on a replaced MLP: ``None`` keeps what it has, ``True`` is the
+    default (no attribute), ``False`` the attribute its forward reads."""
+    if recompute is False:
+        module.accel_mlp_recompute = False
+    elif recompute:
+        vars(module).pop("accel_mlp_recompute", None)
 
 
 def unpatch(model: nn.Module) -> nn.Module:
