@@ -34,12 +34,13 @@ class _SwiGLULinear(torch.autograd.Function):
         gate, up, weight = ctx.saved_tensors
         need_gate, need_up, need_w, need_b = ctx.needs_input_grad
         grad_w = grad_b = grad_gate = grad_up = None
+        rows = grad_out.reshape(-1, grad_out.shape[-1])
         if need_w:
             product = swiglu_ops.swiglu(gate, up)
-            grad_w = grad_out.reshape(-1, grad_out.shape[-1]).t().mm(product.reshape(-1, product.shape[-1]))
+            grad_w = rows.t().mm(product.reshape(-1, product.shape[-1]))
             del product  # freed before the SwiGLU backward allocates its two gradients
         if need_b and ctx.has_bias:
-            grad_b = grad_out.reshape(-1, grad_out.shape[-1]).sum(0)
+            grad_b = rows.sum(0)
         if need_gate or need_up:
             grad_gate, grad_up = torch.ops.accel.swiglu_backward(grad_out.matmul(weight), gate, up)
         return (grad_gate if need_gate else None), (grad_up if need_up else None), grad_w, grad_b
