@@ -219,8 +219,8 @@ def _lce_tiles(op: str, cfg: dict, v: int, dt: str, source: str, prob: bool) -> 
     target = ("T", "stride_t") if prob else ()
     for fn, types, aligned in (
             (k.lce_tile_stats, dict(common, ST=f, n_st="i32"), ("Z", "CW", "ST", "n_st", "V", "col0", "stride_z")),
-            (k.lce_tile_grad, dict(common, G=p, LSE=f, PC=f), ("Z", "G", "CW", "V", "col0", "stride_z", "stride_g"))):
-        types = dict(types, stride_g="i32") if "G" in types else types
+            (k.lce_tile_grad, dict(common, G=p, LSE=f, PC=f, stride_g="i32"),
+             ("Z", "G", "CW", "V", "col0", "stride_z", "stride_g"))):
         yield Case(op, fn, _sig(fn, types), cx, (*aligned, *target), cfg["num_warps"], None, cfg, source,
                    cfg["block_v"], cfg["block_v"], _ESIZE[dt])
 
