@@ -617,6 +617,19 @@ def test_the_fp32_variant_can_skip_the_host_range_check():
     assert torch.isnan(loss)  # the chunked path's answer for an out-of-range class, without a device-to-host read
 
 
+def _odd_vocab_loop(dtype, policy):
+    """The chunk loop's results (losses, grad_input, grad_W, grad_b) at 10 rows, d 8 and vocabulary 13, chunks
+    of 4: a vocabulary no 16-byte multiple holds."""
+    from accel.kernels.ops.linear_cross_entropy import reference as ref
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(10, 8, generator=g).to(dtype)
+    w = torch.randn(13, 8, generator=g).to(dtype)
+    t = torch.randint(0, 13, (10,), generator=g)
+    coef = ref.coefficients(t, None, "mean", -100, 0.0, 13)
+    return ref.chunked(x, w, coef, None, 4, policy, torch.float32, True, True, False)
+
+
 @pytest.mark.parametrize("policy", ["compact", "accurate"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_chunk_buffers_rows_are_padded_to_16_bytes_and_the_results_do_not_change(dtype, policy, monkeypatch):
@@ -627,14 +640,9 @@ def test_chunk_buffers_rows_are_padded_to_16_bytes_and_the_results_do_not_change
     buf = ref.aligned_rows(3, 13, dtype, torch.device("cpu"))
     assert buf.shape == (3, 13) and buf.stride(0) * buf.element_size() % 16 == 0
     assert ref.aligned_rows(3, 16, dtype, torch.device("cpu")).is_contiguous()
-    g = torch.Generator().manual_seed(0)
-    x = torch.randn(10, 8, generator=g).to(dtype)
-    w = torch.randn(13, 8, generator=g).to(dtype)
-    t = torch.randint(0, 13, (10,), generator=g)
-    coef = ref.coefficients(t, None, "mean", -100, 0.0, 13)
-    padded = ref.chunked(x, w, coef, None, 4, policy, torch.float32, True, True, False)
+    padded = _odd_vocab_loop(dtype, policy)
     monkeypatch.setattr(ref, "aligned_rows", lambda r, c, dt, dev: torch.empty((r, c), dtype=dt, device=dev))
-    plain = ref.chunked(x, w, coef, None, 4, policy, torch.float32, True, True, False)
+    plain = _odd_vocab_loop(dtype, policy)
     for a, b in zip(padded, plain):
         assert torch.equal(a, b)
 
@@ -651,14 +659,9 @@ def test_the_gradient_matmuls_split_at_the_aligned_classes_on_a_gpu(dtype, polic
     assert ref.aligned_classes(50257, torch.bfloat16, gpu) == 50256
     assert ref.aligned_classes(50257, torch.bfloat16, cpu) == 50257
     assert ref.aligned_classes(32000, torch.bfloat16, gpu) == 32000 and ref.aligned_classes(3, dtype, gpu) == 3
-    g = torch.Generator().manual_seed(0)
-    x = torch.randn(10, 8, generator=g).to(dtype)
-    w = torch.randn(13, 8, generator=g).to(dtype)
-    t = torch.randint(0, 13, (10,), generator=g)
-    coef = ref.coefficients(t, None, "mean", -100, 0.0, 13)
-    whole = ref.chunked(x, w, coef, None, 4, policy, torch.float32, True, True, False)
+    whole = _odd_vocab_loop(dtype, policy)
     monkeypatch.setattr(ref, "aligned_classes", lambda c, dt, dev: 8)
-    split = ref.chunked(x, w, coef, None, 4, policy, torch.float32, True, True, False)
+    split = _odd_vocab_loop(dtype, policy)
     assert torch.equal(split[0], whole[0]) and torch.equal(split[2], whole[2])
     tol = {"rtol": 0, "atol": 1e-6} if dtype == torch.float32 else {"rtol": 1e-2, "atol": 1e-3}
     torch.testing.assert_close(split[1], whole[1], **tol)
