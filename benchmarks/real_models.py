@@ -283,12 +283,15 @@ def profile_steps(step: Callable[[], Any], steps: int, device) -> dict[str, Any]
 
 def run_one(model_name: str, mode: str, *, quick: bool, steps: int, warmup: int, device_spec: str | None,
             eager_ms: float | None, loss_chunk: int | None = None, curve_steps: int = 50,
-            compile_backend: str = "inductor", profile: int = 0, mlp_recompute: bool = True) -> dict[str, Any]:
+            compile_backend: str = "inductor", profile: int = 0, mlp_recompute: bool = True,
+            trace: bool = False) -> dict[str, Any]:
     """One model x mode in this process: the JSON-ready result (``skipped`` with a reason where it cannot run).
 
     Runs ``max(warmup + steps, curve_steps)`` training steps on the fixed batch: the ``steps`` after ``warmup``
     are timed (median ``ms``), every step's loss is kept (``losses``: the loss curve). ``profile`` > 0: that many
-    more steps under the profiler (:func:`profile_steps`, as ``profile`` in the result)."""
+    more steps under the profiler (:func:`profile_steps`, as ``profile`` in the result). ``trace`` (CUDA): one
+    more step under the profiler with its phases labelled (:func:`step_trace.trace`, as ``trace``) and one
+    with the memory allocated and the peak after each phase (``memory_phases``, GiB)."""
     import torch
 
     import accel
@@ -383,6 +386,37 @@ def run_one(model_name: str, mode: str, *, quick: bool, steps: int, warmup: int,
             result["warning"] = "no accel kernel took any call in this run (see declined and stderr_warnings)"
     if profile > 0:  # after the routed counts: those are of the timed run's steps alone
         result["profile"] = profile_steps(step, profile, device)
+    if trace and device.type == "cuda":
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import step_trace
+
+        def phased(memory: dict[str, float] | None = None):
+            def mark(phase):
+                if memory is not None:
+                    torch.cuda.synchronize(device)
+                    memory[phase] = round(torch.cuda.memory_allocated(device) / 2**30, 3)
+                    memory[phase + "_peak"] = round(torch.cuda.max_memory_allocated(device) / 2**30, 3)
+                    torch.cuda.reset_peak_memory_stats(device)
+
+            mark("start")
+            with torch.profiler.record_function("step.forward"):
+                loss = bench.loss(model, bench.batch)
+            mark("forward")
+            with torch.profiler.record_function("step.backward"):
+                loss.backward()
+            mark("backward")
+            with torch.profiler.record_function("step.optimizer"):
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+            mark("optimizer")
+
+        try:  # a diagnostic: its failure is recorded beside the run's figures, not in place of them
+            result["trace"] = step_trace.trace(phased, device)
+            memory: dict[str, float] = {}
+            phased(memory)
+            result["memory_phases"] = memory
+        except Exception as exc:  # noqa: BLE001
+            result["trace_error"] = f"{type(exc).__name__}: {exc}"
     if not all(math.isfinite(v) for v in values):
         result["error"] = "a loss was not finite"
     return result
@@ -596,7 +630,7 @@ def compare_to_eager(result: dict[str, Any], eager: dict[str, Any] | None) -> No
 def drive(models: list[str], modes: list[str], out: Path, *, quick: bool, steps: int, warmup: int,
           device_spec: str | None, timeout: float, loss_chunk: int | None = None, curve_steps: int = 50,
           compile_backend: str = "inductor", eager_from: Path | None = None,
-          profile: int = 0, mlp_recompute: bool = True) -> list[dict[str, Any]]:
+          profile: int = 0, mlp_recompute: bool = True, trace: bool = False) -> list[dict[str, Any]]:
     """Each model x mode in a fresh process (eager first); one JSON line per run appended to ``out``.
 
     A mode that cannot run is a ``skipped`` line with the reason, never left out: Liger for a model it has no
@@ -631,6 +665,7 @@ def drive(models: list[str], modes: list[str], out: Path, *, quick: bool, steps:
             cmd += ["--eager-ms", str(eager_ms)] if eager_ms else []
             cmd += ["--loss-chunk", str(loss_chunk)] if loss_chunk else []
             cmd += ["--profile", str(profile)] if profile else []
+            cmd += ["--trace"] if trace else []
             cmd += [] if mlp_recompute else ["--no-mlp-recompute"]
             began = time.time()
             try:
@@ -744,6 +779,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--profile", type=int, default=0, metavar="STEPS",
                    help="after the timed steps, STEPS more under torch.profiler: kernel time per step by name and "
                         "family in the result's 'profile'")
+    p.add_argument("--trace", action="store_true",
+                   help="CUDA: one more step traced (idle gaps and what the host did, the op launching each "
+                        "kernel: 'trace' in the result) and one with memory per phase ('memory_phases')")
     p.add_argument("--no-mlp-recompute", action="store_true",
                    help="accel modes: patch(mlp_recompute=False), the SwiGLU product saved for backward")
     p.add_argument("--plot", type=Path, metavar="JSONL", help="write a PNG of a results file (bar chart of the "
@@ -778,7 +816,7 @@ def main(argv: list[str] | None = None) -> int:
         drive(_parse_list(args.models, MODELS, "models"), _parse_list(args.modes, MODES, "modes"), args.out,
               quick=args.quick, steps=args.steps, warmup=args.warmup, device_spec=args.device, timeout=args.timeout,
               loss_chunk=args.loss_chunk, curve_steps=args.curve_steps, compile_backend=args.compile_backend,
-              eager_from=args.eager_from, profile=args.profile, mlp_recompute=not args.no_mlp_recompute)
+              eager_from=args.eager_from, profile=args.profile, mlp_recompute=not args.no_mlp_recompute, trace=args.trace)
         return 0
     if args.model is None or args.mode is None:
         p.error("give --model and --mode (one run), or --all")
@@ -786,7 +824,7 @@ def main(argv: list[str] | None = None) -> int:
         result = run_one(args.model, args.mode, quick=args.quick, steps=args.steps, warmup=args.warmup,
                          device_spec=args.device, eager_ms=args.eager_ms, loss_chunk=args.loss_chunk,
                          curve_steps=args.curve_steps, compile_backend=args.compile_backend,
-                         profile=args.profile, mlp_recompute=not args.no_mlp_recompute)
+                         profile=args.profile, mlp_recompute=not args.no_mlp_recompute, trace=args.trace)
     print("RESULT " + json.dumps(result), flush=True)
     return 1 if "error" in result else 0
 

@@ -1,0 +1,64 @@
+"""``benchmarks/step_trace.summarise`` on a hand-built Chrome trace: the device's idle gaps, what the host was
+doing during each (a sync is flagged), the op that launched the kernel after, and each kernel's launching op."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.cpu
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "step_trace.py"
+needs = pytest.mark.skipif(not SCRIPT.exists(), reason="benchmarks/ is not in this checkout")
+
+
+def _module():
+    spec = importlib.util.spec_from_file_location("step_trace_benchmark", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _op(name, ts, dur, tid=1):
+    return {"ph": "X", "cat": "cpu_op", "name": name, "ts": ts, "dur": dur, "tid": tid}
+
+
+def _launch(corr, ts, tid=1):
+    return {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": ts, "dur": 2, "tid": tid,
+            "args": {"correlation": corr}}
+
+
+def _kernel(name, corr, ts, dur):
+    return {"ph": "X", "cat": "kernel", "name": name, "ts": ts, "dur": dur, "tid": 7, "args": {"correlation": corr}}
+
+
+@needs
+def test_gaps_are_attributed_to_the_host_op_during_them_and_the_op_launching_the_next_kernel():
+    events = [
+        _op("step.forward", 0, 100), _op("aten::mm", 1, 5), _launch(1, 2),
+        _op("aten::item", 10, 60),
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaStreamSynchronize", "ts": 11, "dur": 58, "tid": 1},
+        _op("aten::add", 75, 5), _launch(2, 76),
+        _op("step.backward", 200, 100),
+        _op("autograd::engine::evaluate_function: MmBackward0", 201, 50), _op("aten::mm", 202, 10), _launch(3, 203),
+        _kernel("gemm_a", 1, 5, 20),       # ends at 25
+        _kernel("add_kernel", 2, 80, 10),  # 55 us idle before it, the host in a sync
+        _kernel("gemm_b", 3, 95, 40),      # 5 us idle
+    ]
+    s = _module().summarise(events)
+    assert s["idle_ms"] == pytest.approx(0.060)
+    assert s["device_span_ms"] == pytest.approx(0.130)
+    first = s["gaps"][0]
+    assert first["ms"] == pytest.approx(0.055)
+    assert first["sync"] is True and first["host_during"] == "cudaStreamSynchronize"
+    assert first["next_op"] == "aten::add" and first["next_top"] == "step.forward: aten::add"
+    assert s["gaps"][1]["next_top"] == "step.backward: MmBackward0"
+    assert s["gaps"][1]["sync"] is False
+    assert s["idle_by_next_op"] == {"step.forward: aten::add": 0.055, "step.backward: MmBackward0": 0.005}
+    by_kernel = {row[0]: row[1:] for row in s["kernels_by_op"]}
+    assert by_kernel["gemm_b"] == ["aten::mm", "step.backward: MmBackward0", 0.04]
+    assert by_kernel["gemm_a"] == ["aten::mm", "step.forward: aten::mm", 0.02]
