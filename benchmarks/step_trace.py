@@ -67,13 +67,16 @@ def summarise(events: list[dict[str, Any]], *, top: int = 15) -> dict[str, Any]:
     for ops in ops_by_tid.values():
         ops.sort(key=lambda e: e["ts"])
     starts = {tid: [e["ts"] for e in ops] for tid, ops in ops_by_tid.items()}
+    # ops open for long (a phase label, a loss op looping over chunks) start far before the window scanned
+    long_ops = {tid: [e for e in ops if e["dur"] >= 500] for tid, ops in ops_by_tid.items()}
 
     def stack(tid, ts) -> list[str]:
         """The CPU ops open on ``tid`` at ``ts``, outermost first."""
         ops = ops_by_tid.get(tid, [])
         i = bisect.bisect_right(starts.get(tid, []), ts)
-        open_ = [e for e in ops[max(0, i - 400):i] if e["ts"] <= ts <= e["ts"] + e["dur"]]
-        return [e["name"] for e in sorted(open_, key=lambda e: (e["ts"], -e["dur"]))]
+        near = ops[max(0, i - 400):i]
+        open_ = {id(e): e for e in (*near, *long_ops.get(tid, ())) if e["ts"] <= ts <= e["ts"] + e["dur"]}
+        return [e["name"] for e in sorted(open_.values(), key=lambda e: (e["ts"], -e["dur"]))]
 
     def launcher(kernel) -> tuple[list[str], Any, float | None]:
         rt = runtime.get(kernel.get("args", {}).get("correlation"))

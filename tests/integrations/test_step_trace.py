@@ -62,3 +62,14 @@ def test_gaps_are_attributed_to_the_host_op_during_them_and_the_op_launching_the
     by_kernel = {row[0]: row[1:] for row in s["kernels_by_op"]}
     assert by_kernel["gemm_b"] == ["aten::mm", "step.backward: MmBackward0", 0.04]
     assert by_kernel["gemm_a"] == ["aten::mm", "step.forward: aten::mm", 0.02]
+
+
+@needs
+def test_a_long_open_op_names_the_phase_of_a_launch_hundreds_of_ops_later():
+    events = [_op("step.optimizer", 0, 5000)]
+    events += [_op("aten::view", 1 + i, 1) for i in range(450)]
+    events += [_op("aten::_fused_adamw_", 900, 50), _launch(1, 910), _kernel("adam", 1, 920, 30),
+               _op("aten::mul", 1000, 5), _launch(2, 1001), _kernel("mul", 2, 1010, 5)]
+    s = _module().summarise(events)
+    assert s["kernels_by_op"][0] == ["adam", "aten::_fused_adamw_", "step.optimizer: aten::_fused_adamw_", 0.03]
+    assert s["gaps"][0]["next_top"] == "step.optimizer: aten::mul"
