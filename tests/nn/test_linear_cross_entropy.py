@@ -649,10 +649,10 @@ def test_chunk_buffers_rows_are_padded_to_16_bytes_and_the_results_do_not_change
 
 @pytest.mark.parametrize("policy", ["compact", "accurate"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_the_gradient_matmuls_split_at_the_aligned_classes_on_a_gpu(dtype, policy, monkeypatch):
-    """On a GPU device the gradient matmuls take the 16-byte-aligned leading classes in one piece and the
-    rest in a thin second one: the same loss, ``grad_W`` bit for bit, ``grad_input`` within one more rounding
-    (emulated on CPU by forcing the split point)."""
+def test_the_chunk_matmuls_split_at_the_aligned_classes_on_a_gpu(dtype, policy, monkeypatch):
+    """On a GPU device the logits and gradient matmuls take the 16-byte-aligned leading classes in one piece
+    and the rest in a thin second one: the loss and the gradients within the rounding a different matmul
+    shape may give (emulated on CPU by forcing the split point)."""
     from accel.kernels.ops.linear_cross_entropy import reference as ref
 
     cpu, gpu = torch.device("cpu"), torch.device("meta")
@@ -662,9 +662,9 @@ def test_the_gradient_matmuls_split_at_the_aligned_classes_on_a_gpu(dtype, polic
     whole = _odd_vocab_loop(dtype, policy)
     monkeypatch.setattr(ref, "aligned_classes", lambda c, dt, dev: 8)
     split = _odd_vocab_loop(dtype, policy)
-    assert torch.equal(split[0], whole[0]) and torch.equal(split[2], whole[2])
-    tol = {"rtol": 0, "atol": 1e-6} if dtype == torch.float32 else {"rtol": 1e-2, "atol": 1e-3}
-    torch.testing.assert_close(split[1], whole[1], **tol)
+    tol = {"rtol": 0, "atol": 1e-5} if dtype == torch.float32 else {"rtol": 1e-2, "atol": 1e-3}
+    for a, b in zip(split, whole):
+        torch.testing.assert_close(a, b, **tol)
 
 
 def test_the_triton_impl_runs_row_chunks_unless_told_tiles(monkeypatch):

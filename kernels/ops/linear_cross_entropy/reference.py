@@ -335,14 +335,15 @@ def aligned_rows(rows: int, cols: int, dtype: torch.dtype, device: torch.device)
 
 
 def aligned_classes(c: int, dtype: torch.dtype, device: torch.device) -> int:
-    """How many leading classes the gradient matmuls take in one piece (the rest, fewer than 16 bytes' worth,
-    in a second thin one); ``c`` where no split is wanted.
+    """How many leading classes the chunk's three matmuls take in one piece (the rest, fewer than 16 bytes'
+    worth, in a second thin one); ``c`` where no split is wanted.
 
-    Padding the rows (:func:`aligned_rows`) aligns the leading dimension only: ``g @ W`` and ``g.T @ x`` run
-    along the class dimension of ``g`` as their contiguous extent, and an extent that is not a multiple of
-    16 bytes keeps cuBLAS on its ``align1`` kernels (GPT-2, vocabulary 50257: 23 of 81 ms per step on the
-    H200 after padding, ``benchmarks/results/h200/session15/real_models-5.jsonl``). A GPU device splits
-    there; on CPU the split buys nothing and is not made (one rounding of ``grad_input`` fewer)."""
+    Padding the rows (:func:`aligned_rows`) aligns the leading dimension only: ``x @ W.T`` writes, and
+    ``g @ W`` and ``g.T @ x`` read, the class dimension as their contiguous extent, and an extent that is
+    not a multiple of 16 bytes keeps cuBLAS on its ``align1`` kernels (GPT-2, vocabulary 50257, H200: the
+    gradient matmuls took 23 of 81 ms per step, ``benchmarks/results/h200/session15/real_models-5.jsonl``;
+    split, the logits matmul alone still took 8.2 ms, ``session16``). A GPU device splits there; on CPU the
+    split buys nothing and is not made (one rounding of ``grad_input`` fewer)."""
     main = c // _per_aligned(dtype) * _per_aligned(dtype)
     return c if device.type == "cpu" or main in (0, c) else main
 
@@ -409,23 +410,27 @@ def chunked(input: torch.Tensor, linear_weight: torch.Tensor, coef: Coefficients
     gw_dtype = acc_dtype if wide else dtype
     grad_w = empty(gw_shape, gw_dtype, device) if n else torch.zeros(gw_shape, dtype=gw_dtype, device=device)
     grad_b = torch.zeros(c if compute_linear_bias_grad else 0, dtype=mdt, device=device)
-    wt = w_mm.t()
     main = aligned_classes(c, grad_buf.dtype, device)
     pieces = [(lo, width) for lo, width in ((0, main), (main, c - main)) if width]  # the classes, split there
+    # per piece of classes: the weight's transposed rows and the bias's entries, for the logits matmul
+    heads = [(w_mm.narrow(0, lo, width).t(), None if bias is None else bias.narrow(0, lo, width), lo, width)
+             for lo, width in pieces]
     for start in range(0, n, rows_max):
         rows = min(rows_max, n - start)
         x = input.narrow(0, start, rows)
         x_mm = x.to(acc_dtype) if upcast else x
         logits = logits_buf.narrow(0, 0, rows)
-        if mixed:
-            if bias is None:
-                torch.mm(x, wt, out_dtype=acc_dtype, out=logits)
+        for wt, b, lo, width in heads:  # the logits' contiguous extent is the classes too: the same split
+            out = logits.narrow(1, lo, width)
+            if mixed:
+                if b is None:
+                    torch.mm(x, wt, out_dtype=acc_dtype, out=out)
+                else:
+                    torch.addmm(b, x, wt, out_dtype=acc_dtype, out=out)
+            elif b is None:
+                torch.mm(x_mm, wt, out=out)
             else:
-                torch.addmm(bias, x, wt, out_dtype=acc_dtype, out=logits)
-        elif bias is None:
-            torch.mm(x_mm, wt, out=logits)
-        else:
-            torch.addmm(bias, x_mm, wt, out=logits)
+                torch.addmm(b, x_mm, wt, out=out)
         g = grad_buf.narrow(0, 0, rows) if want_grad else None
         step(logits, g, slice_rows(coef, start, rows), losses.narrow(0, start, rows))
         if g is None:
