@@ -266,7 +266,10 @@ def patch(model: nn.Module, *, norms: bool = True, mlp: bool = True, rope: bool 
         mlp: replace the SwiGLU MLPs (``accel::swiglu``).
         rope: replace the attention modules' RoPE (``accel::rope``).
         loss: replace the causal LM's loss (``accel.nn.functional.linear_cross_entropy`` when ``labels`` are
-            given; ``logits`` are then ``None`` unless the call passes ``return_logits=True``).
+            given; ``logits`` are then ``None`` unless the call passes ``return_logits=True``). In training
+            mode a call with ``labels`` and no ``past_key_values`` builds no KV cache (``past_key_values`` is
+            ``None``) unless it passes ``use_cache=True``: Hugging Face builds one by default, two copies of
+            each layer's keys and values that the step drops with the output.
         loss_options: the :class:`accel.nn.LinearCrossEntropyOptions` of the loss (torch's own class on
             torch 2.13+ is read field by field into accel's). Default ``None``: chunks of
             :func:`accel.nn.linear_cross_entropy.model_chunk_rows` rows (at least 1024 where there are as
@@ -677,6 +680,7 @@ def _build_causal_lm(cls: type, variant: str | None) -> tuple[type | None, str |
     except ImportError as exc:
         return None, f"accel.nn.functional.linear_cross_entropy is not available here ({exc})"
     rest = [f for f in fields if f not in ("loss", "logits")]
+    cache_param = "use_cache" in params and "past_key_values" in params
 
     def forward_accel(self, *args, return_logits: bool = False, **kwargs):
         bound = signature.bind(self, *args, **kwargs)
@@ -694,6 +698,9 @@ def _build_causal_lm(cls: type, variant: str | None) -> tuple[type | None, str |
         if passed is not None:
             return_dict = passed
         base_args = {k: v for k, v in a.items() if k not in ("self", *_LM_ARGS)}
+        if cache_param and self.training and a.get("use_cache") is None and a.get("past_key_values") is None:
+            # a training step's cache is dropped with the output: not built, unless use_cache=True is passed
+            base_args["use_cache"] = False
         outputs = getattr(self, self.base_model_prefix)(**base_args, **extra)
         hidden = outputs.last_hidden_state
         loss = _causal_lm_loss(hidden, head, labels, extra, lce, getattr(self, "accel_loss_options", None))
@@ -707,7 +714,9 @@ def _build_causal_lm(cls: type, variant: str | None) -> tuple[type | None, str |
 
     forward_accel.__doc__ = (f"{cls.__name__}.forward, with the loss from accel's chunked linear cross-entropy "
                              f"when labels are given and an accel kernel takes it: logits are then None unless "
-                             f"return_logits=True. Elsewhere the model's own logits and loss_function.")
+                             f"return_logits=True. Elsewhere the model's own logits and loss_function. In "
+                             f"training mode with labels and no past_key_values, no KV cache is built (nor "
+                             f"returned) unless use_cache=True is passed.")
     return _subclass(cls, "causal_lm", {"forward": forward_accel}), None
 
 

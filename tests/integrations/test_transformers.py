@@ -234,6 +234,24 @@ def test_logits_are_none_with_labels_unless_asked_and_unchanged_without_labels(c
                                    rtol=1e-5, atol=1e-6)
 
 
+@needs_lce
+def test_a_training_call_with_labels_builds_no_kv_cache_unless_asked(cpu_kernels):
+    """Training mode, labels, no past_key_values: no cache (Hugging Face builds one and the step drops it), the
+    loss unchanged; ``use_cache=True`` or eval mode: the cache as the model builds it."""
+    ref, model = _build("llama")
+    hf.patch(model)
+    inputs = _inputs("llama")
+    ref.train(), model.train()  # the tiny configs have no dropout: both still compute the same
+    out = model(**inputs)
+    assert out.past_key_values is None
+    torch.testing.assert_close(out.loss, ref(**inputs).loss, rtol=1e-5, atol=1e-6)
+    assert ref(**inputs).past_key_values is not None  # what the model itself does
+    assert model(**inputs, use_cache=True).past_key_values is not None
+    model.eval()
+    with torch.no_grad():
+        assert model(**inputs).past_key_values is not None
+
+
 def test_unpatch_restores_every_original_class():
     _, model = _build("qwen3")
     classes = [type(m) for m in model.modules()]
