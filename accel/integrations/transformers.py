@@ -266,10 +266,13 @@ def patch(model: nn.Module, *, norms: bool = True, mlp: bool = True, rope: bool 
         mlp: replace the SwiGLU MLPs (``accel::swiglu``).
         rope: replace the attention modules' RoPE (``accel::rope``).
         loss: replace the causal LM's loss (``accel.nn.functional.linear_cross_entropy`` when ``labels`` are
-            given; ``logits`` are then ``None`` unless the call passes ``return_logits=True``). In training
-            mode a call with ``labels`` and no ``past_key_values`` builds no KV cache (``past_key_values`` is
-            ``None``) unless it passes ``use_cache=True``: Hugging Face builds one by default, two copies of
-            each layer's keys and values that the step drops with the output.
+            given; ``logits`` are then ``None`` unless the call passes ``return_logits=True``). Where an
+            accel kernel serves the loss, a training-mode call with ``labels`` and no ``past_key_values``
+            builds no KV cache (``past_key_values`` is ``None``) unless it passes ``use_cache=True``: Hugging
+            Face builds one by default, a copy of each layer's keys and values that the step drops with the
+            output (HF Llama on the H200: 16 ``cat`` kernels, 0.95 ms per step). Without a cache Hugging Face
+            runs its training-setup mask path, which checks ``position_ids`` for packed sequences (one
+            device-to-host read per forward).
         loss_options: the :class:`accel.nn.LinearCrossEntropyOptions` of the loss (torch's own class on
             torch 2.13+ is read field by field into accel's). Default ``None``: chunks of
             :func:`accel.nn.linear_cross_entropy.model_chunk_rows` rows (at least 1024 where there are as
@@ -698,7 +701,8 @@ def _build_causal_lm(cls: type, variant: str | None) -> tuple[type | None, str |
         if passed is not None:
             return_dict = passed
         base_args = {k: v for k, v in a.items() if k not in ("self", *_LM_ARGS)}
-        if cache_param and self.training and a.get("use_cache") is None and a.get("past_key_values") is None:
+        if (cache_param and self.training and a.get("use_cache") is None and a.get("past_key_values") is None
+                and _live(LCE_OP, head.weight.device.type)):
             # a training step's cache is dropped with the output: not built, unless use_cache=True is passed
             base_args["use_cache"] = False
         outputs = getattr(self, self.base_model_prefix)(**base_args, **extra)

@@ -487,9 +487,15 @@ def _op_counts(model, inputs) -> dict:
     return mode.calls
 
 
-#: The one ATen op a patched step may call more often than eager: accel::linear_cross_entropy's backward reads
-#: the loss's gradient on the host (op.py _host_scale: a scale of 1 then multiplies nothing).
-_ALLOWED_MORE = {"aten::_local_scalar_dense": 1}
+#: The ATen ops a patched step with accel's loss may call more often than eager: without the KV cache (not built
+#: for a training call, patch's ``loss``) Hugging Face's mask path checks position_ids for packed sequences
+#: (masking_utils.find_packed_sequence_indices: diff, compare, cumsum, one host read), and the loss's backward
+#: scales its precomputed gradients on the device (one mul each on CPU).
+_ALLOWED_MORE = {"aten::sub": 2, "aten::ne": 1, "aten::cumsum": 1, "aten::select": 1, "aten::eq": 1, "aten::all": 1,
+                 "aten::_local_scalar_dense": 1, "aten::mul_": 2}
+#: GPT-2's keys and values are strided views of c_attn's output: without the cache's cat, CPU attention copies
+#: them (2 per layer), in place of the cache's 2 cats per layer (checked: fewer cats).
+_ALLOWED_MORE_GPT2 = {"aten::clone": 4, "aten::_unsafe_view": 4, "aten::expand": 1}
 
 
 @pytest.mark.parametrize("family", ["llama", "qwen3", "gpt2"])
@@ -506,7 +512,9 @@ def test_a_patched_step_runs_no_aten_op_more_often_than_eager(family, request):
     taken = _op_counts(model, inputs)
     more = {op: n - eager.get(op, 0) for op, n in taken.items()
             if not op.startswith("accel::") and n > eager.get(op, 0)}
-    assert more == _ALLOWED_MORE, more
+    assert more == (_ALLOWED_MORE | _ALLOWED_MORE_GPT2 if family == "gpt2" else _ALLOWED_MORE), more
+    if family == "gpt2":
+        assert taken.get("aten::cat", 0) < eager["aten::cat"]
     assert sum(taken.values()) < sum(eager.values())
     assert all(n > 0 for op, n in _routed(names).items() if op == "accel::linear_cross_entropy")
 
