@@ -80,6 +80,7 @@ from accel.kernels.ops.rope import op as rope_ops
 from accel.kernels.ops.rope import reference as rope_reference
 from accel.kernels.ops.swiglu import op as swiglu_ops
 from accel.kernels.ops.swiglu.linear import swiglu_linear
+from accel.kernels.ops.swiglu.mlp import swiglu_mlp
 
 __all__ = ["FAMILIES", "ROUTES", "PatchReport", "accel_takes", "disable", "enable", "enabled", "patch", "report",
            "unpatch"]
@@ -521,10 +522,32 @@ def _build_rms_norm(cls: type, variant: str | None) -> tuple[type | None, str | 
         if (args or kwargs or not (mixed_ok or hidden_states.dtype == weight.dtype)
                 or not accel_takes(RMS_NORM_OP, hidden_states, weight, eps, unit)):
             return forward(self, hidden_states, *args, **kwargs)  # the model's own code
-        return rms_norm_ops.rms_norm(hidden_states, weight, eps, unit)
+        y = rms_norm_ops.rms_norm(hidden_states, weight, eps, unit)
+        if torch.is_grad_enabled() and not torch.compiler.is_compiling():
+            # how to make y again: a consumer that keeps this instead of y (the MLP) recomputes it in backward
+            y.accel_recompute = (_RecomputeNorm(eps, unit), (hidden_states, weight))
+        return y
 
     forward_accel.__doc__ = forward.__doc__
     return _subclass(cls, "rms_norm", {"forward": forward_accel, "accel_unit_offset": unit}), None
+
+
+class _RecomputeNorm:
+    """``accel::rms_norm_hf``'s ``y`` again from its input and weight: the same op, routed as the first call was,
+    so the same kernel and the same bits."""
+
+    __slots__ = ("eps", "unit")
+
+    def __init__(self, eps: float, unit: bool) -> None:
+        self.eps, self.unit = eps, unit
+
+    def __call__(self, input: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        return rms_norm_ops.rms_norm(input, weight, self.eps, self.unit)
+
+
+def _transforms_active() -> bool:
+    """Whether a ``torch.func`` transform (grad, vmap) is running: an old-style autograd.Function cannot run there."""
+    return torch._C._functorch.peek_interpreter_stack() is not None
 
 
 def _plain_linear(proj: Any, x: torch.Tensor) -> bool:
@@ -560,10 +583,25 @@ def _build_mlp(cls: type, variant: str | None) -> tuple[type | None, str | None]
             return swiglu_linear(gate, up, proj.weight, proj.bias)  # the product is recomputed, not saved
         return proj(swiglu_ops.swiglu(gate, up))
 
+    def fused(self, x) -> bool:
+        """Whether the whole MLP runs as one node (:func:`swiglu_mlp`): recompute on, three plain linears, eager,
+        no transform, and an accel kernel takes the SwiGLU of the gate F.linear will give (a stand-in of its
+        shape, dtype and device: allocated, never written)."""
+        if (not getattr(self, "accel_mlp_recompute", True) or torch.compiler.is_compiling() or _transforms_active()
+                or _live(SWIGLU_OP, x.device.type) is None
+                or not all(_plain_linear(p, x) for p in (self.gate_proj, self.up_proj, self.down_proj))):
+            return False
+        like = x.new_empty((*x.shape[:-1], self.gate_proj.out_features))
+        return accel_takes(SWIGLU_OP, like, like)
+
     if variant == "split":
         def forward_accel(self, x, *args, **kwargs):
             if args or kwargs or type(self.act_fn) not in silu:
                 return forward(self, x, *args, **kwargs)
+            if fused(self, x):
+                g, u, d = self.gate_proj, self.up_proj, self.down_proj
+                return swiglu_mlp(x, g.weight, u.weight, d.weight, g.bias, u.bias, d.bias,
+                                  recompute=getattr(x, "accel_recompute", None))
             gate = self.gate_proj(x)
             if not accel_takes(SWIGLU_OP, gate, gate):  # (up has gate's shape, dtype and device)
                 return self.down_proj(self.act_fn(gate) * self.up_proj(x))  # the model's own code

@@ -495,6 +495,10 @@ _ALLOWED_MORE = {"aten::sub": 2, "aten::ne": 1, "aten::cumsum": 1, "aten::select
                  "aten::_local_scalar_dense": 1, "aten::mul_": 2}
 #: GPT-2's keys and values are strided views of c_attn's output: without the cache's cat, CPU attention copies
 #: them (2 per layer), in place of the cache's 2 cats per layer (checked: fewer cats).
+#: The SwiGLU MLP as one node (swiglu_mlp, Llama-style families): a stand-in of the gate for the kernel's decision
+#: (new_empty, never written), the matmuls' row views, and the two projections' input gradients summed in place
+#: (add_, where autograd's engine adds out of place: fewer aten::add).
+_ALLOWED_MORE_MLP = {"aten::new_empty": 2, "aten::add_": 2, "aten::_unsafe_view": 2, "aten::view": 1}
 _ALLOWED_MORE_GPT2 = {"aten::clone": 4, "aten::_unsafe_view": 4, "aten::expand": 1}
 
 
@@ -512,7 +516,8 @@ def test_a_patched_step_runs_no_aten_op_more_often_than_eager(family, request):
     taken = _op_counts(model, inputs)
     more = {op: n - eager.get(op, 0) for op, n in taken.items()
             if not op.startswith("accel::") and n > eager.get(op, 0)}
-    assert more == (_ALLOWED_MORE | _ALLOWED_MORE_GPT2 if family == "gpt2" else _ALLOWED_MORE), more
+    allowed = _ALLOWED_MORE | (_ALLOWED_MORE_GPT2 if family == "gpt2" else _ALLOWED_MORE_MLP)
+    assert all(n <= allowed.get(op, 0) for op, n in more.items()), more
     if family == "gpt2":
         assert taken.get("aten::cat", 0) < eager["aten::cat"]
     assert sum(taken.values()) < sum(eager.values())
@@ -580,9 +585,11 @@ def test_loss_options_of_another_kind_are_a_typed_error_and_torchs_options_are_r
 
 
 def test_mlp_recompute_keeps_the_bits_and_saves_one_product_per_layer(cpu_kernels):
-    """``patch(mlp_recompute=True)`` (the default): the down projection saves gate and up, not their SwiGLU
-    product: the same loss and gradients bit for bit as ``mlp_recompute=False``, and autograd keeps one
-    ``[tokens, intermediate]`` fp32 tensor less per layer. A second patch call switches it; unpatch clears it."""
+    """``patch(mlp_recompute=True)`` (the default): the MLP (one node, :func:`swiglu_mlp`) saves gate and up,
+    not their SwiGLU product, nor its input (the RMSNorm's output, recomputed from the norm's input): the same
+    loss and gradients bit for bit as ``mlp_recompute=False``, and autograd keeps one ``[tokens,
+    intermediate]`` and one ``[tokens, hidden]`` fp32 tensor less per layer. A second patch call switches it;
+    unpatch clears it."""
     inputs = _inputs("llama")
     runs = {}
     for recompute in (False, True):
@@ -601,7 +608,8 @@ def test_mlp_recompute_keeps_the_bits_and_saves_one_product_per_layer(cpu_kernel
     assert torch.equal(runs[True][0], runs[False][0])
     assert all(torch.equal(runs[True][1][n], runs[False][1][n]) for n in runs[False][1])
     layers, tokens, inter = _DECODER["num_hidden_layers"], 2 * 12, _DECODER["intermediate_size"]
-    assert runs[False][2] - runs[True][2] == layers * tokens * inter * 4
+    hidden = _DECODER["hidden_size"]  # and, as the whole MLP is one node, the normed input is not kept either
+    assert runs[False][2] - runs[True][2] == layers * tokens * (inter + hidden) * 4
     model = runs[True][3]
     mlps = [m for m in model.modules() if type(m).__name__.endswith("MLP")]
     hf.patch(model, mlp_recompute=False)
