@@ -490,9 +490,9 @@ def _op_counts(model, inputs) -> dict:
 #: The ATen ops a patched step with accel's loss may call more often than eager: without the KV cache (not built
 #: for a training call, patch's ``loss``) Hugging Face's mask path checks position_ids for packed sequences
 #: (masking_utils.find_packed_sequence_indices: diff, compare, cumsum, one host read), and the loss's backward
-#: scales its precomputed gradients on the device (one mul each on CPU).
+#: reads the loss's gradient on the host (op.py _host_scale: a scale of 1 then multiplies nothing).
 _ALLOWED_MORE = {"aten::sub": 2, "aten::ne": 1, "aten::cumsum": 1, "aten::select": 1, "aten::eq": 1, "aten::all": 1,
-                 "aten::_local_scalar_dense": 1, "aten::mul_": 2}
+                 "aten::_local_scalar_dense": 2}
 #: GPT-2's keys and values are strided views of c_attn's output: without the cache's cat, CPU attention copies
 #: them (2 per layer), in place of the cache's 2 cats per layer (checked: fewer cats).
 #: The SwiGLU MLP as one node (swiglu_mlp, Llama-style families): a stand-in of the gate for the kernel's decision
