@@ -645,7 +645,7 @@ def _rope_function(original: Any) -> Any:
         if (args or set(kwargs) - {"unsqueeze_dim"} or not rope_reference.accepts(q, k, cos, sin, unsqueeze_dim)
                 or not accel_takes(ROPE_OP, q, k, cos, sin, unsqueeze_dim)):
             return original(q, k, cos, sin, *args, **kwargs)  # the model's own code
-        return rope_ops.rope(q, k, cos, sin, unsqueeze_dim)
+        return rope_ops.apply_rope(q, k, cos, sin, unsqueeze_dim)
 
     apply_rotary_pos_emb.__doc__ = getattr(original, "__doc__", None)
     apply_rotary_pos_emb.accel_original = original  # type: ignore[attr-defined]

@@ -1,4 +1,5 @@
-"""Autograd guards: ops an override must not take, and forwards whose backward would have no kernel.
+"""Autograd guards: ops an override must not take, and forwards whose backward would have no kernel; and the
+eager call of an accel op with its autograd formula in a plain ``autograd.Function`` (:func:`eager_autograd`).
 
 Which forward needs which backward comes from the op families (:mod:`.spec` declares each pair
 with :func:`declare_backward`); this module knows no op by name.
@@ -7,6 +8,8 @@ with :func:`declare_backward`); this module knows no op by name.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -16,7 +19,8 @@ from .op import Op
 from .slot import SLOTS
 from .state import STATE
 
-__all__ = ["BACKWARD_OF", "check_training", "declare_backward", "orphaned_forwards", "refuse_without_autograd"]
+__all__ = ["BACKWARD_OF", "check_training", "declare_backward", "eager_autograd", "orphaned_forwards",
+           "refuse_without_autograd"]
 
 
 def refuse_without_autograd(op: Op) -> None:
@@ -94,3 +98,51 @@ def check_training(api: str) -> None:
             f"(accel.kernels.families()[...].register(dsl, backends)); or keep it enabled."), stacklevel=3)
     STATE.orphans = now
 
+
+
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+
+
+def eager_autograd(op: Any, setup_context: Callable, backward: Callable) -> Callable:
+    """``op(*args)`` with the formula a custom op registered (``register_autograd``'s ``setup_context`` and
+    ``backward``), run as one plain ``torch.autograd.Function`` whose forward calls ``op`` below autograd.
+
+    The same kernels answer (the backend key's: accel's router, or the op's default) and the same formula
+    differentiates; what is skipped is the custom op's Python autograd layer (argument defaults filled, a
+    redispatch), about a third of a small routed norm's host time per forward and backward on a CPU host
+    (``benchmarks/results/h200/session16``). Used where that holds: eager, no ``torch.func`` transform, every
+    tensor argument a plain ``Tensor`` or ``Parameter``; anywhere else (``torch.compile``, transforms, tensor
+    subclasses) the call is ``op(*args)`` itself. With grad disabled the op runs below autograd directly.
+
+    Args:
+        op: the custom op's overload (``torch.ops.accel.rms_norm_hf.default``), called with every argument.
+        setup_context, backward: the functions passed to its ``register_autograd``.
+
+    Returns:
+        A function of the op's arguments (all positional) returning what the op returns.
+    """
+
+    def forward(ctx, *args):
+        with torch._C._AutoDispatchBelowAutograd():
+            output = op(*args)
+        setup_context(ctx, args, output)
+        return output
+
+    def run_backward(ctx, *grads):
+        return backward(ctx, *grads)
+
+    # built with type(): autograd names the graph node after the class (``Eager_accel_rms_norm_hfBackward``)
+    _Eager = type(f"Eager_{op.name().replace('::', '_')}", (torch.autograd.Function,),
+                  {"forward": staticmethod(forward), "backward": staticmethod(run_backward), "__module__": __name__})
+
+    def call(*args):
+        if (torch.compiler.is_compiling() or torch._C._functorch.peek_interpreter_stack() is not None
+                or any(isinstance(a, torch.Tensor) and type(a) not in _PLAIN for a in args)):
+            return op(*args)
+        if not torch.is_grad_enabled():
+            with torch._C._AutoDispatchBelowAutograd():
+                return op(*args)
+        return _Eager.apply(*args)
+
+    call.function = _Eager  # type: ignore[attr-defined]
+    return call

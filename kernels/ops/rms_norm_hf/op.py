@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import torch
 
+from accel.kernels.core.autograd import eager_autograd
+
 from . import reference
 
 __all__ = ["BACKWARD", "FORWARD", "rms_norm", "rms_norm_hf", "rms_norm_hf_backward"]
@@ -70,6 +72,8 @@ def _backward(ctx, grad_y, grad_rstd):
 
 
 rms_norm_hf.register_autograd(_backward, setup_context=_setup_context)
+#: ``accel::rms_norm_hf`` with the formula above in a plain autograd.Function where that is the same call
+_rms_norm_hf = eager_autograd(torch.ops.accel.rms_norm_hf.default, _setup_context, _backward)
 
 
 def rms_norm(input: torch.Tensor, weight: torch.Tensor, eps: float, unit_offset: bool = False) -> torch.Tensor:
@@ -88,4 +92,4 @@ def rms_norm(input: torch.Tensor, weight: torch.Tensor, eps: float, unit_offset:
         >>> rms_norm(torch.tensor([[3.0, 4.0]]), torch.ones(2), 0.0)
         tensor([[0.8485, 1.1314]])
     """
-    return torch.ops.accel.rms_norm_hf(input, weight, eps, unit_offset)[0]
+    return _rms_norm_hf(input, weight, eps, unit_offset)[0]

@@ -15,10 +15,11 @@ from __future__ import annotations
 import torch
 
 from accel.errors import UnsupportedOperationError
+from accel.kernels.core.autograd import eager_autograd
 
 from . import reference
 
-__all__ = ["BACKWARD", "FORWARD", "rope", "rope_backward"]
+__all__ = ["BACKWARD", "FORWARD", "apply_rope", "rope", "rope_backward"]
 
 FORWARD = "accel::rope"
 BACKWARD = "accel::rope_backward"
@@ -73,3 +74,16 @@ def _backward(ctx, grad_q, grad_k):
 
 
 rope.register_autograd(_backward, setup_context=_setup_context)
+_rope = eager_autograd(torch.ops.accel.rope.default, _setup_context, _backward)
+
+
+def apply_rope(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+               unsqueeze_dim: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    """The call a model makes: ``accel::rope(q, k, cos, sin, unsqueeze_dim)``, eager through a plain
+    autograd.Function with the op's own formula (:func:`accel.kernels.core.autograd.eager_autograd`: the same
+    kernels and gradients, less host time), the op itself under ``torch.compile``.
+
+    Args and returns: as :func:`rope`. Raises: :class:`~accel.errors.UnsupportedOperationError` when ``cos``
+    or ``sin`` requires grad; the reference's errors for shapes it does not take.
+    """
+    return _rope(q, k, cos, sin, unsqueeze_dim)
