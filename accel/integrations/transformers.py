@@ -250,7 +250,8 @@ def _check_module(model: Any, fn: str) -> None:
 
 
 def patch(model: nn.Module, *, norms: bool = True, mlp: bool = True, rope: bool = True, loss: bool = True,
-          loss_options: Any = None, mlp_recompute: bool | None = None) -> nn.Module:
+          loss_options: Any = None, mlp_recompute: bool | None = None,
+          norm_recompute: bool | None = None) -> nn.Module:
     """Make ``model``'s known modules use accel's ops, in place; returns ``model``.
 
     Each module accel covers and verifies (module docstring) gets an accel subclass of its own class as
@@ -258,8 +259,8 @@ def patch(model: nn.Module, *, norms: bool = True, mlp: bool = True, rope: bool 
     (on CPU and without kernels bit for bit: the ops' references are the modules' own arithmetic). A
     model of a family accel does not know is returned as it is; :func:`report` says what was replaced,
     what already routes (``nn.LayerNorm``) and what was left and why. Patching twice replaces nothing more;
-    a second call's ``loss_options`` and ``mlp_recompute``, where given, replace the first's (:func:`unpatch`
-    undoes the replacements).
+    a second call's ``loss_options``, ``mlp_recompute`` and ``norm_recompute``, where given, replace the
+    first's (:func:`unpatch` undoes the replacements).
 
     Args:
         model: an ``nn.Module`` (a Hugging Face model, or any module holding some).
@@ -281,14 +282,23 @@ def patch(model: nn.Module, *, norms: bool = True, mlp: bool = True, rope: bool 
             logits chunk and the head's weight gradient accumulate in the weight's dtype; ``"accurate"`` keeps
             both in fp32 for one ``[vocab, hidden]`` fp32 scratch more). The loss is fp32 either way, as
             Hugging Face's.
-        mlp_recompute: ``True`` (what ``None`` means on a first patch): the replaced MLPs' down projection
-            (a plain ``nn.Linear`` without hooks, in the activations' dtype, outside autocast) saves ``gate``
-            and ``up`` only and recomputes ``silu(gate) * up`` in backward
-            (:func:`accel.kernels.ops.swiglu.linear.swiglu_linear`: the same bits), so one
-            ``[tokens, intermediate]`` tensor per layer is not kept between forward and backward, for one
-            more elementwise pass in backward (HF Llama on the H200: 0.60 GiB less peak, 2.6 % more time
-            per step; ``benchmarks/results/h200/session15``). ``False``: the product is saved, as the
-            model's code does. ``None`` on a model patched before: keep its setting.
+        mlp_recompute: ``True`` (what ``None`` means on a first patch): the replaced MLPs save ``gate`` and
+            ``up`` only and recompute ``silu(gate) * up`` in backward, so one ``[tokens, intermediate]``
+            tensor per layer is not kept between forward and backward, for one more elementwise pass in
+            backward (HF Llama on the H200: 0.60 GiB less peak; ``benchmarks/results/h200/session15``). Where
+            all three projections are plain ``nn.Linear`` (no hooks, in the activations' dtype, outside
+            autocast) and a kernel serves the SwiGLU, the whole MLP is one autograd node
+            (:func:`accel.kernels.ops.swiglu.mlp.swiglu_mlp`); with a fused ``gate_up_proj`` (Phi-3) the down
+            projection alone (:func:`accel.kernels.ops.swiglu.linear.swiglu_linear`). The same bits either
+            way. ``False``: the product is saved, as the model's code does. ``None`` on a model patched
+            before: keep its setting.
+        norm_recompute: ``True`` (what ``None`` means on a first patch): a replaced RMSNorm's output is not
+            kept for backward by the modules it feeds; it is recomputed there from the norm's input and
+            weight (which the norm keeps anyway), by the same kernel (the same bits): the MLP that takes it
+            whole (``swiglu_mlp``) and the attention's q/k/v projections (saved-tensor hooks around the
+            attention's forward). One ``[tokens, hidden]`` tensor per norm is not kept, for one norm forward
+            more in backward. ``False``: the outputs are kept, as the model's code does. ``None`` on a model
+            patched before: keep its setting.
 
     Returns:
         ``model`` itself.
@@ -304,6 +314,7 @@ def patch(model: nn.Module, *, norms: bool = True, mlp: bool = True, rope: bool 
         loss_options = _as_options(lce, loss_options)
     _dispatch_keys()
     wanted = {"rms_norm": norms, "mlp": mlp, "attention": rope, "causal_lm": loss}
+    flags = {"mlp": mlp_recompute, "rms_norm": norm_recompute}
     with _LOCK:
         for module in model.modules():
             cls = type(module)
@@ -312,8 +323,8 @@ def patch(model: nn.Module, *, norms: bool = True, mlp: bool = True, rope: bool 
                 original = _known(_original(cls))
                 if loss_options is not None and original is not None and original[1] == "causal_lm":
                     module.accel_loss_options = loss_options
-                if original is not None and original[1] == "mlp":
-                    _set_mlp_recompute(module, mlp_recompute)
+                if original is not None and original[1] in _FLAGS:
+                    _set_flag(module, _FLAGS[original[1]], flags[original[1]])
                 continue
             if known is None or not wanted[known[1]]:
                 continue
@@ -322,18 +333,22 @@ def patch(model: nn.Module, *, norms: bool = True, mlp: bool = True, rope: bool 
                 module.__class__ = accel_cls
                 if known[1] == "causal_lm" and loss_options is not None:
                     module.accel_loss_options = loss_options
-                if known[1] == "mlp":
-                    _set_mlp_recompute(module, mlp_recompute)
+                if known[1] in _FLAGS:
+                    _set_flag(module, _FLAGS[known[1]], flags[known[1]])
     return model
 
 
-def _set_mlp_recompute(module: nn.Module, recompute: bool | None) -> None:
-    """Record ``patch``'s ``mlp_recompute`` on a replaced MLP: ``None`` keeps what it has, ``True`` is the
-    default (no attribute), ``False`` the attribute its forward reads."""
-    if recompute is False:
-        module.accel_mlp_recompute = False
-    elif recompute:
-        vars(module).pop("accel_mlp_recompute", None)
+#: The per-module switch of patch's recompute options, by role: the attribute the module's forward reads.
+_FLAGS = {"mlp": "accel_mlp_recompute", "rms_norm": "accel_norm_recompute"}
+
+
+def _set_flag(module: nn.Module, attr: str, value: bool | None) -> None:
+    """Record one of ``patch``'s recompute options on a replaced module: ``None`` keeps what it has, ``True`` is
+    the default (no attribute), ``False`` the attribute its forward reads."""
+    if value is False:
+        setattr(module, attr, False)
+    elif value:
+        vars(module).pop(attr, None)
 
 
 def unpatch(model: nn.Module) -> nn.Module:
@@ -350,7 +365,8 @@ def unpatch(model: nn.Module) -> nn.Module:
             if original is not type(module):
                 module.__class__ = original
                 vars(module).pop("accel_loss_options", None)
-                vars(module).pop("accel_mlp_recompute", None)
+                for attr in _FLAGS.values():
+                    vars(module).pop(attr, None)
     return model
 
 
@@ -523,7 +539,7 @@ def _build_rms_norm(cls: type, variant: str | None) -> tuple[type | None, str | 
                 or not accel_takes(RMS_NORM_OP, hidden_states, weight, eps, unit)):
             return forward(self, hidden_states, *args, **kwargs)  # the model's own code
         y = rms_norm_ops.rms_norm(hidden_states, weight, eps, unit)
-        if torch.is_grad_enabled() and not torch.compiler.is_compiling():
+        if torch.is_grad_enabled() and getattr(self, "accel_norm_recompute", True) and not torch.compiler.is_compiling():
             # how to make y again: a consumer that keeps this instead of y (the MLP) recomputes it in backward
             y.accel_recompute = (_RecomputeNorm(eps, unit), (hidden_states, weight))
         return y
@@ -676,13 +692,64 @@ def _build_attention(cls: type, variant: str | None) -> tuple[type | None, str |
         return None, ("its module's apply_rotary_pos_emb is not Hugging Face's rotate-half RoPE (checked against "
                       "accel::rope's reference)")
     scope = _scope(forward.__globals__, {"apply_rotary_pos_emb": _rope_function(original)})
-    forward_accel = types.FunctionType(forward.__code__, scope, forward.__name__, forward.__defaults__,
-                                       forward.__closure__)
-    forward_accel.__kwdefaults__ = forward.__kwdefaults__
-    forward_accel.__annotations__ = dict(forward.__annotations__)
+    forward_copy = types.FunctionType(forward.__code__, scope, forward.__name__, forward.__defaults__,
+                                      forward.__closure__)
+    forward_copy.__kwdefaults__ = forward.__kwdefaults__
+
+    def forward_accel(self, hidden_states, *args, **kwargs):
+        recipe = getattr(hidden_states, "accel_recompute", None)
+        if recipe is None or not torch.is_grad_enabled():
+            return forward_copy(self, hidden_states, *args, **kwargs)
+        with torch.autograd.graph.saved_tensors_hooks(*_RecomputedInput(hidden_states, recipe).hooks()):
+            return forward_copy(self, hidden_states, *args, **kwargs)
+
     forward_accel.__doc__ = forward.__doc__
     forward_accel.__qualname__ = f"Accel{cls.__name__}.forward"
     return _subclass(cls, "attention", {"forward": forward_accel}), None
+
+
+class _RecomputedInput:
+    """Saved-tensor hooks that keep, in place of the attention's input ``y`` (an RMSNorm's output, which its
+    q/k/v projections each save), the recipe that makes it again; unpacked, ``y`` is recomputed once and
+    shared by every projection's backward (freed with the last of them).
+
+    A saved tensor is ``y`` when it starts where ``y`` does and has its dtype and size (the projections save
+    ``y``'s 2-D view); every other saved tensor is kept as autograd keeps it. The recipe's tensors (the norm's
+    input and weight) are checked at unpack for in-place changes since the forward, as autograd checks its
+    own saved tensors."""
+
+    __slots__ = ("dtype", "fn", "numel", "ptr", "tensors", "value", "versions")
+
+    def __init__(self, y: torch.Tensor, recipe: tuple) -> None:
+        self.ptr, self.numel, self.dtype = y.data_ptr(), y.numel(), y.dtype
+        self.fn, self.tensors = recipe
+        self.versions = tuple(t._version for t in self.tensors)
+        self.value = None
+
+    def hooks(self) -> tuple:
+        def pack(t):
+            if t.data_ptr() == self.ptr and t.numel() == self.numel and t.dtype == self.dtype:
+                return (self, t.shape, t.stride())  # y's own view: the same start, so no offset
+            return t
+
+        def unpack(packed):
+            if type(packed) is not tuple:
+                return packed
+            holder, shape, stride = packed
+            return holder.get().as_strided(shape, stride)
+
+        return pack, unpack
+
+    def get(self) -> torch.Tensor:
+        if self.value is None:
+            if tuple(t._version for t in self.tensors) != self.versions:
+                raise RuntimeError("accel.integrations.transformers: a tensor the attention's input is recomputed "
+                                   "from (the RMSNorm's input or weight) was modified by an inplace operation "
+                                   "between forward and backward; patch(model, norm_recompute=False) keeps the "
+                                   "input itself instead.")
+            with torch.no_grad():
+                self.value = self.fn(*self.tensors)
+        return self.value
 
 
 #: What a causal LM's forward may reference for accel's loss path to compute what it computes (the Llama
