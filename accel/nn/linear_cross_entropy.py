@@ -536,7 +536,7 @@ def _loss(input, linear_weight, target, linear_bias, weight, reduction, ignore_i
         # compiled graph does not keep; costs one gradient-sized copy per call
         retain = True
     grad_on = torch.is_grad_enabled()
-    loss = _op.linear_cross_entropy(
+    loss = _op.apply(
         input, linear_weight, target, linear_bias, weight, reduction, -100 if ignore_index is None else ignore_index,
         float(label_smoothing), resolved.batch_chunk_size, resolved.acc_policy, resolved.acc_dtype, retain,
         input.requires_grad and grad_on, linear_weight.requires_grad and grad_on,

@@ -27,10 +27,11 @@ from __future__ import annotations
 import torch
 
 from accel.errors import LossInputError, UnsupportedOperationError
+from accel.kernels.core.autograd import eager_autograd
 
 from . import reference
 
-__all__ = ["BACKWARD", "FORWARD", "linear_cross_entropy", "linear_cross_entropy_backward"]
+__all__ = ["BACKWARD", "FORWARD", "apply", "linear_cross_entropy", "linear_cross_entropy_backward"]
 
 FORWARD = "accel::linear_cross_entropy"
 BACKWARD = "accel::linear_cross_entropy_backward"
@@ -173,3 +174,7 @@ def _host_scale(grad_loss: torch.Tensor):
 
 
 linear_cross_entropy.register_autograd(_backward, setup_context=_setup_context)
+#: ``accel::linear_cross_entropy(*args)`` as a loss calls it: eager through a plain autograd.Function with the
+#: formula above (:func:`accel.kernels.core.autograd.eager_autograd`: the op's 15 arguments are not re-filled
+#: and redispatched by the custom op's autograd layer), the op itself under ``torch.compile``
+apply = eager_autograd(torch.ops.accel.linear_cross_entropy.default, _setup_context, _backward)
