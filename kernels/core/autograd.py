@@ -19,8 +19,8 @@ from .op import Op
 from .slot import SLOTS
 from .state import STATE
 
-__all__ = ["BACKWARD_OF", "check_training", "declare_backward", "eager_autograd", "orphaned_forwards",
-           "refuse_without_autograd"]
+__all__ = ["BACKWARD_OF", "below_autograd", "check_training", "declare_backward", "eager_autograd",
+           "orphaned_forwards", "refuse_without_autograd"]
 
 
 def refuse_without_autograd(op: Op) -> None:
@@ -146,3 +146,13 @@ def eager_autograd(op: Any, setup_context: Callable, backward: Callable) -> Call
 
     call.function = _Eager  # type: ignore[attr-defined]
     return call
+
+
+def below_autograd(op: Any, *args: Any) -> Any:
+    """``op(*args)`` below autograd where no graph is being recorded (a backward formula's own op call without
+    ``create_graph``): the backend kernel directly, without the custom op's autograd layer; with grad mode on
+    (``create_graph=True``), the op's full call as it was."""
+    if torch.is_grad_enabled() or torch.compiler.is_compiling():
+        return op(*args)
+    with torch._C._AutoDispatchBelowAutograd():
+        return op(*args)

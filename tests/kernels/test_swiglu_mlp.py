@@ -118,3 +118,11 @@ def test_a_recompute_input_modified_in_place_is_caught_at_backward():
     base.add_(1.0)
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         y.sum().backward()
+
+
+def test_double_backward_is_refused_not_silently_wrong():
+    h, nw, gw, uw, dw, *_ = _leaves((4,), torch.float32, False)
+    x = rn_op.rms_norm(h, nw, 1e-6)
+    (gx,) = torch.autograd.grad(swiglu_mlp(x, gw, uw, dw).sum(), x, create_graph=True)
+    with pytest.raises(RuntimeError, match="does not require grad|once_differentiable|double backward"):
+        gx.sum().backward()

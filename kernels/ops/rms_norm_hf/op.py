@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from accel.kernels.core.autograd import eager_autograd
+from accel.kernels.core.autograd import below_autograd, eager_autograd
 
 from . import reference
 
@@ -67,7 +67,8 @@ def _backward(ctx, grad_y, grad_rstd):
     need_x, need_w = ctx.needs_input_grad[:2]
     if grad_y is None or not (need_x or need_w):
         return None, None, None, None
-    gx, gw = torch.ops.accel.rms_norm_hf_backward(grad_y, input, weight, rstd, ctx.unit_offset, need_x, need_w)
+    gx, gw = below_autograd(torch.ops.accel.rms_norm_hf_backward.default, grad_y, input, weight, rstd,
+                            ctx.unit_offset, need_x, need_w)
     return (gx if need_x else None), (gw if need_w else None), None, None
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from accel.errors import UnsupportedOperationError
-from accel.kernels.core.autograd import eager_autograd
+from accel.kernels.core.autograd import below_autograd, eager_autograd
 
 from . import reference
 
@@ -69,7 +69,7 @@ def _backward(ctx, grad_q, grad_k):
     need_q, need_k = ctx.needs_input_grad[:2]
     if not (need_q or need_k):
         return None, None, None, None, None
-    dq, dk = torch.ops.accel.rope_backward(grad_q, grad_k, cos, sin, ctx.unsqueeze_dim)
+    dq, dk = below_autograd(torch.ops.accel.rope_backward.default, grad_q, grad_k, cos, sin, ctx.unsqueeze_dim)
     return (dq if need_q else None), (dk if need_k else None), None, None, None
 
 

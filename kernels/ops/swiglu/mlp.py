@@ -21,18 +21,19 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
+from torch.autograd.function import once_differentiable
+
+from accel.kernels.core.autograd import below_autograd
 
 __all__ = ["swiglu_mlp"]
 
 
 def _swiglu(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    with torch._C._AutoDispatchBelowAutograd():  # the backend kernel (accel's router) without the op's autograd
-        return torch.ops.accel.swiglu.default(a, b)
+    return below_autograd(torch.ops.accel.swiglu.default, a, b)  # the backend kernel (accel's router)
 
 
 def _swiglu_backward(g: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    with torch._C._AutoDispatchBelowAutograd():
-        return torch.ops.accel.swiglu_backward.default(g, a, b)
+    return below_autograd(torch.ops.accel.swiglu_backward.default, g, a, b)
 
 
 class _SwiGLUMLP(torch.autograd.Function):
@@ -48,6 +49,7 @@ class _SwiGLUMLP(torch.autograd.Function):
         return out
 
     @staticmethod
+    @once_differentiable  # no double backward: its SwiGLU parts run below autograd
     def backward(ctx, grad_out):
         gate, up, gate_w, up_w, down_w, *held = ctx.saved_tensors
         need = ctx.needs_input_grad
