@@ -28,8 +28,9 @@ from typing import Any
 __all__ = ["trace"]
 
 _API = ("cuda_runtime", "cuda_driver")
+#: Calls that block the host until the device catches up (a name equal to one, or starting with it and "_").
 _SYNC_NAMES = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "aten::item",
-               "aten::_local_scalar_dense", "cudaMemcpy ")
+               "aten::_local_scalar_dense", "cudaMemcpy")
 
 
 def trace(step: Callable[[], Any], device, *, top: int = 15) -> dict[str, Any]:
@@ -84,10 +85,18 @@ def summarise(events: list[dict[str, Any]], *, top: int = 15) -> dict[str, Any]:
             return [], None, None
         return stack(rt["tid"], rt["ts"]), rt["tid"], rt["ts"]
 
-    def top_level(names: list[str]) -> str:
-        """``phase: op``: the caller's ``step.*`` label (``record_function``) and the autograd node or else
-        the outermost op under it."""
-        phase = next((n for n in names if n.startswith("step.")), "")
+    # the caller's phase labels, from every thread: the autograd engine launches backward kernels from its
+    # own device thread, while the "step.backward" label is open on the caller's
+    phases = sorted(((e["ts"], e["ts"] + e["dur"], e["name"]) for ops in ops_by_tid.values() for e in ops
+                     if e["name"].startswith("step.")))
+
+    def phase_at(ts) -> str:
+        return next((name for start, end, name in phases if start <= ts <= end), "")
+
+    def top_level(names: list[str], ts=None) -> str:
+        """``phase: op``: the caller's ``step.*`` label open at ``ts`` (``record_function``, any thread) and the
+        autograd node or else the outermost op under it."""
+        phase = next((n for n in names if n.startswith("step.")), "") or (phase_at(ts) if ts is not None else "")
         rest = [n for n in names if not n.startswith("step.")]
         node = next((n for n in rest if n.startswith("autograd::engine::evaluate_function")), None)
         op = (node.removeprefix("autograd::engine::evaluate_function: ") if node
@@ -101,21 +110,19 @@ def summarise(events: list[dict[str, Any]], *, top: int = 15) -> dict[str, Any]:
     gaps, by_next, per_kernel = [], {}, {}
     idle = 0.0
     end = kernels[0]["ts"] + kernels[0]["dur"] if kernels else 0.0
-    main_tid = None
     for k in kernels:
-        names, tid, _ = launcher(k)
-        main_tid = main_tid if main_tid is not None else tid
-        key = (k["name"][:90], innermost_aten(names), top_level(names))
+        names, tid, launched = launcher(k)
+        key = (k["name"][:90], innermost_aten(names), top_level(names, launched))
         per_kernel[key] = per_kernel.get(key, 0.0) + k["dur"]
         gap = k["ts"] - end
         if gap > 0:
             idle += gap
             if gap >= 5:
-                nxt = top_level(names)
+                nxt = top_level(names, launched)
                 by_next[nxt] = by_next.get(nxt, 0.0) + gap
                 host = stack(tid, end) if tid is not None else []
                 gaps.append({"ms": gap / 1e3, "host_during": host[-1] if host else "?",
-                             "sync": any(s in n for n in host for s in _SYNC_NAMES),
+                             "sync": any(n == s or n.startswith(s + "_") for n in host for s in _SYNC_NAMES),
                              "next_kernel": k["name"][:70], "next_op": innermost_aten(names), "next_top": nxt})
         end = max(end, k["ts"] + k["dur"])
     cpu = [e for ops in ops_by_tid.values() for e in ops if e.get("cat") == "cpu_op"]

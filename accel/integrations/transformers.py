@@ -62,6 +62,7 @@ import inspect
 import sys
 import threading
 import types
+import weakref
 from collections.abc import Iterable
 from typing import Any
 
@@ -269,12 +270,14 @@ def patch(model: nn.Module, *, norms: bool = True, mlp: bool = True, rope: bool 
         rope: replace the attention modules' RoPE (``accel::rope``).
         loss: replace the causal LM's loss (``accel.nn.functional.linear_cross_entropy`` when ``labels`` are
             given; ``logits`` are then ``None`` unless the call passes ``return_logits=True``). Where an
-            accel kernel serves the loss, a training-mode call with ``labels`` and no ``past_key_values``
-            builds no KV cache (``past_key_values`` is ``None``) unless it passes ``use_cache=True``: Hugging
-            Face builds one by default, a copy of each layer's keys and values that the step drops with the
-            output (HF Llama on the H200: 16 ``cat`` kernels, 0.95 ms per step). Without a cache Hugging Face
-            runs its training-setup mask path, which checks ``position_ids`` for packed sequences (one
-            device-to-host read per forward).
+            accel loss kernel is registered for the device (``accel.kernels.install()`` on a GPU), a
+            training-mode call with ``labels``, no ``past_key_values`` and no ``use_cache`` builds no KV cache
+            (``past_key_values`` is ``None``): Hugging Face builds one by default, a copy of each layer's
+            keys and values that the step drops with the output (HF Llama on the H200: 16 ``cat`` kernels,
+            0.95 ms per step). ``use_cache=True`` builds it. So does a call passing ``position_ids`` without
+            an ``attention_mask``, whose mask Hugging Face builds differently without a cache (packed
+            sequences get a block-diagonal mask). Without a cache Hugging Face checks its own
+            ``position_ids`` for packing (one device-to-host read per forward).
         loss_options: the :class:`accel.nn.LinearCrossEntropyOptions` of the loss (torch's own class on
             torch 2.13+ is read field by field into accel's). Default ``None``: chunks of
             :func:`accel.nn.linear_cross_entropy.model_chunk_rows` rows (at least 1024 where there are as
@@ -297,8 +300,10 @@ def patch(model: nn.Module, *, norms: bool = True, mlp: bool = True, rope: bool 
             weight (which the norm keeps anyway), by the same kernel (the same bits): the MLP that takes it
             whole (``swiglu_mlp``) and the attention's q/k/v projections (saved-tensor hooks around the
             attention's forward). One ``[tokens, hidden]`` tensor per norm is not kept, for one norm forward
-            more in backward. ``False``: the outputs are kept, as the model's code does. ``None`` on a model
-            patched before: keep its setting.
+            more in backward. An output changed in place before its consumer runs is kept as it is; under
+            other saved-tensor hooks (non-reentrant activation checkpointing, offloading) nothing is
+            recomputed and the MLP runs as modules. ``False``: the outputs are kept, as the model's code
+            does. ``None`` on a model patched before: keep its setting.
 
     Returns:
         ``model`` itself.
@@ -540,8 +545,8 @@ def _build_rms_norm(cls: type, variant: str | None) -> tuple[type | None, str | 
             return forward(self, hidden_states, *args, **kwargs)  # the model's own code
         y = rms_norm_ops.rms_norm(hidden_states, weight, eps, unit)
         if torch.is_grad_enabled() and getattr(self, "accel_norm_recompute", True) and not torch.compiler.is_compiling():
-            # how to make y again: a consumer that keeps this instead of y (the MLP) recomputes it in backward
-            y.accel_recompute = (_RecomputeNorm(eps, unit), (hidden_states, weight))
+            # how to make y again: a consumer that keeps this instead of y recomputes it in backward
+            _keep_recipe(y, _RecomputeNorm(eps, unit), (hidden_states, weight))
         return y
 
     forward_accel.__doc__ = forward.__doc__
@@ -559,6 +564,35 @@ class _RecomputeNorm:
 
     def __call__(self, input: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         return rms_norm_ops.rms_norm(input, weight, self.eps, self.unit)
+
+
+#: ``id(y)`` of a replaced RMSNorm's live output -> ``(weakref to y, y's version then, fn, weakrefs to fn's
+#: tensors)``: how to make ``y`` again. Weak on both sides, so the entry neither travels with ``y`` (pickling,
+#: a returned ``last_hidden_state``) nor keeps the norm's input alive; dropped when ``y`` dies.
+_RECIPES: dict[int, tuple] = {}
+
+
+def _keep_recipe(y: torch.Tensor, fn: Any, tensors: tuple) -> None:
+    key = id(y)
+    _RECIPES[key] = (weakref.ref(y, lambda _ref: _RECIPES.pop(key, None)), y._version, fn,
+                     tuple(weakref.ref(t) for t in tensors))
+
+
+def _recipe(x: torch.Tensor) -> tuple | None:
+    """``(fn, tensors)`` making ``x`` again where ``x`` is a replaced RMSNorm's output not changed in place since
+    (its version counter), with the norm's input and weight alive; else ``None`` (the consumer keeps ``x``)."""
+    entry = _RECIPES.get(id(x))
+    if entry is None or entry[0]() is not x or x._version != entry[1]:
+        return None
+    tensors = tuple(r() for r in entry[3])
+    return None if any(t is None for t in tensors) else (entry[2], tensors)
+
+
+def _outer_saved_tensor_hooks() -> bool:
+    """Whether saved-tensor hooks are active (non-reentrant activation checkpointing, offloading): then nothing
+    is recomputed here and the MLP runs as modules, so that the checkpoint's recomputation saves what the
+    forward saved and the outer hooks see every saved tensor."""
+    return torch._C._autograd._top_saved_tensors_default_hooks(False) is not None
 
 
 def _transforms_active() -> bool:
@@ -604,7 +638,7 @@ def _build_mlp(cls: type, variant: str | None) -> tuple[type | None, str | None]
         no transform, and an accel kernel takes the SwiGLU of the gate F.linear will give (a stand-in of its
         shape, dtype and device: allocated, never written)."""
         if (not getattr(self, "accel_mlp_recompute", True) or torch.compiler.is_compiling() or _transforms_active()
-                or _live(SWIGLU_OP, x.device.type) is None
+                or _live(SWIGLU_OP, x.device.type) is None or _outer_saved_tensor_hooks()
                 or not all(_plain_linear(p, x) for p in (self.gate_proj, self.up_proj, self.down_proj))):
             return False
         like = x.new_empty((*x.shape[:-1], self.gate_proj.out_features))
@@ -617,7 +651,7 @@ def _build_mlp(cls: type, variant: str | None) -> tuple[type | None, str | None]
             if fused(self, x):
                 g, u, d = self.gate_proj, self.up_proj, self.down_proj
                 return swiglu_mlp(x, g.weight, u.weight, d.weight, g.bias, u.bias, d.bias,
-                                  recompute=getattr(x, "accel_recompute", None))
+                                  recompute=_recipe(x))
             gate = self.gate_proj(x)
             if not accel_takes(SWIGLU_OP, gate, gate):  # (up has gate's shape, dtype and device)
                 return self.down_proj(self.act_fn(gate) * self.up_proj(x))  # the model's own code
@@ -697,8 +731,9 @@ def _build_attention(cls: type, variant: str | None) -> tuple[type | None, str |
     forward_copy.__kwdefaults__ = forward.__kwdefaults__
 
     def forward_accel(self, hidden_states, *args, **kwargs):
-        recipe = getattr(hidden_states, "accel_recompute", None)
-        if recipe is None or not torch.is_grad_enabled():
+        recipe = (None if torch.compiler.is_compiling() or not torch.is_grad_enabled() or _outer_saved_tensor_hooks()
+                  else _recipe(hidden_states))
+        if recipe is None:
             return forward_copy(self, hidden_states, *args, **kwargs)
         with torch.autograd.graph.saved_tensors_hooks(*_RecomputedInput(hidden_states, recipe).hooks()):
             return forward_copy(self, hidden_states, *args, **kwargs)
@@ -714,9 +749,9 @@ class _RecomputedInput:
     shared by every projection's backward (freed with the last of them).
 
     A saved tensor is ``y`` when it starts where ``y`` does and has its dtype and size (the projections save
-    ``y``'s 2-D view); every other saved tensor is kept as autograd keeps it. The recipe's tensors (the norm's
-    input and weight) are checked at unpack for in-place changes since the forward, as autograd checks its
-    own saved tensors."""
+    ``y``'s 2-D view); every other saved tensor is kept as autograd keeps it (the hooks are installed only
+    where no other saved-tensor hooks are active). The recipe's tensors (the norm's input and weight) are
+    checked at unpack for in-place changes since the forward, as autograd checks its own saved tensors."""
 
     __slots__ = ("dtype", "fn", "numel", "ptr", "tensors", "value", "versions")
 
@@ -807,6 +842,7 @@ def _build_causal_lm(cls: type, variant: str | None) -> tuple[type | None, str |
             return_dict = passed
         base_args = {k: v for k, v in a.items() if k not in ("self", *_LM_ARGS)}
         if (cache_param and self.training and a.get("use_cache") is None and a.get("past_key_values") is None
+                and not (a.get("position_ids") is not None and a.get("attention_mask") is None)
                 and _live(LCE_OP, head.weight.device.type)):
             # a training step's cache is dropped with the output: not built, unless use_cache=True is passed
             base_args["use_cache"] = False

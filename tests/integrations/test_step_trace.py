@@ -73,3 +73,15 @@ def test_a_long_open_op_names_the_phase_of_a_launch_hundreds_of_ops_later():
     s = _module().summarise(events)
     assert s["kernels_by_op"][0] == ["adam", "aten::_fused_adamw_", "step.optimizer: aten::_fused_adamw_", 0.03]
     assert s["gaps"][0]["next_top"] == "step.optimizer: aten::mul"
+
+
+@needs
+def test_backward_kernels_launched_from_the_engines_thread_get_the_callers_phase_and_memcpy_is_a_sync():
+    events = [_op("step.backward", 0, 1000, tid=1),
+              _op("autograd::engine::evaluate_function: MmBackward0", 10, 50, tid=9), _op("aten::mm", 12, 10, tid=9),
+              _launch(1, 14, tid=9), _kernel("gemm", 1, 20, 10),
+              {"ph": "X", "cat": "cuda_runtime", "name": "cudaMemcpy", "ts": 25, "dur": 260, "tid": 1},
+              _op("aten::add", 300, 5, tid=1), _launch(2, 301, tid=1), _kernel("add", 2, 310, 5)]
+    s = _module().summarise(events)
+    assert s["kernels_by_op"][0][2] == "step.backward: MmBackward0"
+    assert s["gaps"][0]["sync"] is True and s["gaps"][0]["host_during"] == "cudaMemcpy"

@@ -588,11 +588,11 @@ def test_loss_options_of_another_kind_are_a_typed_error_and_torchs_options_are_r
 
 
 def test_mlp_recompute_keeps_the_bits_and_saves_one_product_per_layer(cpu_kernels):
-    """``patch(mlp_recompute=True)`` (the default): the MLP (one node, :func:`swiglu_mlp`) saves gate and up,
-    not their SwiGLU product, nor its input (the RMSNorm's output, recomputed from the norm's input): the same
-    loss and gradients bit for bit as ``mlp_recompute=False``, and autograd keeps one ``[tokens,
-    intermediate]`` and one ``[tokens, hidden]`` fp32 tensor less per layer. A second patch call switches it;
-    unpatch clears it."""
+    """``patch(mlp_recompute=True)`` (the default): the MLP saves gate and up, not their SwiGLU product: the
+    same loss and gradients bit for bit as ``mlp_recompute=False``, and autograd keeps one ``[tokens,
+    intermediate]`` fp32 tensor less per layer. Measured under saved-tensor hooks, where the MLP runs as
+    modules with the down projection's ``swiglu_linear`` (the one-node MLP's savings: tests/kernels/
+    test_swiglu_mlp.py and the norm-recompute test). A second patch call switches it; unpatch clears it."""
     inputs = _inputs("llama")
     runs = {}
     for recompute in (False, True):
@@ -611,8 +611,7 @@ def test_mlp_recompute_keeps_the_bits_and_saves_one_product_per_layer(cpu_kernel
     assert torch.equal(runs[True][0], runs[False][0])
     assert all(torch.equal(runs[True][1][n], runs[False][1][n]) for n in runs[False][1])
     layers, tokens, inter = _DECODER["num_hidden_layers"], 2 * 12, _DECODER["intermediate_size"]
-    hidden = _DECODER["hidden_size"]  # and, as the whole MLP is one node, the normed input is not kept either
-    assert runs[False][2] - runs[True][2] == layers * tokens * (inter + hidden) * 4
+    assert runs[False][2] - runs[True][2] == layers * tokens * inter * 4
     model = runs[True][3]
     mlps = [m for m in model.modules() if type(m).__name__.endswith("MLP")]
     hf.patch(model, mlp_recompute=False)
@@ -669,6 +668,92 @@ def test_a_norm_input_changed_in_place_before_backward_is_an_error(cpu_kernels):
         grab[0].add_(1.0)
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         loss.backward()
+
+
+def _grads_with(family, inputs, patch=None, prepare=None):
+    _, model = _build(family)
+    if patch is not None:
+        hf.patch(model, **patch)
+    if prepare is not None:
+        prepare(model)
+    model.train()  # the tiny configs have no dropout: modes compute the same
+    out, grads = _loss_and_grads(model, inputs)
+    return out.loss.detach(), grads
+
+
+def _same(a, b):
+    assert torch.equal(a[0], b[0])
+    assert a[1].keys() == b[1].keys() and all(torch.equal(a[1][n], b[1][n]) for n in a[1])
+
+
+def test_a_norm_output_changed_in_place_before_its_consumer_is_kept_not_recomputed(cpu_kernels):
+    """A forward hook scaling the norms' outputs in place (activation steering): the consumers keep the changed
+    output, so the gradients are those of norm_recompute=False (which keeps every output), not of the norm."""
+    def steer(model):
+        for n, m in model.named_modules():
+            if n.endswith(("input_layernorm", "post_attention_layernorm")):
+                m.register_forward_hook(lambda m, a, y: y.mul_(2.0))
+
+    inputs = _inputs("llama")
+    _same(_grads_with("llama", inputs, {}, steer), _grads_with("llama", inputs, {"norm_recompute": False}, steer))
+
+
+def test_non_reentrant_checkpointing_gets_no_recompute_and_trains_like_the_unpatched_model(cpu_kernels):
+    """Under HF's gradient checkpointing (non-reentrant: saved-tensor hooks) nothing is recomputed by accel and
+    the MLP runs as modules: the checkpoint's recomputation saves what the forward saved, even with a forward
+    hook that exists only during the first forward, and the gradients are the unpatched model's."""
+    inputs = _inputs("llama")
+
+    def ckpt(model):
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        proj = model.model.layers[0].mlp.gate_proj
+        handle = []
+        handle.append(proj.register_forward_hook(lambda m, a, y: handle[0].remove()))  # the first forward only
+
+    ref = _grads_with("llama", inputs, None, ckpt)
+    got = _grads_with("llama", inputs, {}, ckpt)
+    torch.testing.assert_close(got[0], ref[0], rtol=1e-5, atol=1e-6)
+    for n in ref[1]:
+        torch.testing.assert_close(got[1][n], ref[1][n], rtol=1e-4, atol=1e-6, msg=n)
+
+
+@needs_lce
+def test_packed_position_ids_without_a_mask_keep_the_cache_and_the_models_loss(cpu_kernels):
+    """position_ids given without an attention_mask: Hugging Face builds the mask differently without a cache
+    (packed sequences), so the patched model keeps the cache and gives the unpatched model's loss."""
+    ref, model = _build("llama")
+    hf.patch(model)
+    ref.train(), model.train()
+    inputs = _inputs("llama")
+    packed = torch.cat([torch.arange(6), torch.arange(6)]).expand(2, -1)
+    out = model(**inputs, position_ids=packed)
+    assert out.past_key_values is not None
+    torch.testing.assert_close(out.loss, ref(**inputs, position_ids=packed).loss, rtol=1e-5, atol=1e-6)
+
+
+def test_the_recipe_does_not_travel_with_the_norm_output(cpu_kernels):
+    """How to recompute a norm's output is kept beside it, weakly: the returned hidden states carry no attribute
+    and pickle as the unpatched model's do, and nothing is left once the step's tensors are gone."""
+    import gc
+    import io
+
+    ref, model = _build("llama")
+    hf.patch(model)
+    model.train()
+    inputs = _inputs("llama")
+    out = model(**inputs, output_hidden_states=True)
+    last = out.hidden_states[-1]
+    assert not hasattr(last, "accel_recompute")
+    sizes = []
+    for t in (last, ref(**inputs, output_hidden_states=True).hidden_states[-1]):
+        buf = io.BytesIO()
+        torch.save(t.detach(), buf)
+        sizes.append(len(buf.getvalue()))
+    assert sizes[0] == sizes[1]
+    out.loss.backward()
+    del out, last
+    gc.collect()
+    assert not hf._RECIPES
 
 
 def _saved_bytes_and_grads(model, inputs):
