@@ -300,7 +300,8 @@ def patch(model: nn.Module, *, norms: bool = True, mlp: bool = True, rope: bool 
             weight (which the norm keeps anyway), by the same kernel (the same bits): the MLP that takes it
             whole (``swiglu_mlp``) and the attention's q/k/v projections (saved-tensor hooks around the
             attention's forward). One ``[tokens, hidden]`` tensor per norm is not kept, for one norm forward
-            more in backward. An output changed in place before its consumer runs is kept as it is; under
+            more in backward. An output (or the norm's input) changed in place before the consumer keeps it
+            is kept as it is (a change through ``.data`` is invisible: pass ``False`` there); under
             other saved-tensor hooks (non-reentrant activation checkpointing, offloading) nothing is
             recomputed and the MLP runs as modules. ``False``: the outputs are kept, as the model's code
             does. ``None`` on a model patched before: keep its setting.
@@ -567,7 +568,7 @@ class _RecomputeNorm:
 
 
 #: ``id(y)`` of a replaced RMSNorm's live output -> ``(weakref to y, y's version then, fn, weakrefs to fn's
-#: tensors)``: how to make ``y`` again. Weak on both sides, so the entry neither travels with ``y`` (pickling,
+#: tensors, their versions then)``: how to make ``y`` again. Weak on both sides, so the entry neither travels with ``y`` (pickling,
 #: a returned ``last_hidden_state``) nor keeps the norm's input alive; dropped when ``y`` dies.
 _RECIPES: dict[int, tuple] = {}
 
@@ -575,24 +576,29 @@ _RECIPES: dict[int, tuple] = {}
 def _keep_recipe(y: torch.Tensor, fn: Any, tensors: tuple) -> None:
     key = id(y)
     _RECIPES[key] = (weakref.ref(y, lambda _ref: _RECIPES.pop(key, None)), y._version, fn,
-                     tuple(weakref.ref(t) for t in tensors))
+                     tuple(weakref.ref(t) for t in tensors), tuple(t._version for t in tensors))
 
 
 def _recipe(x: torch.Tensor) -> tuple | None:
-    """``(fn, tensors)`` making ``x`` again where ``x`` is a replaced RMSNorm's output not changed in place since
-    (its version counter), with the norm's input and weight alive; else ``None`` (the consumer keeps ``x``)."""
+    """``(fn, tensors)`` making ``x`` again where ``x`` is a replaced RMSNorm's output and neither it nor the
+    norm's input and weight were changed in place since the norm ran (their version counters), all alive;
+    else ``None`` (the consumer keeps ``x``). A change through ``.data`` is invisible to version counters:
+    ``patch(model, norm_recompute=False)`` for models whose hooks write that way."""
     entry = _RECIPES.get(id(x))
     if entry is None or entry[0]() is not x or x._version != entry[1]:
         return None
     tensors = tuple(r() for r in entry[3])
-    return None if any(t is None for t in tensors) else (entry[2], tensors)
+    if any(t is None for t in tensors) or tuple(t._version for t in tensors) != entry[4]:
+        return None
+    return entry[2], tensors
 
 
 def _outer_saved_tensor_hooks() -> bool:
-    """Whether saved-tensor hooks are active (non-reentrant activation checkpointing, offloading): then nothing
-    is recomputed here and the MLP runs as modules, so that the checkpoint's recomputation saves what the
-    forward saved and the outer hooks see every saved tensor."""
-    return torch._C._autograd._top_saved_tensors_default_hooks(False) is not None
+    """Whether saved-tensor hooks are active (non-reentrant activation checkpointing, offloading) or disabled
+    (``disable_saved_tensors_hooks``): then nothing is recomputed here and the MLP runs as modules, so that a
+    checkpoint's recomputation saves what the forward saved and the outer hooks see every saved tensor."""
+    return (torch._C._autograd._top_saved_tensors_default_hooks(False) is not None
+            or not torch._C._autograd._saved_tensors_hooks_is_enabled())
 
 
 def _transforms_active() -> bool:
@@ -753,18 +759,19 @@ class _RecomputedInput:
     where no other saved-tensor hooks are active). The recipe's tensors (the norm's input and weight) are
     checked at unpack for in-place changes since the forward, as autograd checks its own saved tensors."""
 
-    __slots__ = ("dtype", "fn", "numel", "ptr", "tensors", "value", "versions")
+    __slots__ = ("dtype", "fn", "numel", "ptr", "tensors", "value", "version", "versions")
 
     def __init__(self, y: torch.Tensor, recipe: tuple) -> None:
-        self.ptr, self.numel, self.dtype = y.data_ptr(), y.numel(), y.dtype
+        self.ptr, self.numel, self.dtype, self.version = y.data_ptr(), y.numel(), y.dtype, y._version
         self.fn, self.tensors = recipe
-        self.versions = tuple(t._version for t in self.tensors)
+        self.versions = tuple(t._version for t in self.tensors)  # as the norm left them (_recipe checked)
         self.value = None
 
     def hooks(self) -> tuple:
         def pack(t):
-            if t.data_ptr() == self.ptr and t.numel() == self.numel and t.dtype == self.dtype:
-                return (self, t.shape, t.stride())  # y's own view: the same start, so no offset
+            if (t.data_ptr() == self.ptr and t.numel() == self.numel and t.dtype == self.dtype
+                    and t._version == self.version):  # y's own view (views share y's counter), unchanged since
+                return (self, t.shape, t.stride())  # the same start, so no offset
             return t
 
         def unpack(packed):

@@ -698,6 +698,32 @@ def test_a_norm_output_changed_in_place_before_its_consumer_is_kept_not_recomput
     _same(_grads_with("llama", inputs, {}, steer), _grads_with("llama", inputs, {"norm_recompute": False}, steer))
 
 
+@pytest.mark.parametrize("where", ["norm input after the norm", "output inside the attention"])
+def test_a_change_between_the_norm_and_the_projections_is_kept_not_recomputed(where, cpu_kernels):
+    """In-place changes the recipe must not paper over: the first norm's input changed after the norm ran (its
+    weight and the embeddings frozen, so the norm's own backward cannot see it), or its output changed just
+    before q_proj saves it. Either way the gradients are those of norm_recompute=False."""
+    def change(model):
+        layer = model.model.layers[0]
+        if where == "norm input after the norm":
+            model.model.embed_tokens.weight.requires_grad_(False)
+            layer.input_layernorm.weight.requires_grad_(False)
+            layer.input_layernorm.register_forward_hook(lambda m, a, y: a[0].add_(1.0))
+        else:
+            layer.self_attn.q_proj.register_forward_pre_hook(lambda m, a: a[0].mul_(2.0))
+
+    inputs = _inputs("llama")
+    _same(_grads_with("llama", inputs, {}, change), _grads_with("llama", inputs, {"norm_recompute": False}, change))
+
+
+def test_disabled_saved_tensor_hooks_run_as_the_unpatched_model_does(cpu_kernels):
+    _, model = _build("llama")
+    hf.patch(model)
+    model.train()
+    with torch.autograd.graph.disable_saved_tensors_hooks("no hooks here"):
+        model(**_inputs("llama")).loss.backward()
+
+
 def test_non_reentrant_checkpointing_gets_no_recompute_and_trains_like_the_unpatched_model(cpu_kernels):
     """Under HF's gradient checkpointing (non-reentrant: saved-tensor hooks) nothing is recomputed by accel and
     the MLP runs as modules: the checkpoint's recomputation saves what the forward saved, even with a forward

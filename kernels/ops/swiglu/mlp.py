@@ -99,10 +99,10 @@ def swiglu_mlp(x: torch.Tensor, gate_weight: torch.Tensor, up_weight: torch.Tens
             inter]`` and the biases (or ``None``) in ``x``'s dtype and on its device. Not for autocast regions
             (the backward runs outside autocast) nor under ``torch.func`` transforms: the integration calls
             it only where the dtypes agree, autocast is off and no transform is active.
-            recompute: ``(fn, tensors)`` where ``fn(*tensors)`` gives ``x`` again, bit for bit (for an RMSNorm's
+        recompute: ``(fn, tensors)`` where ``fn(*tensors)`` gives ``x`` again, bit for bit (for an RMSNorm's
             output: the norm and its input and weight), or ``None``. Given, ``tensors`` are kept for backward
             instead of ``x``, and their in-place modification before backward is caught as autograd catches it;
-            ``x`` itself must be what ``fn(*tensors)`` gave (the integration checks ``x``'s version counter).
+            ``x`` itself must be what ``fn(*tensors)`` gave (the integration checks the version counters).
 
     Returns:
         ``[..., hidden_out]`` in ``x``'s dtype.
