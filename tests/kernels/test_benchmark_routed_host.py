@@ -32,3 +32,20 @@ def test_routed_host_benchmark_refuses_a_bad_call_count():
     out = subprocess.run([sys.executable, str(SCRIPT), "--calls", "0"], capture_output=True, text=True, timeout=120,
                          check=False)
     assert out.returncode == 2 and "--calls 0: need at least 1" in out.stderr
+
+
+EAGER = SCRIPT.with_name("eager_autograd_host.py")
+
+
+@pytest.mark.once
+def test_eager_autograd_host_benchmark_times_the_three_paths(tmp_path):
+    out = subprocess.run([sys.executable, str(EAGER), "--calls", "20", "--out", str(tmp_path)], capture_output=True,
+                         text=True, timeout=300, check=False)
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = [ln.split("|")[1:3] for ln in (tmp_path / "eager_autograd_host_cpu.md").read_text().splitlines()
+            if ln.startswith("| ") and not ln.startswith("| path")]
+    assert [name.strip() for name, _ in rows] == ["custom op", "eager_autograd", "bare Function"]
+    assert all(float(us) > 0 for _, us in rows)
+    bad = subprocess.run([sys.executable, str(EAGER), "--calls", "0"], capture_output=True, text=True, timeout=120,
+                         check=False)
+    assert bad.returncode == 2 and "--calls 0: need at least 1" in bad.stderr
