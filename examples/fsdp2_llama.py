@@ -394,13 +394,27 @@ def load_checkpoint(ckpt: Path, model: nn.Module, optim: torch.optim.Optimizer, 
     return int(saved["step"])
 
 
+class _AccelOps(torch.utils._python_dispatch.TorchDispatchMode):
+    """Counts the calls of accel's ops (``accel::<name>``) dispatched inside it, backward included."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls: dict[str, int] = {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func.name()
+        if name.startswith("accel::"):
+            self.calls[name] = self.calls.get(name, 0) + 1
+        return func(*args, **(kwargs or {}))
+
+
 def check_gradients(opts: Options, reference: nn.Module, model: nn.Module, device: torch.device, rank: int,
                     world: int, ops_seen: dict[str, int]) -> tuple[float, float]:
     """One forward/backward of every rank's fixed batch on the sharded model against the unsharded
     ``reference`` on the concatenated batches (dropout off): the largest absolute difference of the
     gradients (FSDP averages over ranks, the reference averages the per-rank losses) and the largest
     absolute reference gradient, over all ranks. Leaves no gradient; adds the accel ops the sharded step
-    ran (``accel::rms_norm_hf``: calls, from the profiler) to ``ops_seen``."""
+    ran (``accel::rms_norm_hf``: calls, counted by a dispatch mode) to ``ops_seen``."""
     import torch.distributed as dist
 
     size = SIZES[opts.size]
@@ -410,9 +424,11 @@ def check_gradients(opts: Options, reference: nn.Module, model: nn.Module, devic
     model.eval()
     reference.eval().to(device)
     ids = batches[rank].to(device)
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+    # counted by a dispatch mode, not torch.profiler: kineto's teardown in a CUDA build without a device
+    # aborted the rank now and then (torch 2.14.1: "terminate called without an active exception")
+    with _AccelOps() as seen:
         loss_of(model, opts, ids, ids).backward()
-    ops_seen.update({e.key: e.count for e in prof.key_averages() if e.key.startswith("accel::")})
+    ops_seen.update(seen.calls)
     ref_loss = sum(loss_of(reference, opts, b.to(device), b.to(device)) for b in batches) / world
     ref_loss.backward()
     worst = largest = 0.0
@@ -521,6 +537,13 @@ def _rank_entry(rank: int, opts: Options, phases: tuple[str, ...], ckpt: str, in
     for phase in phases:
         result = train_rank(opts, phase, Path(ckpt), rank, world, f"file://{init_file}-{phase}")
         Path(ckpt, RESULT_NAME.format(phase=phase, rank=rank)).write_text(json.dumps(result))
+    # Every result is written and the process groups are destroyed: the rank ends here, without the
+    # interpreter's teardown, where torch 2.14.1's CUDA build on a host without a GPU aborted about one
+    # rank in five ("terminate called without an active exception", a joinable C++ thread at exit) and so
+    # failed a finished run.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def spawn_phases(opts: Options, phases: tuple[str, ...], ckpt: Path) -> dict[str, list[dict[str, Any]]]:
