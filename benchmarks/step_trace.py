@@ -11,7 +11,10 @@ and reads it back:
   the autograd node or else the outermost op;
 - ``kernels_by_op``: per kernel name, the CPU op that launched it (innermost ``aten::`` op and the enclosing
   autograd node), with device ms: which model code a copy or a cat comes from;
-- ``host_ms``: the host's wall time from the step's first CPU op to its last.
+- ``host_ms``: the host's wall time from the step's first CPU op to its last;
+- ``lead_ms``: the host's time from the step's first CPU op to the launch of its first kernel (the device
+  waits through it), and ``lead_ops``: the CPU ops finished by then, ms summed by name (a nested op counts
+  in its own name and in its parents').
 
 Used by ``benchmarks/real_models.py --trace``; CUDA only (a CPU device has no kernels to place).
 """
@@ -127,11 +130,23 @@ def summarise(events: list[dict[str, Any]], *, top: int = 15) -> dict[str, Any]:
         end = max(end, k["ts"] + k["dur"])
     cpu = [e for ops in ops_by_tid.values() for e in ops if e.get("cat") == "cpu_op"]
     host_ms = ((max(e["ts"] + e["dur"] for e in cpu) - min(e["ts"] for e in cpu)) / 1e3) if cpu else None
+    # the lead: host time from the step's first op to the first kernel's launch (the device idles through it)
+    lead_ms, lead_ops = None, {}
+    if cpu and kernels:
+        first_launch = launcher(kernels[0])[2]
+        if first_launch is not None:
+            begin = min(e["ts"] for e in cpu)
+            lead_ms = round((first_launch - begin) / 1e3, 3)
+            for e in cpu:
+                if e["ts"] + e["dur"] <= first_launch:
+                    lead_ops[e["name"]] = lead_ops.get(e["name"], 0.0) + e["dur"]
     device_ms = (end - kernels[0]["ts"]) / 1e3 if kernels else None
     gaps.sort(key=lambda g: -g["ms"])
     rows = sorted(per_kernel.items(), key=lambda kv: -kv[1])
     return {"device_span_ms": None if device_ms is None else round(device_ms, 3),
             "idle_ms": round(idle / 1e3, 3), "host_ms": None if host_ms is None else round(host_ms, 3),
+            "lead_ms": lead_ms,
+            "lead_ops": {k: round(v / 1e3, 3) for k, v in sorted(lead_ops.items(), key=lambda kv: -kv[1])[:12]},
             "gaps": [{**g, "ms": round(g["ms"], 3)} for g in gaps[:top]],
             "idle_by_next_op": {k: round(v / 1e3, 3) for k, v in sorted(by_next.items(), key=lambda kv: -kv[1])[:25]},
             "kernels_by_op": [[name, op, node, round(us / 1e3, 3)] for (name, op, node), us in rows[:40]]}

@@ -1,33 +1,52 @@
 """Where the routed linear cross-entropy spends more than the Triton impl called directly, on this GPU.
 
-At one benchmark row (bf16, 8192 tokens, d 2048, vocab 32000 unless given) times, side by side in one run:
-``direct`` (``triton_impl.linear_cross_entropy`` with the row schedule, grads set by hand), ``op``
-(``torch.ops.accel.linear_cross_entropy`` + ``loss.backward()``: routing, autograd, the backward's scale) and
-``liger`` when it imports; then one profiled call of each: its kernels (device ms by name) and its host ms.
+At benchmark rows (bf16, 8192 tokens, d 2048, vocab 32000 and 128256 unless given) times, side by side in
+one run: ``direct`` (``triton_impl.linear_cross_entropy`` with the row schedule, grads set by hand), ``op``
+(``torch.ops.accel.linear_cross_entropy`` + ``loss.backward()``: routing, autograd, the backward's scale),
+``nn`` (``accel.nn``'s ``linear_cross_entropy_fp32`` with options and no range check, as the transformers
+integration calls it) and ``liger`` when it imports; then one profiled call of each: its kernels (device ms
+by name), its host ms, the host's lead before the first kernel and the device's idle gaps
+(``benchmarks/step_trace.py``).
 
-Usage (device tool, after ci/gpu/h200.sh's install): ``python3 ci/gpu/lce_gap.py [--shape 8192x2048x32000]``
+Usage (device tool, after ci/gpu/h200.sh's install): ``python3 ci/gpu/lce_gap.py [--shapes 8192x2048x32000,...]``
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import json
 import statistics
 import time
+from pathlib import Path
 
 import torch
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--shape", default="8192x2048x32000", help="tokens x d x vocab")
+    p.add_argument("--shapes", default="8192x2048x32000,8192x2048x128256", help="tokens x d x vocab, comma-separated")
     p.add_argument("--reps", type=int, default=20)
     args = p.parse_args()
-    n, d, c = (int(v) for v in args.shape.split("x"))
     import accel.kernels as ak
-    from accel.kernels.ops.linear_cross_entropy import triton_impl
-    from accel.nn.linear_cross_entropy import LinearCrossEntropyOptions
 
     ak.install()
+    for shape in args.shapes.split(","):
+        run(*(int(v) for v in shape.split("x")), reps=args.reps)
+
+
+def _step_trace():
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "step_trace.py"
+    spec = importlib.util.spec_from_file_location("step_trace", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def run(n: int, d: int, c: int, reps: int) -> None:
+    from accel.kernels.ops.linear_cross_entropy import triton_impl
+    from accel.nn.linear_cross_entropy import LinearCrossEntropyOptions, linear_cross_entropy_fp32
+
     dev = torch.device("cuda")
     torch.manual_seed(0)
     x = torch.randn(n, d, device=dev, dtype=torch.bfloat16, requires_grad=True)
@@ -44,7 +63,12 @@ def main() -> None:
     def op():
         torch.ops.accel.linear_cross_entropy(x, w, t, *fixed)[0].backward()
 
-    steps = {"direct": direct, "op": op}
+    options = LinearCrossEntropyOptions()
+
+    def nn():
+        linear_cross_entropy_fp32(x, w, t, options=options, check_target_range=False).backward()
+
+    steps = {"direct": direct, "op": op, "nn": nn}
     try:
         from liger_kernel.transformers import LigerFusedLinearCrossEntropyLoss
 
@@ -59,7 +83,7 @@ def main() -> None:
     torch.cuda.synchronize()
     dev_ms = {k: [] for k in steps}
     host_ms = {k: [] for k in steps}
-    for _ in range(args.reps):
+    for _ in range(reps):
         for name, fn in steps.items():
             x.grad = w.grad = None
             torch.cuda.synchronize()
@@ -76,6 +100,8 @@ def main() -> None:
               f"{statistics.median(host_ms[name]):7.3f} ms on the host")
     from torch.profiler import ProfilerActivity, profile
 
+    trace_module = _step_trace()
+
     for name, fn in steps.items():
         x.grad = w.grad = None
         torch.cuda.synchronize()
@@ -86,8 +112,15 @@ def main() -> None:
                 if e.self_device_time_total > 0 and e.device_type == torch.autograd.DeviceType.CUDA]
         rows.sort(key=lambda r: -r[1])
         print(f"--- {name}: kernels, device ms in all {sum(r[1] for r in rows):.3f}")
-        for key, ms, count in rows[:14]:
+        for key, ms, count in rows[:8]:
             print(f"  {ms:7.3f} ms  x{count:<4d} {key[:100]}")
+        x.grad = w.grad = None
+        summary = trace_module.trace(fn, dev, top=4)
+        print(f"  lead {summary['lead_ms']} ms before the first kernel, idle {summary['idle_ms']} ms inside, "
+              f"host {summary['host_ms']} ms (profiled)")
+        print("  lead ops:", json.dumps(summary["lead_ops"]))
+        for gap in summary["gaps"]:
+            print(f"  gap {gap['ms']} ms, host in {gap['host_during']} (sync {gap['sync']}), next {gap['next_op']}")
 
 
 if __name__ == "__main__":

@@ -85,3 +85,17 @@ def test_backward_kernels_launched_from_the_engines_thread_get_the_callers_phase
     s = _module().summarise(events)
     assert s["kernels_by_op"][0][2] == "step.backward: MmBackward0"
     assert s["gaps"][0]["sync"] is True and s["gaps"][0]["host_during"] == "cudaMemcpy"
+
+
+@needs
+def test_the_lead_is_the_host_time_before_the_first_launch_with_the_ops_run_by_then():
+    """``lead_ms``: from the step's first CPU op to its first kernel's launch; ``lead_ops``: the ops finished by
+    then (a nested op counted in its own name and its parent's), not the ones after."""
+    events = [
+        _op("loss", 0, 200), _op("aten::eq", 3, 20), _op("aten::where", 30, 40), _op("aten::fill_", 32, 10),
+        _op("aten::mm", 90, 10), _launch(1, 95), _op("aten::add", 150, 5), _launch(2, 151),
+        _kernel("gemm", 1, 100, 30), _kernel("add_kernel", 2, 160, 5),
+    ]
+    s = _module().summarise(events)
+    assert s["lead_ms"] == pytest.approx(0.095)
+    assert s["lead_ops"] == {"aten::where": 0.04, "aten::eq": 0.02, "aten::fill_": 0.01}

@@ -184,6 +184,43 @@ SCRIPT = textwrap.dedent(r"""
         tiled.tile_shape = shape_of
     triton_kernel.default_config = small
 
+    # the coefficient launch against the eager coefficients (fp32, every field), and the in-place scale
+    coef_cases = []
+    for reduction, ls, has_cw, go in (("mean", 0.0, False, False), ("mean", 0.2, True, False),
+                                      ("sum", 0.1, False, False), ("none", 0.3, True, True), ("mean", 0.0, True, False)):
+        t = torch.randint(0, 50, (2500,), generator=g)   # rows of three coefficient blocks
+        t[::7] = -100
+        t[5] = 77                                         # out of range: NaN
+        cw = torch.rand(50, generator=g) + 0.5 if has_cw else None
+        gl = torch.rand(2500, generator=g) if go else None
+        got = triton_impl.coefficients(t, cw, reduction, -100, ls, 50, torch.float32, gl)
+        want = reference.coefficients(t, cw, reduction, -100, ls, 50, torch.float32, gl)
+        worst = 0.0
+        for name in ("target", "a", "b", "bw", "class_weight", "empty"):
+            x_, y_ = getattr(got, name), getattr(want, name)
+            if (x_ is None) != (y_ is None):
+                worst = float("inf")
+            elif x_ is not None:
+                same_nan = torch.equal(x_.isnan(), y_.isnan()) if x_.is_floating_point() else True
+                err = float((x_.double() - y_.double()).nan_to_num().abs().max()) if x_.numel() else 0.0
+                worst = max(worst, err if same_nan and x_.dtype == y_.dtype else float("inf"))
+        coef_cases.append(worst)
+    all_ignored = torch.full((9,), -100)
+    e = triton_impl.coefficients(all_ignored, None, "mean", -100, 0.0, 50)
+    report["coefficients"] = {"errors": coef_cases, "all_ignored_empty": bool(e.empty), "a": e.a.tolist()}
+    v = torch.randn(5000, generator=g)
+    before_v = v.clone()
+    triton_impl.scale_(v, torch.tensor(1.0))
+    one_same = torch.equal(v, before_v)
+    triton_impl.scale_(v, torch.tensor(0.37))
+    h = before_v.to(torch.bfloat16)
+    triton_impl.scale_(h, torch.tensor(0.37))
+    # the interpreter's fp32 -> bf16 conversion truncates (the GPU's rounds to nearest): within one bf16 step
+    bf16_err = float(((h.float() - before_v.to(torch.bfloat16).float() * 0.37).abs()
+                      / (before_v.abs() * 0.37).clamp_min(1e-30)).max())
+    report["scale"] = {"one_unchanged": one_same, "scaled_equal": torch.equal(v, before_v * 0.37),
+                       "bf16_within_a_step": bf16_err <= 2 ** -7}
+
     # register -> route (accel's op; torch's own ops where torch has them) -> unregister
     names = triton_impl.register(["cpu"])
     report["routing"]["names"] = names
@@ -206,6 +243,12 @@ SCRIPT = textwrap.dedent(r"""
     ref_g = grads(ref)
     got = own.linear_cross_entropy(x, w, t, linear_bias=b, options=own.LinearCrossEntropyOptions(batch_chunk_size=4))
     report["routing"]["accel_op"] = [abs(float(got) - float(ref)), diff(grads(got), ref_g)]
+    got = own.linear_cross_entropy(x, w, t, linear_bias=b, options=own.LinearCrossEntropyOptions(batch_chunk_size=4))
+    report["routing"]["accel_op_scaled"] = diff(grads(got * 3.0), [3.0 * r for r in ref_g])
+    from accel.kernels.ops.linear_cross_entropy import op as lce_op
+    report["routing"]["device_scale"] = lce_op._device_scale(torch.tensor(3.0), [None]) is triton_impl.scale_
+    with ak.disabled():
+        report["routing"]["device_scale_disabled"] = lce_op._device_scale(torch.tensor(3.0), [None])
     none = own.linear_cross_entropy(x, w, t, linear_bias=b, reduction="none",
                                     options=own.LinearCrossEntropyOptions(batch_chunk_size=4))
     report["routing"]["accel_op_none"] = diff(grads(none.sum()), grads(TF.cross_entropy(TF.linear(x, w, b), t,
@@ -258,6 +301,17 @@ def test_interpreted_kernel_matches_the_chunked_reference(interpreted):
     assert [e for e in numerics if e["problem"] is not None] == []
 
 
+def test_interpreted_coefficients_and_scale_match_the_eager_ones(interpreted):
+    """The one-program coefficient launch equals :func:`reference.coefficients` field by field (every reduction,
+    label smoothing, class weight, ``reduction="none"``'s ``grad_loss``, ignored and out-of-range rows over
+    three blocks; all rows ignored under ``"mean"`` flags ``empty``); the in-place scale leaves a gradient
+    untouched for a scale of 1 and otherwise equals ``g * s`` (fp32; bf16 within one step)."""
+    c = interpreted["coefficients"]
+    assert all(err <= 1e-6 for err in c["errors"]), c["errors"]
+    assert c["all_ignored_empty"] is True and c["a"] == [0.0] * 9
+    assert interpreted["scale"] == {"one_unchanged": True, "scaled_equal": True, "bf16_within_a_step": True}
+
+
 def test_interpreted_round_trip_register_route_unregister(interpreted):
     """``triton_impl.register(["cpu"])`` installs accel's forward and backward and, where torch has them, its
     overrides of torch's chunked ops; accel's function (chunked) and torch's own (where present) then run the
@@ -276,7 +330,9 @@ def test_interpreted_round_trip_register_route_unregister(interpreted):
     loss_err, grad_err = r["accel_op"]
     assert loss_err < 1e-5 and grad_err < 1e-5 and r["accel_op_none"] < 1e-5
     assert r["explain"] == "linear_cross_entropy_fwd.triton"
-    assert r["routed"]["linear_cross_entropy_fwd.triton"] == 2 and r["routed"]["linear_cross_entropy_bwd.triton"] == 1
+    assert r["accel_op_scaled"] < 1e-5  # the backward's scale of 3, read on the device by the Triton impl's launch
+    assert r["device_scale"] is True and r["device_scale_disabled"] is None  # kernels off: the host read
+    assert r["routed"]["linear_cross_entropy_fwd.triton"] == 3 and r["routed"]["linear_cross_entropy_bwd.triton"] == 1
     if has_torch_nn:
         loss_err, grad_err, dtype = r["torch_op"]
         assert loss_err < 1e-5 and grad_err < 1e-5 and dtype == "torch.float32"

@@ -28,6 +28,7 @@ import torch
 
 from accel.errors import LossInputError, UnsupportedOperationError
 from accel.kernels.core.autograd import eager_autograd
+from accel.kernels.core.slot import SLOTS
 
 from . import reference
 
@@ -142,7 +143,8 @@ def _backward(ctx, grad_loss, _gi, _gw, _gb):
             grad_loss, input, linear_weight, target, linear_bias, weight, *ctx.args, needs[0], needs[1], cbg)
         out[0], out[1], out[3] = (gi if needs[0] else None), (gw if needs[1] else None), (gb if cbg else None)
         return tuple(out)
-    scale = _host_scale(grad_loss)
+    on_device = None if ctx.allow_retain_graph else _device_scale(grad_loss, ctx.grads)
+    scale = grad_loss if on_device is not None else _host_scale(grad_loss)
     one = isinstance(scale, float) and scale == 1.0
     for slot, position in enumerate((0, 1, 3)):
         if not ctx.flags[slot]:
@@ -154,8 +156,43 @@ def _backward(ctx, grad_loss, _gi, _gw, _gb):
         if g is None:
             raise UnsupportedOperationError(_TWICE)
         ctx.grads[slot] = None
-        out[position] = g if one else g.mul_(scale)
+        out[position] = on_device(g, grad_loss) if on_device is not None else g if one else g.mul_(scale)
     return tuple(out)
+
+
+#: device type -> its dispatch key (``None``: no accel backend runs it), filled on first use
+_KEYS: dict[str, str | None] = {}
+_SCALED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+
+def _device_scale(grad_loss: torch.Tensor, grads: list):
+    """The Triton impl's in-place scale (:func:`.triton_impl.scale_`: the loss's gradient read on the device, a
+    gradient of 1 writing nothing) where accel's Triton loss kernel is live at ``grad_loss``'s dispatch key and
+    every precomputed gradient is a contiguous fp16/bf16/fp32 tensor there, eager and not tracing; else
+    ``None`` (the host read of :func:`_host_scale`). Without it each backward waits for the whole forward to
+    finish before the next node's kernels are launched."""
+    if type(grad_loss) is not torch.Tensor or grad_loss.numel() != 1 or torch.compiler.is_compiling():
+        return None
+    device_type = grad_loss.device.type
+    key = _KEYS.get(device_type, "")
+    if key == "":
+        from accel.backends import dispatch_key_for_device_type
+        from accel.errors import UnknownBackendError
+
+        try:
+            key = dispatch_key_for_device_type(device_type)
+        except UnknownBackendError:
+            key = None
+        _KEYS[device_type] = key
+    slot = SLOTS.get((FORWARD, key)) if key is not None else None
+    if slot is None or not any(ov.dsl == "triton" for ov in slot.live):
+        return None
+    if not all(g is None or (type(g) is torch.Tensor and g.device == grad_loss.device and g.dtype in _SCALED_DTYPES
+                             and g.is_contiguous()) for g in grads):
+        return None
+    from . import triton_impl
+
+    return triton_impl.scale_
 
 
 def _host_scale(grad_loss: torch.Tensor):
@@ -165,7 +202,8 @@ def _host_scale(grad_loss: torch.Tensor):
     nothing; the read costs one device-to-host copy per backward. Scaling on the device instead (one
     ``_foreach_mul_`` by the fp32 0-dim tensor, no read) was slower on every benchmark row: 30.71 against
     29.38 ms at d 2048 x vocab 128256, 57.91 against 55.15 at 4096 x 128256
-    (``benchmarks/results/h200/session16``)."""
+    (``benchmarks/results/h200/session16``). Where accel's Triton loss kernel serves the device,
+    :func:`_device_scale` replaces the read."""
     # traced (fake or functional tensors: a subclass), compiling, or capturing a CUDA graph: no value to read
     if (type(grad_loss) is not torch.Tensor or torch.compiler.is_compiling()
             or (grad_loss.is_cuda and torch.cuda.is_current_stream_capturing())):

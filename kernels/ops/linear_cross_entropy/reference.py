@@ -480,12 +480,13 @@ def forward(input: torch.Tensor, linear_weight: torch.Tensor, target: torch.Tens
             weight: torch.Tensor | None, reduction: str, ignore_index: int, label_smoothing: float,
             batch_chunk_size: int, acc_policy: str, acc_dtype: torch.dtype, allow_retain_graph: bool,
             compute_input_grad: bool, compute_linear_weight_grad: bool, compute_linear_bias_grad: bool,
-            *, step: RowStep = row_step, loop: Loop | None = None,
+            *, step: RowStep = row_step, loop: Loop | None = None, coefs: Callable[..., Coefficients] | None = None,
             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """``accel::linear_cross_entropy`` in eager PyTorch (its default kernel on every device).
 
     ``step``: the row step of the chunk loop (:func:`chunked`); ``loop``: a whole schedule in its place
-    (:data:`Loop`; the Triton impl's, which runs :func:`chunked` with its kernel, or :mod:`.tiled` when told).
+    (:data:`Loop`; the Triton impl's, which runs :func:`chunked` with its kernel, or :mod:`.tiled` when told);
+    ``coefs``: :func:`coefficients` or a function with its signature and results (the Triton impl's launch).
 
     Returns:
         ``(loss, grad_input, grad_linear_weight, grad_linear_bias)``: ``loss`` in fp32 (fp64 for fp64
@@ -498,8 +499,8 @@ def forward(input: torch.Tensor, linear_weight: torch.Tensor, target: torch.Tens
     """
     check_op_args(input, linear_weight, target, linear_bias, weight, reduction, label_smoothing, batch_chunk_size,
                   acc_policy, acc_dtype)
-    coef = coefficients(target, weight, reduction, ignore_index, label_smoothing, linear_weight.shape[0],
-                        loss_dtype(input.dtype))
+    coef = (coefs or coefficients)(target, weight, reduction, ignore_index, label_smoothing, linear_weight.shape[0],
+                                   loss_dtype(input.dtype))
     grads = reduction != "none"
     losses, gi, gw, gb = (loop or _chunked_with(step))(
         input, linear_weight, coef, linear_bias, batch_chunk_size, acc_policy, acc_dtype,
@@ -512,9 +513,11 @@ def backward(grad_loss: torch.Tensor, input: torch.Tensor, linear_weight: torch.
              linear_bias: torch.Tensor | None, weight: torch.Tensor | None, ignore_index: int, label_smoothing: float,
              batch_chunk_size: int, acc_policy: str, acc_dtype: torch.dtype, compute_input_grad: bool,
              compute_linear_weight_grad: bool, compute_linear_bias_grad: bool, *, step: RowStep = row_step,
-             loop: Loop | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+             loop: Loop | None = None, coefs: Callable[..., Coefficients] | None = None,
+             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``accel::linear_cross_entropy_backward`` in eager PyTorch: the gradients of ``reduction="none"``'s
-    per-row losses weighted by ``grad_loss`` (``[N]``), recomputed chunk by chunk.
+    per-row losses weighted by ``grad_loss`` (``[N]``), recomputed chunk by chunk (``step``, ``loop``,
+    ``coefs`` as :func:`forward`'s).
 
     Returns:
         ``(grad_input, grad_linear_weight, grad_linear_bias)`` in the input dtype (empty where not asked for).
@@ -527,8 +530,8 @@ def backward(grad_loss: torch.Tensor, input: torch.Tensor, linear_weight: torch.
     if tuple(grad_loss.shape) != (input.shape[0],):
         raise LossInputError(f"accel linear_cross_entropy_backward: grad_loss is {list(grad_loss.shape)}. It must be "
                              f"[{input.shape[0]}] (one value per row of reduction='none').")
-    coef = coefficients(target, weight, "none", ignore_index, label_smoothing, linear_weight.shape[0],
-                        loss_dtype(input.dtype), grad_loss=grad_loss)
+    coef = (coefs or coefficients)(target, weight, "none", ignore_index, label_smoothing, linear_weight.shape[0],
+                                   loss_dtype(input.dtype), grad_loss=grad_loss)
     _, gi, gw, gb = (loop or _chunked_with(step))(
         input, linear_weight, coef, linear_bias, batch_chunk_size, acc_policy, acc_dtype, compute_input_grad,
         compute_linear_weight_grad, compute_linear_bias_grad and linear_bias is not None)

@@ -21,8 +21,10 @@ from accel.kernels.ops.conds import tuned_config
 from . import FAMILY, op, reference, tiled
 from .conditions import make_conds, make_torch_nn_conds
 
-__all__ = ["DSL", "SCHEDULES", "TILES", "available", "backward", "conds", "forward", "linear_cross_entropy",
-           "linear_cross_entropy_backward", "register", "register_torch_nn", "row_step", "tile_grad", "tile_stats",
+__all__ = ["DSL", "SCHEDULES", "TILES", "available", "backward", "coefficients", "conds", "forward",
+           "linear_cross_entropy",
+           "linear_cross_entropy_backward", "register", "register_torch_nn", "row_step", "scale_", "tile_grad",
+           "tile_stats",
            "torch_nn_chunked", "torch_nn_chunked_no_reduction"]
 
 DSL = "triton"
@@ -91,6 +93,52 @@ def tile_grad(logits: torch.Tensor, grad: torch.Tensor, coef: reference.Coeffici
                       logits.stride(0), grad.stride(0), *scalars, **constexprs)
 
 
+def coefficients(target: torch.Tensor, weight: torch.Tensor | None, reduction: str, ignore_index: int,
+                 label_smoothing: float, num_classes: int, math_dtype: torch.dtype = torch.float32,
+                 grad_loss: torch.Tensor | None = None) -> reference.Coefficients:
+    """:func:`.reference.coefficients` as one Triton launch for class-index targets in fp32 math (one
+    program over every row: ``[N]`` int64 and fp32 vectors, no device-to-host read); probability targets,
+    fp64 math and strided vectors take the eager function. The class weight comes back contiguous (the row
+    and tile kernels read it densely)."""
+    n = target.shape[0]
+    if (target.dtype.is_floating_point or math_dtype != torch.float32 or n == 0 or target.stride(0) != 1
+            or (grad_loss is not None and grad_loss.stride(0) != 1)):
+        coef = reference.coefficients(target, weight, reduction, ignore_index, label_smoothing, num_classes,
+                                      math_dtype, grad_loss)
+        # the row and tile kernels read the class weight as a dense [C] vector
+        return coef if coef.class_weight is None else coef._replace(class_weight=coef.class_weight.contiguous())
+    device = target.device
+    eps = float(label_smoothing)
+    t_hat = torch.empty(n, dtype=torch.int64, device=device)
+    a = torch.empty(n, dtype=math_dtype, device=device)
+    b = torch.empty(n, dtype=math_dtype, device=device) if eps else None
+    bw = torch.empty(n, dtype=math_dtype, device=device) if eps else None
+    mean = reduction == "mean"
+    empty = torch.empty((), dtype=torch.bool, device=device) if mean else None
+    cw = None if weight is None else weight.to(math_dtype).contiguous()
+    cw_sum = cw.sum() if cw is not None and eps else None  # torch's sum: the bits the eager path uses
+    with device_guard(device):
+        triton_launch(_kernels().lce_coefs, (1,), target, a if cw is None else cw, a if cw_sum is None else cw_sum,
+                      a if grad_loss is None else grad_loss, t_hat, a, a if b is None else b, a if bw is None else bw,
+                      a if empty is None else empty, n, num_classes, ignore_index, 1.0 - eps, eps / num_classes,
+                      float(num_classes), BLOCK=_kernels().COEF_BLOCK, HAS_CW=cw is not None, MEAN=mean,
+                      SMOOTH=bool(eps), HAS_GO=grad_loss is not None, num_warps=4)
+    return reference.Coefficients(t_hat, a, b, bw, cw, eps, empty, num_classes)
+
+
+def scale_(grad: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """``grad *= scale`` in place, ``scale`` a one-element tensor on ``grad``'s device read there (fp32 math):
+    no device-to-host read, and a scale of exactly 1 writes nothing (one launch of programs that exit).
+    ``grad`` contiguous fp16/bf16/fp32. Returns ``grad``."""
+    numel = grad.numel()
+    if numel:
+        k = _kernels()
+        programs = min(-(-numel // k.SCALE_BLOCK), k.SCALE_PROGRAMS)
+        with device_guard(grad.device):
+            triton_launch(k.lce_scale, (programs,), grad, scale, numel, BLOCK=k.SCALE_BLOCK, num_warps=8)
+    return grad
+
+
 #: The tiled schedule's per-tile steps as Triton launches.
 TILES = tiled.TileSteps(tile_stats, tile_grad)
 #: ``schedule`` values: ``"auto"`` and ``"rows"`` (row chunks), ``"tiles"`` (the tiled schedule wherever
@@ -145,7 +193,8 @@ def linear_cross_entropy(input, linear_weight, target, linear_bias, weight, redu
     return reference.forward(input, linear_weight, target, linear_bias, weight, reduction, ignore_index,
                              label_smoothing, batch_chunk_size, acc_policy, acc_dtype, allow_retain_graph,
                              compute_input_grad, compute_linear_weight_grad, compute_linear_bias_grad,
-                             loop=_loop("linear_cross_entropy_fwd", input, linear_weight.shape[0], schedule))
+                             loop=_loop("linear_cross_entropy_fwd", input, linear_weight.shape[0], schedule),
+                             coefs=coefficients)
 
 
 def linear_cross_entropy_backward(grad_loss, input, linear_weight, target, linear_bias, weight, ignore_index,
@@ -155,7 +204,8 @@ def linear_cross_entropy_backward(grad_loss, input, linear_weight, target, linea
     return reference.backward(grad_loss, input, linear_weight, target, linear_bias, weight, ignore_index,
                               label_smoothing, batch_chunk_size, acc_policy, acc_dtype, compute_input_grad,
                               compute_linear_weight_grad, compute_linear_bias_grad,
-                              loop=_loop("linear_cross_entropy_bwd", input, linear_weight.shape[0], schedule))
+                              loop=_loop("linear_cross_entropy_bwd", input, linear_weight.shape[0], schedule),
+                              coefs=coefficients)
 
 
 def conds(backends: Sequence[str]) -> tuple:

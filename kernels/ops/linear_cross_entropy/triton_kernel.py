@@ -16,6 +16,12 @@ A class-index row whose coefficients are all zero (an ignored row) skips both pa
 tiled schedule (:mod:`.tiled`): pass 1 folds the tile into the row's stats, pass 2 reads the row's
 log-sum-exp.
 Offsets are int64 (``rows * V`` exceeds 2**31 at vocabularies of 128k).
+
+Two launches around the chunk loop replace eager chains of small ops (each a host dispatch the device
+waits for when the host is the bottleneck): ``lce_coefs`` computes every row's coefficients
+(:func:`.reference.coefficients` for class-index targets) in one program, and ``lce_scale`` multiplies
+the gradients the forward precomputed by the loss's gradient read on the device, doing nothing for a
+gradient of 1 (a plain ``loss.backward()``) without the host read that would stall it.
 """
 
 from __future__ import annotations
@@ -25,7 +31,15 @@ import triton.language as tl
 
 from accel.kernels.dsl.triton_configs import next_power_of_2
 
-__all__ = ["default_config", "lce_rows", "lce_tile_grad", "lce_tile_stats"]
+__all__ = ["COEF_BLOCK", "SCALE_BLOCK", "SCALE_PROGRAMS", "default_config", "lce_coefs", "lce_rows", "lce_scale",
+           "lce_tile_grad", "lce_tile_stats"]
+
+#: Rows per block of :func:`lce_coefs` (one program loops over all rows).
+COEF_BLOCK = 1024
+#: Elements per block, and most programs, of :func:`lce_scale` (a grid-stride loop).
+SCALE_BLOCK = 4096
+SCALE_PROGRAMS = 1024
+
 
 @triton.jit
 def _q_block(t_row, CW, cols, ok, smoothing, inv_v, SMOOTH: tl.constexpr, HAS_CW: tl.constexpr):
@@ -193,6 +207,79 @@ def lce_tile_grad(Z, G, T, A, B, CW, LSE, PC, V, col0, stride_z, stride_g, strid
         _row_grad(Z + row * stride_z, g_row, T + row * stride_t + col0, CW + col0, V, y - col0, a, b,
                   tl.load(PC + row).to(tl.float32), tl.load(LSE + row).to(tl.float32), smoothing, inv_v, BLOCK_V,
                   PROB, SMOOTH, HAS_CW)
+
+
+@triton.jit
+def _target_weight(T, CW, offs, ok, C, ignore_index, HAS_CW: tl.constexpr):
+    """``(t_hat, ignored, taken, w_y)`` of the rows at ``offs`` (:func:`.reference.coefficients`)."""
+    t = tl.load(T + offs, mask=ok, other=ignore_index)
+    ignored = t == ignore_index
+    taken = (t >= 0) & (t < C) & (t != ignore_index)
+    t_hat = tl.where(taken, t, 0)
+    if HAS_CW:
+        w_y = tl.where(ignored, 0.0, tl.load(CW + t_hat, mask=ok, other=0.0).to(tl.float32))
+    else:
+        w_y = tl.where(ignored, 0.0, 1.0)
+    return t_hat, ignored, taken, w_y
+
+
+@triton.jit
+def lce_coefs(T, CW, CWS, GO, T_HAT, A, B, BW, EMPTY, N, C, ignore_index, keep, smooth_c, c_f,
+              BLOCK: tl.constexpr, HAS_CW: tl.constexpr, MEAN: tl.constexpr, SMOOTH: tl.constexpr,
+              HAS_GO: tl.constexpr):
+    """The class-index coefficients of all ``N`` rows in one program (fp32; ``keep = 1 - label_smoothing``,
+    ``smooth_c = label_smoothing / C``, ``c_f = float(C)``; ``CWS``: the class weights' sum, read with them). ``"mean"`` sums the
+    kept rows' target weights first (``EMPTY``: whether that sum is 0); ``GO``: ``reduction="none"``'s
+    ``grad_loss``, folded in."""
+    offs0 = tl.arange(0, BLOCK)
+    scale = 1.0
+    if MEAN:
+        acc = tl.zeros([BLOCK], dtype=tl.float32)
+        for start in range(0, N, BLOCK):
+            offs = start + offs0
+            ok = offs < N
+            _, _, _, w_y = _target_weight(T, CW, offs, ok, C, ignore_index, HAS_CW)
+            acc += tl.where(ok, w_y, 0.0)
+        total = tl.sum(acc, axis=0)
+        tl.store(EMPTY, total == 0.0)
+        scale = 1.0 / total  # inf where every row is ignored: their a is 0 below, the loss NaN (EMPTY)
+    for start in range(0, N, BLOCK):
+        offs = start + offs0
+        ok = offs < N
+        t_hat, ignored, taken, w_y = _target_weight(T, CW, offs, ok, C, ignore_index, HAS_CW)
+        a = tl.where(ignored, 0.0, w_y * (keep * scale))
+        a = tl.where(taken | ignored, a, float("nan"))  # out of range and not ignored: NaN loss and gradient
+        if HAS_GO:
+            go = tl.load(GO + offs, mask=ok, other=0.0).to(tl.float32)
+            a = a * go
+        tl.store(T_HAT + offs, t_hat, mask=ok)
+        tl.store(A + offs, a, mask=ok)
+        if SMOOTH:
+            b = tl.where(ignored, 0.0, smooth_c * scale)
+            if HAS_CW:
+                bw = b * tl.load(CWS).to(tl.float32)
+            else:
+                bw = b * c_f
+            if HAS_GO:
+                b = b * go
+                bw = bw * go
+            tl.store(B + offs, b, mask=ok)
+            tl.store(BW + offs, bw, mask=ok)
+
+
+@triton.jit
+def lce_scale(X, S, numel, BLOCK: tl.constexpr):
+    """``X *= S[0]`` in place (fp32 math, rounded to ``X``'s dtype), a grid-stride loop; nothing read or
+    written where the scale is exactly 1."""
+    s = tl.load(S).to(tl.float32)
+    if s != 1.0:
+        step = tl.num_programs(0).to(tl.int64) * BLOCK
+        offs0 = tl.arange(0, BLOCK)
+        for start in range(tl.program_id(0).to(tl.int64) * BLOCK, numel, step):
+            offs = start + offs0
+            ok = offs < numel
+            x = tl.load(X + offs, mask=ok).to(tl.float32)
+            tl.store(X + offs, (x * s).to(X.dtype.element_ty), mask=ok)
 
 
 def default_config(v: int) -> dict:
