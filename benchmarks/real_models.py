@@ -284,7 +284,7 @@ def profile_steps(step: Callable[[], Any], steps: int, device) -> dict[str, Any]
 def run_one(model_name: str, mode: str, *, quick: bool, steps: int, warmup: int, device_spec: str | None,
             eager_ms: float | None, loss_chunk: int | None = None, curve_steps: int = 50,
             compile_backend: str = "inductor", profile: int = 0, mlp_recompute: bool = True,
-            trace: bool = False) -> dict[str, Any]:
+            trace: bool = False, host_profile: int = 0) -> dict[str, Any]:
     """One model x mode in this process: the JSON-ready result (``skipped`` with a reason where it cannot run).
 
     Runs ``max(warmup + steps, curve_steps)`` training steps on the fixed batch: the ``steps`` after ``warmup``
@@ -417,9 +417,36 @@ def run_one(model_name: str, mode: str, *, quick: bool, steps: int, warmup: int,
             result["memory_phases"] = memory
         except Exception as exc:  # noqa: BLE001
             result["trace_error"] = f"{type(exc).__name__}: {exc}"
+    if host_profile > 0:
+        result["host_profile"] = host_profile_steps(step, host_profile, sync)
     if not all(math.isfinite(v) for v in values):
         result["error"] = "a loss was not finite"
     return result
+
+
+def host_profile_steps(step: Callable[[], Any], steps: int, sync: Callable[[], None], top: int = 45) -> dict[str, Any]:
+    """``steps`` more training steps under ``cProfile`` (the host's Python time, not the device's): the
+    functions with the most own time, per step (``[where, calls, own ms, cumulative ms]``), and the
+    step's host ms under the profiler (slower than unprofiled; compare rows, not steps)."""
+    import cProfile
+    import pstats
+
+    sync()
+    prof = cProfile.Profile()
+    began = time.perf_counter()
+    prof.enable()
+    for _ in range(steps):
+        step()
+        sync()
+    prof.disable()
+    wall = (time.perf_counter() - began) * 1e3 / steps
+    stats = pstats.Stats(prof)
+    rows = []
+    for (path, line, name), (_cc, calls, own, cum, _callers) in stats.stats.items():  # type: ignore[attr-defined]
+        where = f"{'/'.join(path.split('/')[-2:])}:{line}({name})"
+        rows.append([where, calls // steps, round(own * 1e3 / steps, 3), round(cum * 1e3 / steps, 3)])
+    rows.sort(key=lambda r: -r[2])
+    return {"steps": steps, "host_ms_per_step": round(wall, 3), "by_own_time": rows[:top]}
 
 
 # ------------------------------------------------------------------------------------ the ops alone
@@ -630,7 +657,8 @@ def compare_to_eager(result: dict[str, Any], eager: dict[str, Any] | None) -> No
 def drive(models: list[str], modes: list[str], out: Path, *, quick: bool, steps: int, warmup: int,
           device_spec: str | None, timeout: float, loss_chunk: int | None = None, curve_steps: int = 50,
           compile_backend: str = "inductor", eager_from: Path | None = None,
-          profile: int = 0, mlp_recompute: bool = True, trace: bool = False) -> list[dict[str, Any]]:
+          profile: int = 0, mlp_recompute: bool = True, trace: bool = False,
+          host_profile: int = 0) -> list[dict[str, Any]]:
     """Each model x mode in a fresh process (eager first); one JSON line per run appended to ``out``.
 
     A mode that cannot run is a ``skipped`` line with the reason, never left out: Liger for a model it has no
@@ -666,6 +694,7 @@ def drive(models: list[str], modes: list[str], out: Path, *, quick: bool, steps:
             cmd += ["--loss-chunk", str(loss_chunk)] if loss_chunk else []
             cmd += ["--profile", str(profile)] if profile else []
             cmd += ["--trace"] if trace else []
+            cmd += ["--host-profile", str(host_profile)] if host_profile else []
             cmd += [] if mlp_recompute else ["--no-mlp-recompute"]
             began = time.time()
             try:
@@ -782,6 +811,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--trace", action="store_true",
                    help="CUDA: one more step traced (idle gaps and what the host did, the op launching each "
                         "kernel: 'trace' in the result) and one with memory per phase ('memory_phases')")
+    p.add_argument("--host-profile", type=int, default=0, metavar="STEPS",
+                   help="after the timed steps, STEPS more under cProfile: the host's Python time by function in "
+                        "the result's 'host_profile'")
     p.add_argument("--no-mlp-recompute", action="store_true",
                    help="accel modes: patch(mlp_recompute=False), the SwiGLU product saved for backward")
     p.add_argument("--plot", type=Path, metavar="JSONL", help="write a PNG of a results file (bar chart of the "
@@ -816,7 +848,8 @@ def main(argv: list[str] | None = None) -> int:
         drive(_parse_list(args.models, MODELS, "models"), _parse_list(args.modes, MODES, "modes"), args.out,
               quick=args.quick, steps=args.steps, warmup=args.warmup, device_spec=args.device, timeout=args.timeout,
               loss_chunk=args.loss_chunk, curve_steps=args.curve_steps, compile_backend=args.compile_backend,
-              eager_from=args.eager_from, profile=args.profile, mlp_recompute=not args.no_mlp_recompute, trace=args.trace)
+              eager_from=args.eager_from, profile=args.profile, mlp_recompute=not args.no_mlp_recompute, trace=args.trace,
+              host_profile=args.host_profile)
         return 0
     if args.model is None or args.mode is None:
         p.error("give --model and --mode (one run), or --all")
@@ -824,7 +857,8 @@ def main(argv: list[str] | None = None) -> int:
         result = run_one(args.model, args.mode, quick=args.quick, steps=args.steps, warmup=args.warmup,
                          device_spec=args.device, eager_ms=args.eager_ms, loss_chunk=args.loss_chunk,
                          curve_steps=args.curve_steps, compile_backend=args.compile_backend,
-                         profile=args.profile, mlp_recompute=not args.no_mlp_recompute, trace=args.trace)
+                         profile=args.profile, mlp_recompute=not args.no_mlp_recompute, trace=args.trace,
+                         host_profile=args.host_profile)
     print("RESULT " + json.dumps(result), flush=True)
     return 1 if "error" in result else 0
 
