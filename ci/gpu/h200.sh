@@ -141,7 +141,7 @@ print('wide routed', {n: c for n, c in w['counts'].items() if c['routed'] or c['
     allreduce) timeout 180 python3 "$REPO/ci/gpu/allreduce.py" --out "$OUT" 2>&1 | tail -15 ;;  # nvidia-h200-x2
     route) timeout 120 python3 "$REPO/ci/gpu/route_probe.py" --json "$OUT/route_probe.json" 2>&1 | tail -40 ;;
     lce-gap) timeout 300 python3 "$REPO/ci/gpu/lce_gap.py" 2>&1 | tee "$OUT/lce_gap.txt" | tail -150 ;;
-    lce) timeout 240 python3 "$REPO/benchmarks/linear_cross_entropy.py" --out "$OUT" 2>&1 | tail -40 ;;
+    lce) timeout 300 python3 "$REPO/benchmarks/linear_cross_entropy.py" --out "$OUT" ${ACCEL_GPU_LCE_ARGS:-} 2>&1 | tail -40 ;;  # e.g. ACCEL_GPU_LCE_ARGS="--reps 20"
     bench) mkdir -p "$OUT/bench"; timeout 240 python3 -m accel.cli bench --rounds 5 --out "$OUT/bench" 2>&1 | tail -60 ;;
     models)
       # ACCEL_GPU_MODELS: '|'-separated "models:modes[:more arguments]" runs of benchmarks/real_models.py --all, appended to
