@@ -168,3 +168,20 @@ def meta_floors(monkeypatch):
     _tuning.forget_floors()
     yield floors
     _tuning.forget_floors()
+
+
+def saved_storages(fn, *args, exclude=()):
+    """``(fn(*args), {storage data_ptr: nbytes})``: the storages of every tensor autograd saves for backward
+    while ``fn`` runs, less those of the tensors in ``exclude`` (the leaves, to count intermediates only)."""
+    import torch
+
+    saved = []
+
+    def pack(t):
+        saved.append(t.untyped_storage())
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = fn(*args)
+    left_out = {t.untyped_storage().data_ptr() for t in exclude if t is not None}
+    return out, {s.data_ptr(): s.nbytes() for s in saved if s.data_ptr() not in left_out}

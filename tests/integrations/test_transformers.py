@@ -24,6 +24,7 @@ transformers = pytest.importorskip("transformers", reason="transformers is not i
 
 from accel.errors import FeatureUnavailableError
 from accel.integrations import transformers as hf
+from _kernel_helpers import saved_storages
 
 pytestmark = pytest.mark.cpu
 
@@ -783,15 +784,8 @@ def test_the_recipe_does_not_travel_with_the_norm_output(cpu_kernels):
 
 
 def _saved_bytes_and_grads(model, inputs):
-    saved = []
-
-    def pack(t):
-        saved.append(t.untyped_storage())
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        out, grads = _loss_and_grads(model, inputs)
-    return sum({s.data_ptr(): s.nbytes() for s in saved}.values()), out, grads
+    (out, grads), kept = saved_storages(_loss_and_grads, model, inputs)
+    return sum(kept.values()), out, grads
 
 
 def test_mlp_recompute_steps_aside_for_hooks_and_autocast(cpu_kernels):

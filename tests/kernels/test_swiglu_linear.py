@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 from accel.kernels.ops.swiglu import op as sw_op
 from accel.kernels.ops.swiglu.linear import swiglu_linear
+from _kernel_helpers import saved_storages
 
 pytestmark = pytest.mark.cpu
 
@@ -50,19 +51,7 @@ def test_equals_the_plain_composition_bit_for_bit(dtype, shape, bias):
 
 
 def _saved_bytes(fn, leaves) -> int:
-    saved = []
-
-    def pack(t):
-        saved.append(t)
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        y = fn(*leaves)
-    leaf_ptrs = {t.untyped_storage().data_ptr() for t in leaves if t is not None}
-    own = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in saved
-           if t.untyped_storage().data_ptr() not in leaf_ptrs}
-    del y
-    return sum(own.values())
+    return sum(saved_storages(fn, *leaves, exclude=leaves)[1].values())
 
 
 def test_the_product_is_not_saved_for_backward():

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from accel.kernels.ops.rms_norm_hf import op as rn_op
 from accel.kernels.ops.swiglu import op as sw_op
 from accel.kernels.ops.swiglu.mlp import swiglu_mlp
+from _kernel_helpers import saved_storages
 
 pytestmark = pytest.mark.cpu
 
@@ -71,20 +72,9 @@ def test_equals_the_modules_composition_bit_for_bit(dtype, shape, bias, fused):
 
 
 def _kept(fn, leaves) -> set:
-    """The storages autograd keeps for backward that are not the leaves' (the intermediates)."""
-    saved = []
-
-    def pack(t):
-        saved.append(t)
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        y = fn(*leaves)
-    leaf_ptrs = {t.untyped_storage().data_ptr() for t in leaves if t is not None}
-    kept = {(t.untyped_storage().data_ptr(), t.untyped_storage().nbytes()) for t in saved
-            if t.untyped_storage().data_ptr() not in leaf_ptrs}
-    del y
-    return kept
+    """The storages autograd keeps for backward that are not the leaves' (the intermediates): (ptr, bytes)."""
+    _, kept = saved_storages(fn, *leaves, exclude=leaves)
+    return set(kept.items())
 
 
 def test_autograd_keeps_gate_and_up_not_the_product_nor_the_recomputed_input():

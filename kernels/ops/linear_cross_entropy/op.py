@@ -167,7 +167,7 @@ _SCALED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 def _device_scale(grad_loss: torch.Tensor, grads: list):
     """The Triton impl's in-place scale (:func:`.triton_impl.scale_`: the loss's gradient read on the device, a
-    gradient of 1 writing nothing) where accel's Triton loss kernel is live at ``grad_loss``'s dispatch key and
+    gradient of 1 writing nothing) where this family's Triton impl is live at ``grad_loss``'s dispatch key and
     every precomputed gradient is a contiguous fp16/bf16/fp32 tensor there, eager and not tracing; else
     ``None`` (the host read of :func:`_host_scale`). Without it each backward waits for the whole forward to
     finish before the next node's kernels are launched."""
@@ -185,13 +185,15 @@ def _device_scale(grad_loss: torch.Tensor, grads: list):
             key = None
         _KEYS[device_type] = key
     slot = SLOTS.get((FORWARD, key)) if key is not None else None
-    if slot is None or not any(ov.dsl == "triton" for ov in slot.live):
+    if slot is None or not slot.live:
+        return None
+    from . import triton_impl  # imports no Triton
+
+    if not any(ov.impl is triton_impl.linear_cross_entropy for ov in slot.live):
         return None
     if not all(g is None or (type(g) is torch.Tensor and g.device == grad_loss.device and g.dtype in _SCALED_DTYPES
                              and g.is_contiguous()) for g in grads):
         return None
-    from . import triton_impl
-
     return triton_impl.scale_
 
 
