@@ -160,16 +160,19 @@ def _backward(ctx, grad_loss, _gi, _gw, _gb):
     return tuple(out)
 
 
+#: forward impl -> its in-place scale of the precomputed gradients, ``scale_(grad, grad_loss) -> grad``, read on
+#: the device (an impl module adds its own when imported: :mod:`.triton_impl`)
+DEVICE_SCALES: dict = {}
 #: device type -> its dispatch key (``None``: no accel backend runs it), filled on first use
 _KEYS: dict[str, str | None] = {}
 _SCALED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 
 def _device_scale(grad_loss: torch.Tensor, grads: list):
-    """The Triton impl's in-place scale (:func:`.triton_impl.scale_`: the loss's gradient read on the device, a
-    gradient of 1 writing nothing) where this family's Triton impl is live at ``grad_loss``'s dispatch key and
-    every precomputed gradient is a contiguous fp16/bf16/fp32 tensor there, eager and not tracing; else
-    ``None`` (the host read of :func:`_host_scale`). Without it each backward waits for the whole forward to
+    """A live impl's in-place scale (:data:`DEVICE_SCALES`; the Triton impl's :func:`.triton_impl.scale_`: the
+    loss's gradient read on the device, a gradient of 1 writing nothing) where an impl that has one is live
+    at ``grad_loss``'s dispatch key and every precomputed gradient is a contiguous fp16/bf16/fp32 tensor
+    there, eager and not tracing; else ``None`` (the host read of :func:`_host_scale`). Without it each backward waits for the whole forward to
     finish before the next node's kernels are launched."""
     if type(grad_loss) is not torch.Tensor or grad_loss.numel() != 1 or torch.compiler.is_compiling():
         return None
@@ -185,16 +188,14 @@ def _device_scale(grad_loss: torch.Tensor, grads: list):
             key = None
         _KEYS[device_type] = key
     slot = SLOTS.get((FORWARD, key)) if key is not None else None
-    if slot is None or not slot.live:
+    if slot is None:
         return None
-    from . import triton_impl  # imports no Triton
-
-    if not any(ov.impl is triton_impl.linear_cross_entropy for ov in slot.live):
+    # by identity: a user's impl need not be hashable
+    scale = next((fn for ov in slot.live for impl, fn in DEVICE_SCALES.items() if ov.impl is impl), None)
+    if scale is None or not all(g is None or (type(g) is torch.Tensor and g.device == grad_loss.device
+                                              and g.dtype in _SCALED_DTYPES and g.is_contiguous()) for g in grads):
         return None
-    if not all(g is None or (type(g) is torch.Tensor and g.device == grad_loss.device and g.dtype in _SCALED_DTYPES
-                             and g.is_contiguous()) for g in grads):
-        return None
-    return triton_impl.scale_
+    return scale
 
 
 def _host_scale(grad_loss: torch.Tensor):

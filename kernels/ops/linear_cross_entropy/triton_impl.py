@@ -308,3 +308,4 @@ def register(backends: Sequence[str] | None = None, *, suffix: str = "") -> list
 
 
 forward, backward = linear_cross_entropy, linear_cross_entropy_backward
+op.DEVICE_SCALES[linear_cross_entropy] = scale_  # the op's backward scales this impl's gradients on the device
