@@ -5,7 +5,7 @@ Face computes them), in one run on one GPU.
 Per row (bf16, tokens 8192, d 2048/4096, vocab 32000/128256) and candidate:
 
 - time: median ms of ``reps`` forward+backward calls (each candidate timed once per round, candidates in
-  turn, the order rotated each round, so drift and a neighbour's heat hit all alike), gradients w.r.t. the hidden states and the head's weight;
+  turn, the order shuffled each round, so drift and a neighbour's heat hit all alike), gradients w.r.t. the hidden states and the head's weight;
 - peak memory: ``max_memory_allocated`` during one call minus ``memory_allocated`` before it (inputs and
   weights excluded; the gradients the call creates included, for every candidate alike);
 - accuracy against the fp32 reference (``linear`` + ``cross_entropy`` on fp32 copies of the same bf16
@@ -37,6 +37,7 @@ import argparse
 import contextlib
 import json
 import platform
+import random
 import statistics
 import sys
 import time
@@ -169,9 +170,12 @@ def _time_rows(candidates, args, device, reps: int, warmup: int) -> dict[str, li
     _sync(device)
     names = list(candidates)
     for rep in range(reps):
-        # rotated each round: no candidate always runs after the same one (a light candidate before a
-        # matmul-bound one leaves the GPU cooler and its clocks higher)
-        for name in names[rep % len(names):] + names[:rep % len(names)]:
+        # a new order each round (seeded): no candidate always runs after the same one (a light, host-bound
+        # candidate before a matmul-bound one leaves the GPU cooler and its clocks higher; a rotation of one
+        # cycle would keep every candidate's predecessor)
+        order = names[:]
+        random.Random(rep).shuffle(order)
+        for name in order:
             step = candidates[name][0]
             x.grad = w.grad = None
             _sync(device)
