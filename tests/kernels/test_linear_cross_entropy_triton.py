@@ -205,6 +205,13 @@ SCRIPT = textwrap.dedent(r"""
                 err = float((x_.double() - y_.double()).nan_to_num().abs().max()) if x_.numel() else 0.0
                 worst = max(worst, err if same_nan and x_.dtype == y_.dtype else float("inf"))
         coef_cases.append(worst)
+    # a strided class weight (every other element of a longer vector): the kernels read a dense copy
+    xs, ws = torch.randn(7, 8, generator=g), torch.randn(70, 8, generator=g)
+    ts = torch.randint(0, 70, (7,), generator=g)
+    cws = (torch.rand(140, generator=g) + 0.5)[::2]
+    sargs = (xs, ws, ts, None, cws, "mean", -100, 0.1, 4, "compact", torch.float32, False, True, True, False)
+    report["strided_class_weight"] = compare(triton_impl.linear_cross_entropy(*sargs), reference.forward(*sargs),
+                                             torch.float32)
     all_ignored = torch.full((9,), -100)
     e = triton_impl.coefficients(all_ignored, None, "mean", -100, 0.0, 50)
     report["coefficients"] = {"errors": coef_cases, "all_ignored_empty": bool(e.empty), "a": e.a.tolist()}
@@ -304,12 +311,14 @@ def test_interpreted_kernel_matches_the_chunked_reference(interpreted):
 def test_interpreted_coefficients_and_scale_match_the_eager_ones(interpreted):
     """The one-program coefficient launch equals :func:`reference.coefficients` field by field (every reduction,
     label smoothing, class weight, ``reduction="none"``'s ``grad_loss``, ignored and out-of-range rows over
-    three blocks; all rows ignored under ``"mean"`` flags ``empty``); the in-place scale leaves a gradient
+    three blocks; all rows ignored under ``"mean"`` flags ``empty``); a strided class weight gives the eager
+    loop's loss and gradients; the in-place scale leaves a gradient
     untouched for a scale of 1 and otherwise equals ``g * s`` (fp32; bf16 within one step)."""
     c = interpreted["coefficients"]
     assert all(err <= 1e-6 for err in c["errors"]), c["errors"]
     assert c["all_ignored_empty"] is True and c["a"] == [0.0] * 9
     assert interpreted["scale"] == {"one_unchanged": True, "scaled_equal": True, "bf16_within_a_step": True}
+    assert interpreted["strided_class_weight"] is None  # a strided class weight equals the eager loop too
 
 
 def test_interpreted_round_trip_register_route_unregister(interpreted):
