@@ -225,6 +225,21 @@ def _lce_tiles(op: str, cfg: dict, v: int, dt: str, source: str, prob: bool) -> 
                    cfg["block_v"], cfg["block_v"], _ESIZE[dt])
 
 
+def _lce_aux(op: str, dt: str, source: str) -> Iterator[Case]:
+    """The two launches around the chunk loop: the row coefficients (``lce_coefs``, every option on) and the
+    backward's in-place scale of a precomputed gradient (``lce_scale``, ``dt`` gradients)."""
+    k = _k("linear_cross_entropy")
+    f = "*fp32"
+    types = dict(T="*i64", CW=f, CWS=f, GO=f, T_HAT="*i64", A=f, B=f, BW=f, EMPTY="*i1", N="i32", C="i32",
+                 ignore_index="i32", keep="fp32", smooth_c="fp32", c_f="fp32")
+    cx = dict(BLOCK=k.COEF_BLOCK, HAS_CW=True, MEAN=True, SMOOTH=True, HAS_GO=True)
+    yield Case(op, k.lce_coefs, _sig(k.lce_coefs, types), cx, ("T", "GO", "T_HAT", "A", "B", "BW", "N"), 4, None,
+               {"block": k.COEF_BLOCK, "num_warps": 4}, source, k.COEF_BLOCK, k.COEF_BLOCK, 8)
+    types = dict(X=f"*{dt}", S=f, numel="i64")
+    yield Case(op, k.lce_scale, _sig(k.lce_scale, types), dict(BLOCK=k.SCALE_BLOCK), ("X", "numel"), 8, None,
+               {"block": k.SCALE_BLOCK, "num_warps": 8}, source, k.SCALE_BLOCK, k.SCALE_BLOCK, _ESIZE[dt])
+
+
 # ----------------------------------------------------------------------------- configs per family
 
 
@@ -270,12 +285,13 @@ _BUILDERS = {"rms_norm": _rms_norm, "softmax": _softmax, "layer_norm": _layer_no
 
 def _build(family: str, op: str, cfg: dict, n: Any, dt: str, source: str) -> Iterator[Case]:
     """The cases of one config: one per kernel it launches (linear cross-entropy: the row kernel and the
-    tiled schedule's two, each for class-index and probability targets); none for a family without a
-    builder."""
+    tiled schedule's two, each for class-index and probability targets, and the coefficient and scale
+    launches); none for a family without a builder."""
     if family == "linear_cross_entropy":
         for prob in (False, True):
             yield _lce(op, cfg, n, dt, source, prob=prob)
             yield from _lce_tiles(op, cfg, n, dt, source, prob=prob)
+        yield from _lce_aux(op, dt, source)
     elif family in _BUILDERS:
         yield _BUILDERS[family](op, cfg, n, dt, source)
 

@@ -179,7 +179,7 @@ def test_cases_cover_every_kernel_and_the_shipped_configs():
                      "softmax_fwd_looped", "softmax_bwd_rows", "softmax_bwd_looped", "layer_norm_fwd_rows",
                      "layer_norm_bwd_rows", "layer_norm_bwd_split", "partials_finish", "rms_norm_hf_fwd",
                      "rms_norm_hf_bwd", "swiglu_fwd", "swiglu_bwd", "rope_rows", "lce_rows", "lce_tile_stats",
-                     "lce_tile_grad"}
+                     "lce_tile_grad", "lce_coefs", "lce_scale"}
     for arch, op, dtype, m, n, cfg in table:
         if dtype == "bfloat16":  # compiled, or deduplicated into an identical earlier case
             assert any(c.op == op and c.config == cfg for c in cases) or any(
