@@ -403,6 +403,17 @@ def sweep_markdown(report: dict, command: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _shapes(text: str) -> list[tuple[int, int, int]]:
+    """``"8192x2048x128256,..."`` as ``[(8192, 2048, 128256), ...]`` (argparse type: a bad one is a usage error)."""
+    try:
+        shapes = [tuple(int(v) for v in part.split("x")) for part in text.split(",")]
+    except ValueError:
+        shapes = []
+    if not shapes or any(len(s) != 3 or min(s) < 1 for s in shapes):
+        raise argparse.ArgumentTypeError(f"{text!r}: give tokens x hidden x vocab, e.g. 8192x2048x128256")
+    return shapes  # type: ignore[return-value]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="directory for linear_cross_entropy.{md,json}")
@@ -414,6 +425,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--chunk-sweep", action="store_true",
                         help="time accel's loss per rows-per-chunk (SWEEP_CHUNKS) at the real models' head shapes "
                              "(SWEEP_SHAPES; --quick: QUICK_ROWS): linear_cross_entropy-chunks.{md,json}")
+    parser.add_argument("--sweep-shapes", type=_shapes, metavar="NxDxV,...",
+                        help="with --chunk-sweep: these tokens x hidden x vocab shapes instead of SWEEP_SHAPES "
+                             "(e.g. 8192x2048x128256)")
     args = parser.parse_args(argv)
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     if device.type == "cpu" and not args.quick:
@@ -424,7 +438,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--reps {reps} / --warmup {warmup}: need reps >= 1 and warmup >= 0")
     command = "python benchmarks/linear_cross_entropy.py " + " ".join(sys.argv[1:] if argv is None else argv)
     if args.chunk_sweep:
-        report = chunk_sweep(device, DTYPES[args.dtype], QUICK_ROWS if args.quick else SWEEP_SHAPES,
+        report = chunk_sweep(device, DTYPES[args.dtype],
+                             args.sweep_shapes or (QUICK_ROWS if args.quick else SWEEP_SHAPES),
                              [8, 16, 32] if args.quick else SWEEP_CHUNKS, reps, warmup)
         stem, to_markdown = "linear_cross_entropy-chunks", sweep_markdown
     else:

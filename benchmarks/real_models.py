@@ -252,8 +252,8 @@ FAMILIES = (("attention", ("flash", "fmha", "cudnn", "attention")),  # before ma
 
 def profile_steps(step: Callable[[], Any], steps: int, device) -> dict[str, Any]:
     """``steps`` more training steps under ``torch.profiler``: per step, the device time of each kernel name
-    (CPU op self time on a CPU device), the top 30 with their calls per step, and the totals per
-    :data:`FAMILIES` family, in ms."""
+    (CPU op self time on a CPU device), the top 30 with their calls per step, the totals per
+    :data:`FAMILIES` family, in ms, and ``launches``: kernels (CPU ops) per step."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -277,6 +277,7 @@ def profile_steps(step: Callable[[], Any], steps: int, device) -> dict[str, Any]
         families[fam] = families.get(fam, 0.0) + ms
     top = sorted(per_name.items(), key=lambda kv: -kv[1][0])[:30]
     return {"steps": steps, "total_ms": round(sum(v[0] for v in per_name.values()), 3),
+            "launches": round(sum(v[1] for v in per_name.values()), 1),
             "families_ms": {f: round(v, 3) for f, v in sorted(families.items(), key=lambda kv: -kv[1])},
             "top": [[name[:120], round(ms, 3), round(calls, 2)] for name, (ms, calls) in top]}
 
@@ -347,32 +348,41 @@ def run_one(model_name: str, mode: str, *, quick: bool, steps: int, warmup: int,
         if device.type == "cuda":
             torch.cuda.synchronize(device)
 
-    def step():
+    def step(marks: list[float] | None = None):
         loss = bench.loss(model, bench.batch)
+        if marks is not None:
+            marks.append(time.perf_counter())
         loss.backward()
+        if marks is not None:
+            marks.append(time.perf_counter())
         opt.step()
         opt.zero_grad(set_to_none=True)
+        if marks is not None:
+            marks.append(time.perf_counter())
         return loss.detach()
 
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    losses, times = [], []
+    losses, times, phases = [], [], []
     for i in range(max(warmup + steps, curve_steps)):
         timed = warmup <= i < warmup + steps
+        marks: list[float] | None = None
         if timed:
             sync()
-            start = time.perf_counter()
-        losses.append(step())
-        if timed:
+            marks = [time.perf_counter()]
+        losses.append(step(marks))
+        if marks is not None:
             sync()
-            times.append((time.perf_counter() - start) * 1e3)
+            times.append((time.perf_counter() - marks[0]) * 1e3)
+            phases.append([(b - a) * 1e3 for a, b in zip(marks, marks[1:])])
     ms = statistics.median(times)
     peak = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None
     values = [float(v) for v in losses]
     speedup = 1.0 if mode == "eager" else None if not eager_ms else round(eager_ms / ms, 4)
     result = {**base, "ms": round(ms, 3), "speedup_vs_eager": speedup,
               "peak_gib": None if peak is None else round(peak, 3), "loss": values[0], "losses": values,
-              "steps": steps, "warmup": warmup, "curve_steps": len(values), "ms_all": [round(t, 3) for t in times]}
+              "steps": steps, "warmup": warmup, "curve_steps": len(values), "ms_all": [round(t, 3) for t in times],
+              **host_times(phases)}
     if patch_report is not None:
         result["patch"] = patch_report
     if mode in ("accel", "accel_compile"):
@@ -422,6 +432,19 @@ def run_one(model_name: str, mode: str, *, quick: bool, steps: int, warmup: int,
     if not all(math.isfinite(v) for v in values):
         result["error"] = "a loss was not finite"
     return result
+
+
+def host_times(phases: list[list[float]]) -> dict[str, Any]:
+    """The host's side of the timed steps: ``host_ms``, the median time from a step's start until its Python
+    returned (the device still running what was launched), and ``host_phase_ms``, the medians of its forward,
+    backward and optimizer parts. ``host_ms`` well under ``ms``: the device was the slower side and its idle
+    time within the step is launch gaps or a device-to-host read, not the host. ``host_ms`` near ``ms``:
+    the host was the slower side (or waited on such a read)."""
+    if not phases:
+        return {}
+    return {"host_ms": round(statistics.median(sum(p) for p in phases), 3),
+            "host_phase_ms": {name: round(statistics.median(p[i] for p in phases), 3)
+                              for i, name in enumerate(("forward", "backward", "optimizer"))}}
 
 
 def host_profile_steps(step: Callable[[], Any], steps: int, sync: Callable[[], None], top: int = 45) -> dict[str, Any]:
