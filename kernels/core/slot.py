@@ -17,7 +17,7 @@ from .op import Op
 from .override import Override
 from .state import LOCK
 
-__all__ = ["SLOTS", "Inside", "InstallPath", "Slot"]
+__all__ = ["SLOTS", "Inside", "InstallPath", "Slot", "live_slot"]
 
 
 class InstallPath(Protocol):
@@ -106,3 +106,25 @@ class Slot:
 
 #: ``(op qualname, dispatch key)`` -> its slot, while any override of the op is registered at the key.
 SLOTS: dict[tuple[str, str], Slot] = {}
+
+
+#: device type -> its dispatch key (``None``: no accel backend runs it, e.g. meta), filled on first use.
+_KEYS: dict[str, str | None] = {}
+
+
+def live_slot(qualname: str, device_type: str) -> Slot | None:
+    """The slot of op ``qualname`` at ``device_type``'s dispatch key where it has a live override, else ``None``
+    (no accel backend for the device type, no registration there, or all of them off). For an op's own code
+    that picks a faster variant of a call only where a registered kernel would answer it."""
+    key = _KEYS.get(device_type, "")
+    if key == "":
+        from accel.backends import dispatch_key_for_device_type
+        from accel.errors import UnknownBackendError
+
+        try:
+            key = dispatch_key_for_device_type(device_type)
+        except UnknownBackendError:
+            key = None
+        _KEYS[device_type] = key
+    slot = SLOTS.get((qualname, key)) if key is not None else None
+    return slot if slot is not None and slot.live else None

@@ -169,11 +169,14 @@ def _rms_norm_hf(op: str, cfg: dict, n: int, dt: str, source: str) -> Case:
     return _rows_case(op, k.rms_norm_hf_fwd, types, cx, ("X", "W", "Y", "RSTD", "N"), cfg, n, dt, source)
 
 
-def _swiglu(op: str, cfg: dict, n: int, dt: str, source: str) -> Case:
+def _swiglu(op: str, cfg: dict, n: int, dt: str, source: str, product: bool = False) -> Case:
+    """``product``: the backward's variant that also writes the product (``swiglu_bwd_product``, the same
+    arguments and config as ``swiglu_bwd``)."""
     k = _k("swiglu")
     p = f"*{dt}"
     if op == "swiglu_bwd":
-        fn, ptrs, strides = k.swiglu_bwd, ("DY", "A", "B", "DA", "DB"), ("sdy", "sa", "sb", "sda", "sdb")
+        fn = k.swiglu_bwd_product if product else k.swiglu_bwd
+        ptrs, strides = ("DY", "A", "B", "DA", "DB"), ("sdy", "sa", "sb", "sda", "sdb")
     else:
         fn, ptrs, strides = k.swiglu_fwd, ("A", "B", "Y"), ("sa", "sb", "sy")
     types = {**{a: p for a in ptrs}, "M": "i32", "N": "i32", **{s: "i32" for s in strides}}
@@ -286,7 +289,7 @@ _BUILDERS = {"rms_norm": _rms_norm, "softmax": _softmax, "layer_norm": _layer_no
 def _build(family: str, op: str, cfg: dict, n: Any, dt: str, source: str) -> Iterator[Case]:
     """The cases of one config: one per kernel it launches (linear cross-entropy: the row kernel and the
     tiled schedule's two, each for class-index and probability targets, and the coefficient and scale
-    launches); none for a family without a builder."""
+    launches; SwiGLU's backward: both its kernels); none for a family without a builder."""
     if family == "linear_cross_entropy":
         for prob in (False, True):
             yield _lce(op, cfg, n, dt, source, prob=prob)
@@ -294,6 +297,8 @@ def _build(family: str, op: str, cfg: dict, n: Any, dt: str, source: str) -> Ite
         yield from _lce_aux(op, dt, source)
     elif family in _BUILDERS:
         yield _BUILDERS[family](op, cfg, n, dt, source)
+        if op == "swiglu_bwd":
+            yield _swiglu(op, cfg, n, dt, source, product=True)
 
 
 _DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}

@@ -81,7 +81,7 @@ def test_sample_compiles_and_fits(sample, target):
     reports = _assert_target(sample, target)
     names = {r["kernel"] for r in reports}
     assert {"rms_norm_fwd_rows", "rms_norm_bwd_rows", "softmax_fwd_looped", "layer_norm_bwd_split", "lce_rows",
-            "rope_rows", "swiglu_bwd", "partials_finish"} <= names
+            "rope_rows", "swiglu_bwd", "swiglu_bwd_product", "partials_finish"} <= names
 
 
 @pytest.mark.once
@@ -178,7 +178,7 @@ def test_cases_cover_every_kernel_and_the_shipped_configs():
     assert names == {"rms_norm_fwd_rows", "rms_norm_fwd_looped", "rms_norm_bwd_rows", "softmax_fwd_rows",
                      "softmax_fwd_looped", "softmax_bwd_rows", "softmax_bwd_looped", "layer_norm_fwd_rows",
                      "layer_norm_bwd_rows", "layer_norm_bwd_split", "partials_finish", "rms_norm_hf_fwd",
-                     "rms_norm_hf_bwd", "swiglu_fwd", "swiglu_bwd", "rope_rows", "lce_rows", "lce_tile_stats",
+                     "rms_norm_hf_bwd", "swiglu_fwd", "swiglu_bwd", "swiglu_bwd_product", "rope_rows", "lce_rows", "lce_tile_stats",
                      "lce_tile_grad", "lce_coefs", "lce_scale"}
     for arch, op, dtype, m, n, cfg in table:
         if dtype == "bfloat16":  # compiled, or deduplicated into an identical earlier case

@@ -28,7 +28,7 @@ import torch
 
 from accel.errors import LossInputError, UnsupportedOperationError
 from accel.kernels.core.autograd import eager_autograd
-from accel.kernels.core.slot import SLOTS
+from accel.kernels.core.slot import live_slot
 
 from . import reference
 
@@ -163,8 +163,6 @@ def _backward(ctx, grad_loss, _gi, _gw, _gb):
 #: forward impl -> its in-place scale of the precomputed gradients, ``scale_(grad, grad_loss) -> grad``, read on
 #: the device (an impl module adds its own when imported: :mod:`.triton_impl`)
 DEVICE_SCALES: dict = {}
-#: device type -> its dispatch key (``None``: no accel backend runs it), filled on first use
-_KEYS: dict[str, str | None] = {}
 _SCALED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 
@@ -176,18 +174,7 @@ def _device_scale(grad_loss: torch.Tensor, grads: list):
     finish before the next node's kernels are launched."""
     if type(grad_loss) is not torch.Tensor or grad_loss.numel() != 1 or torch.compiler.is_compiling():
         return None
-    device_type = grad_loss.device.type
-    key = _KEYS.get(device_type, "")
-    if key == "":
-        from accel.backends import dispatch_key_for_device_type
-        from accel.errors import UnknownBackendError
-
-        try:
-            key = dispatch_key_for_device_type(device_type)
-        except UnknownBackendError:
-            key = None
-        _KEYS[device_type] = key
-    slot = SLOTS.get((FORWARD, key)) if key is not None else None
+    slot = live_slot(FORWARD, grad_loss.device.type)
     if slot is None:
         return None
     # by identity: a user's impl need not be hashable

@@ -6,7 +6,9 @@ layer. :func:`swiglu_mlp` is one node that keeps ``gate``, ``up`` and the three 
 recomputed in backward (``accel::swiglu`` once more), and so, where the caller says how, is ``x`` itself
 (``recompute``: the RMSNorm that made ``x``, from the norm's own input, which that norm keeps for its own
 backward anyway). HF Llama (8192 tokens, d 2048, MLP 5632, bf16): 88 MiB of product and 32 MiB of ``x`` per
-layer not kept.
+layer not kept. Where the registered SwiGLU backward kernel has the variant (:func:`.op.backward_with_product`:
+the Triton kernel), the product comes out of the backward kernel itself, written over the gradient it
+consumed: one elementwise pass for both (HF Llama on the H200: ``swiglu_fwd`` ran twice per layer).
 
 Same arithmetic as the modules' own: each matmul, the SwiGLU and its backward are the ops autograd would
 run, in its order, and the two gradients of ``x`` are summed as autograd sums them; the bits differ from the
@@ -25,6 +27,8 @@ from torch.autograd.function import once_differentiable
 
 from accel.kernels.core.autograd import below_autograd
 
+from . import op
+
 __all__ = ["swiglu_mlp"]
 
 
@@ -34,6 +38,12 @@ def _swiglu(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 def _swiglu_backward(g: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return below_autograd(torch.ops.accel.swiglu_backward.default, g, a, b)
+
+
+def _down_weight_grad(grads: list, rows: torch.Tensor, gate: torch.Tensor, up: torch.Tensor, width: int) -> None:
+    """``grads[3]``, the down projection's weight gradient, from the product recomputed by ``accel::swiglu``."""
+    product = _swiglu(gate, up)
+    grads[3] = rows.t().mm(product.reshape(-1, width))
 
 
 class _SwiGLUMLP(torch.autograd.Function):
@@ -56,15 +66,25 @@ class _SwiGLUMLP(torch.autograd.Function):
         grads: list = [None] * (8 + len(held) - (ctx.recompute is None))
         rows = grad_out.reshape(-1, grad_out.shape[-1])
         width = gate.shape[-1]
-        if need[3]:
-            product = _swiglu(gate, up)
-            grads[3] = rows.t().mm(product.reshape(-1, width))
-            del product  # freed before the SwiGLU backward allocates its two gradients
         if need[6] and ctx.biases[2]:
             grads[6] = rows.sum(0)
-        if not (need[0] or need[1] or need[2] or need[4] or need[5]):
+        inputs = need[0] or need[1] or need[2] or need[4] or need[5]
+        if inputs:
+            grad_product = grad_out.matmul(down_w)
+            fused = op.backward_with_product(grad_product, gate, up) if need[3] else None
+            if fused is not None and fused[2]:  # the kernel wrote silu(gate) * up over grad_product
+                grad_gate, grad_up, _ = fused
+                grads[3] = rows.t().mm(grad_product.reshape(-1, width))
+            else:
+                if need[3]:
+                    _down_weight_grad(grads, rows, gate, up, width)
+                grad_gate, grad_up = (fused[:2] if fused is not None
+                                      else _swiglu_backward(grad_product, gate, up))
+            del grad_product
+        elif need[3]:
+            _down_weight_grad(grads, rows, gate, up, width)
+        if not inputs:
             return tuple(grads)
-        grad_gate, grad_up = _swiglu_backward(grad_out.matmul(down_w), gate, up)
         del gate, up
         gg, gu = grad_gate.reshape(-1, width), grad_up.reshape(-1, width)
         if need[1] or need[2]:

@@ -5,7 +5,9 @@
 - ``accel::swiglu_backward(grad_out, a, b) -> (grad_a, grad_b)``.
 
 Both default kernels (every device) are the eager reference (:mod:`.reference`); accel's registry puts
-faster ones at a backend's dispatch key (the op family of this folder). Autograd saves ``a`` and ``b``
+faster ones at a backend's dispatch key (the op family of this folder). :func:`backward_with_product` is the
+backward that also gives ``silu(a) * b`` (a gated MLP's backward needs both), where a registered kernel has
+that variant. Autograd saves ``a`` and ``b``
 (eager autograd of ``F.silu(a) * b`` keeps ``silu(a)`` too). Outputs are laid out like ``a`` (``b`` for
 ``grad_b``), as ``torch.empty_like`` lays them out.
 """
@@ -14,9 +16,13 @@ from __future__ import annotations
 
 import torch
 
+from accel.kernels.core import plans
+from accel.kernels.core.slot import live_slot
+from accel.kernels.core.state import STATE
+
 from . import reference
 
-__all__ = ["BACKWARD", "FORWARD", "swiglu", "swiglu_backward"]
+__all__ = ["BACKWARD", "FORWARD", "WITH_PRODUCT", "backward_with_product", "swiglu", "swiglu_backward"]
 
 FORWARD = "accel::swiglu"
 BACKWARD = "accel::swiglu_backward"
@@ -65,3 +71,54 @@ def _backward(ctx, grad_out):
 
 
 swiglu.register_autograd(_backward, setup_context=_setup_context)
+
+
+#: An impl of ``accel::swiglu_backward`` -> its variant ``(grad_out, a, b) -> (grad_a, grad_b)`` that also writes
+#: ``silu(a) * b`` over ``grad_out`` (filled by the impl modules that have one: the Triton impl's
+#: :func:`.triton_impl.swiglu_backward_product`).
+WITH_PRODUCT: dict = {}
+
+
+def backward_with_product(grad_out: torch.Tensor, a: torch.Tensor, b: torch.Tensor
+                          ) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """``(grad_a, grad_b)`` of ``silu(a) * b``, with ``silu(a) * b`` written over ``grad_out``, where the first
+    live override of ``accel::swiglu_backward`` at ``grad_out``'s dispatch key that takes ``(grad_out, a, b)``
+    (its cond, the tuning table) has a :data:`WITH_PRODUCT` variant; else ``None`` and nothing is written (the
+    caller computes the two separately). The call is booked and fail-safe as a routed call of the op: where
+    the variant raises (a launch that fails writes nothing), the op's reference answers with ``grad_out`` as it
+    was, and the third element says so.
+
+    Args:
+        grad_out: ``[..., N]``, the caller's own temporary (overwritten); ``a``, ``b``: as for
+            :func:`swiglu_backward`.
+
+    Returns:
+        ``None`` where no such kernel takes the call (also under ``torch.compile``, inside one of the op's
+        impls, and in verify mode, whose comparison would read the overwritten ``grad_out``); else
+        ``(grad_a, grad_b, written)``, ``written`` ``False`` where the fail-safe answered instead.
+    """
+    if not WITH_PRODUCT or STATE.verify or torch.compiler.is_compiling() or type(grad_out) is not torch.Tensor:
+        return None
+    slot = live_slot(BACKWARD, grad_out.device.type)
+    if slot is None or slot.reentered():
+        return None
+    args = (grad_out, a, b)
+    sig = plans.signature(args)
+    for ov in slot.live:
+        fn = ov.take(args, {}, sig)
+        if fn is None:
+            continue
+        # by identity: a user's impl need not be hashable
+        variant = next((v for impl, v in WITH_PRODUCT.items() if ov.impl is impl), None)
+        if fn is plans.FALLBACK or variant is None:
+            return None
+        written: list[bool] = []
+
+        def run(g, x, y, variant=variant, written=written):
+            out = variant(g, x, y)
+            written.append(True)
+            return out
+
+        grad_a, grad_b = slot.run_guarded(ov, args, {}, run)
+        return grad_a, grad_b, bool(written)
+    return None

@@ -11,13 +11,15 @@ from typing import Any
 
 import torch
 from accel.kernels.dsl.launch import empty_like, lazy_module
+from accel.kernels.core.plans import MAX_ENTRIES, signature
 from accel.kernels.dsl.triton_utils import LaunchPlan, available
 from accel.kernels.ops.conds import tuned_config
 
-from . import FAMILY, op  # noqa: F401 - op defines accel::swiglu, which registration resolves
+from . import FAMILY, op  # op defines accel::swiglu, which registration resolves
 from .conditions import make_conds, row_stride
 
-__all__ = ["DSL", "available", "backward", "conds", "forward", "launch", "register", "swiglu", "swiglu_backward"]
+__all__ = ["DSL", "available", "backward", "conds", "forward", "launch", "register", "swiglu", "swiglu_backward",
+           "swiglu_backward_product"]
 
 DSL = "triton"
 
@@ -67,14 +69,17 @@ def swiglu_backward(grad_out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) ->
     return plan_bwd(grad_out, a, b)(grad_out, a, b)
 
 
-def plan_bwd(grad_out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
-    """:func:`swiglu_backward` for every call with these arguments' signature."""
+def plan_bwd(grad_out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *,
+             product: bool = False) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
+    """:func:`swiglu_backward` for every call with these arguments' signature (``product``: the launch of
+    :func:`swiglu_backward_product`; the same tile, from the ``swiglu_bwd`` table entry)."""
     n = a.shape[-1]
     m = a.numel() // n
     da_stride = row_stride(torch.empty_like(a, device="meta"))
     db_stride = row_stride(torch.empty_like(b, device="meta"))
     strides = (row_stride(grad_out), row_stride(a), row_stride(b), da_stride, db_stride)
-    plan = launch(_kernels().swiglu_bwd, _config("swiglu_bwd", a, m, n), m, n, strides)
+    kernel = _kernels().swiglu_bwd_product if product else _kernels().swiglu_bwd
+    plan = launch(kernel, _config("swiglu_bwd", a, m, n), m, n, strides)
 
     def run(grad_out, a, b):
         da, db = empty_like(a), empty_like(b)
@@ -85,6 +90,26 @@ def plan_bwd(grad_out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> Callab
 
 
 swiglu_backward.plan = plan_bwd  # type: ignore[attr-defined]
+
+_PRODUCT_PLANS: dict = {}
+
+
+def swiglu_backward_product(grad_out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`swiglu_backward`, and ``silu(a) * b`` written over ``grad_out`` (which must be the caller's own
+    temporary, laid out as the cond of ``accel::swiglu_backward`` accepts: the caller asks that cond first,
+    :func:`.op.backward_with_product`). The launch is kept per argument signature."""
+    sig = signature((grad_out, a, b))
+    run = _PRODUCT_PLANS.get(sig) if sig is not None else None
+    if run is None:
+        run = plan_bwd(grad_out, a, b, product=True)
+        if sig is not None:
+            if len(_PRODUCT_PLANS) >= MAX_ENTRIES:
+                _PRODUCT_PLANS.clear()
+            _PRODUCT_PLANS[sig] = run
+    return run(grad_out, a, b)
+
+
+op.WITH_PRODUCT[swiglu_backward] = swiglu_backward_product
 
 
 def conds(backends: Sequence[str]) -> tuple:

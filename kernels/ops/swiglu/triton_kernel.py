@@ -5,7 +5,8 @@ row stride (Phi-3's gate and up halves are views into one ``[M, 2N]`` projection
 fp32 math, one rounding per output.
 
 Forward: ``y = a * sigmoid(a) * b``. Backward: with ``s = sigmoid(a)``, ``db = dy * a * s`` and
-``da = dy * b * s * (1 + a * (1 - s))``. A program covers ``ROWS x BLOCK_N`` elements (grid
+``da = dy * b * s * (1 + a * (1 - s))``; :func:`swiglu_bwd_product` also writes ``y`` over ``dy`` (the MLP's
+backward needs the product for the down projection's weight gradient: one pass instead of a second one). A program covers ``ROWS x BLOCK_N`` elements (grid
 ``(cdiv(M, ROWS), cdiv(N, BLOCK_N))``): elementwise, so the only choice is the tile, which
 :func:`default_config` picks to waste little of the last column block.
 """
@@ -16,7 +17,7 @@ import triton
 import triton.language as tl
 from accel.kernels.dsl.triton_configs import next_power_of_2
 
-__all__ = ["candidate_configs", "default_config", "swiglu_bwd", "swiglu_fwd"]
+__all__ = ["candidate_configs", "default_config", "swiglu_bwd", "swiglu_bwd_product", "swiglu_fwd"]
 
 #: Elements per program of the default tile.
 TILE = 4096
@@ -53,6 +54,21 @@ def swiglu_bwd(DY, A, B, DA, DB, M, N, sdy, sa, sb, sda, sdb, BLOCK_N: tl.conste
     s = tl.sigmoid(a)
     tl.store(DB + r * sdb + c, (dy * a * s).to(DB.dtype.element_ty), mask=mask)
     tl.store(DA + r * sda + c, (dy * b * s * (1.0 + a * (1.0 - s))).to(DA.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def swiglu_bwd_product(DY, A, B, DA, DB, M, N, sdy, sa, sb, sda, sdb, BLOCK_N: tl.constexpr, ROWS: tl.constexpr,
+                       WIDE: tl.constexpr):
+    """:func:`swiglu_bwd`, and ``Y = silu(A) * B`` (:func:`swiglu_fwd`'s arithmetic, the same bits) stored over
+    ``DY``: each element is read before the program that read it writes it."""
+    r, c, mask = _tile(M, N, BLOCK_N, ROWS, WIDE)
+    dy = tl.load(DY + r * sdy + c, mask=mask, other=0.0).to(tl.float32)
+    a = tl.load(A + r * sa + c, mask=mask, other=0.0).to(tl.float32)
+    b = tl.load(B + r * sb + c, mask=mask, other=0.0).to(tl.float32)
+    s = tl.sigmoid(a)
+    tl.store(DB + r * sdb + c, (dy * a * s).to(DB.dtype.element_ty), mask=mask)
+    tl.store(DA + r * sda + c, (dy * b * s * (1.0 + a * (1.0 - s))).to(DA.dtype.element_ty), mask=mask)
+    tl.store(DY + r * sdy + c, (a * tl.sigmoid(a) * b).to(DY.dtype.element_ty), mask=mask)
 
 
 def default_config(n: int) -> dict:

@@ -1,0 +1,174 @@
+"""The SwiGLU backward that also writes the product (``swiglu_bwd_product``), in Triton's interpreter on CPU.
+
+``swiglu_mlp``'s backward needs ``silu(gate) * up`` for the down projection's weight gradient; where the
+registered ``accel::swiglu_backward`` kernel has the variant (:func:`accel.kernels.ops.swiglu.op.
+backward_with_product`), one kernel gives both gradients and writes the product over the gradient it read, so
+``accel::swiglu`` runs once per layer (the forward), not twice. Checked here: the variant's three outputs against
+the reference, bit for bit against the forward kernel's product, on contiguous and strided halves, with
+poisoned outputs; the MLP's output and every gradient equal to the composition through the same kernels, with
+one forward SwiGLU call; a variant that raises falls back to the two-step path with one warning and the same
+gradients; verify mode and a cond that declines take the two-step path.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+pytestmark = pytest.mark.cpu
+
+try:
+    import triton  # noqa: F401
+
+    TRITON = True
+except ImportError:
+    TRITON = False
+
+SCRIPT = textwrap.dedent("""
+    import json, warnings, torch
+    import torch.nn.functional as F
+    import accel.kernels as ak
+    from accel.kernels.core.state import STATE
+    from accel.kernels.dsl import launch as _launch
+    from accel.kernels.tuning import table as tuning
+    from accel.kernels.ops.swiglu import op as sw_op, reference as sw_ref, triton_impl as sw_impl
+    from accel.kernels.ops.swiglu.mlp import swiglu_mlp
+    _launch.poison_outputs = True          # an unwritten output stays NaN
+    tuning.MIN_NUMEL["triton"] = 0         # tiny interpreter shapes must route
+    report = {"numerics": [], "mlp": {}}
+    g = torch.Generator().manual_seed(0)
+
+    def same(x, y):
+        return bool(torch.equal(x, y)) if x.dtype == y.dtype and x.shape == y.shape else False
+
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        cases = [tuple(torch.randn(5, 300, generator=g).to(dtype) for _ in range(2))]
+        cases.append(tuple(torch.randn(3, 4, 2 * 96, generator=g).to(dtype).chunk(2, dim=-1)))  # strided halves
+        for a, b in cases:
+            dy = torch.randn(a.shape, generator=g).to(dtype)
+            ref_da, ref_db = sw_ref.swiglu_backward(dy, a, b)
+            into = dy.clone()
+            da, db = sw_impl.swiglu_backward_product(into, a, b)
+            tol = dict(atol=1e-5, rtol=1e-5) if dtype == torch.float32 else dict(atol=2e-2, rtol=2e-2)
+            report["numerics"].append(dict(
+                dtype=str(dtype), strided=not a.is_contiguous(),
+                da=bool(torch.allclose(da.float(), ref_da.float(), **tol)),
+                db=bool(torch.allclose(db.float(), ref_db.float(), **tol)),
+                grads_as_bwd_kernel=all(same(x, y) for x, y in zip((da, db), sw_impl.swiglu_backward(dy, a, b))),
+                product_as_fwd_kernel=same(into, sw_impl.swiglu(a, b)),
+                product_near_reference=bool(torch.allclose(into.float(), sw_ref.swiglu(a, b).float(), **tol))))
+
+    names = sw_impl.register(["cpu"])
+
+    def leaves(seed):
+        gen = torch.Generator().manual_seed(seed)
+        return [torch.randn(*s, generator=gen).to(torch.bfloat16).requires_grad_()
+                for s in ((2, 7, 16), (48, 16), (48, 16), (16, 48))]
+
+    def grads(fn, ls):
+        y = fn(*ls)
+        y.backward(torch.randn(y.shape, generator=torch.Generator().manual_seed(1)).to(y.dtype))
+        return [y.detach()] + [t.grad for t in ls]
+
+    def composed(x, gw, uw, dw):
+        return F.linear(sw_op.swiglu(F.linear(x, gw), F.linear(x, uw)), dw)
+
+    def counts():  # ak.overrides() gives snapshots: read anew each time
+        ov = {o.name: o for o in ak.overrides()}
+        fwd, bwd = ov["swiglu_fwd.triton"], ov["swiglu_bwd.triton"]
+        return [fwd.routed, bwd.routed, fwd.failed + bwd.failed]
+
+    def run(label, setup=lambda: None, teardown=lambda: None):
+        before = counts()
+        setup()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                got = grads(swiglu_mlp, leaves(3))
+            finally:
+                teardown()
+        after = counts()
+        want = grads(composed, leaves(3))
+        report["mlp"][label] = dict(
+            equal=[same(x, y) for x, y in zip(got, want)],
+            fwd_calls=after[0] - before[0], bwd_calls=after[1] - before[1], failed=after[2] - before[2],
+            warnings=[str(w.message)[:200] for w in caught])
+
+    run("fused")
+
+    def verify_on():
+        STATE.verify = True
+
+    def verify_off():
+        STATE.verify = False
+
+    run("verify", verify_on, verify_off)
+    # last: the fail-safe denies these shapes to the kernel from then on
+    original = dict(sw_op.WITH_PRODUCT)
+
+    def boom(*args):
+        raise RuntimeError("injected launch failure")
+
+    def raising():
+        sw_op.WITH_PRODUCT.update({impl: boom for impl in original})
+
+    def restore():
+        sw_op.WITH_PRODUCT.clear()
+        sw_op.WITH_PRODUCT.update(original)
+
+    run("raising", raising, restore)
+    for n in names:
+        ak.unregister(n)
+    report["after_unregister"] = sw_op.backward_with_product(*(torch.randn(2, 8) for _ in range(3)))
+    print("REPORT" + json.dumps(report))
+""")
+
+
+@pytest.fixture(scope="module")
+def report():
+    if not TRITON:
+        pytest.skip("triton not installed (tox envs install it)")
+    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "HELION_INTERPRET")}
+    env["TRITON_INTERPRET"] = "1"
+    proc = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=600,
+                          check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("REPORT"))
+    return json.loads(line.removeprefix("REPORT"))
+
+
+def test_the_variant_gives_the_gradients_and_writes_the_forward_kernels_product(report):
+    rows = report["numerics"]
+    assert len(rows) == 6 and {r["strided"] for r in rows} == {False, True}
+    for r in rows:
+        assert r["da"] and r["db"] and r["grads_as_bwd_kernel"], r
+        assert r["product_as_fwd_kernel"] and r["product_near_reference"], r
+
+
+def test_the_mlp_backward_runs_the_swiglu_once_with_the_same_bits(report):
+    fused = report["mlp"]["fused"]
+    assert fused["equal"] == [True] * 5, fused  # output and the four gradients
+    assert fused["fwd_calls"] == 1 and fused["bwd_calls"] == 1 and fused["failed"] == 0, fused
+    assert fused["warnings"] == []
+
+
+def test_a_raising_variant_falls_back_to_two_steps_with_one_warning(report):
+    raising = report["mlp"]["raising"]
+    assert raising["equal"] == [True] * 5, raising
+    assert raising["failed"] == 1 and raising["fwd_calls"] == 2, raising  # the product recomputed by accel::swiglu
+    assert len(raising["warnings"]) == 1 and "injected launch failure" in raising["warnings"][0]
+
+
+def test_verify_mode_takes_the_two_step_path(report):
+    verify = report["mlp"]["verify"]
+    assert verify["equal"] == [True] * 5, verify
+    assert verify["fwd_calls"] == 2 and verify["bwd_calls"] == 1 and verify["failed"] == 0, verify
+
+
+def test_no_registered_kernel_no_variant(report):
+    assert report["after_unregister"] is None
