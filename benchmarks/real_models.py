@@ -449,7 +449,8 @@ def host_times(phases: list[list[float]]) -> dict[str, Any]:
 
 def host_profile_steps(step: Callable[[], Any], steps: int, sync: Callable[[], None], top: int = 45) -> dict[str, Any]:
     """``steps`` more training steps under ``cProfile`` (the host's Python time, not the device's): the
-    functions with the most own time, per step (``[where, calls, own ms, cumulative ms]``), and the
+    functions with the most own time and those with the most cumulative time, per step (``[where, calls, own
+    ms, cumulative ms]``), and the
     step's host ms under the profiler (slower than unprofiled; compare rows, not steps)."""
     import cProfile
     import pstats
@@ -468,8 +469,10 @@ def host_profile_steps(step: Callable[[], Any], steps: int, sync: Callable[[], N
     for (path, line, name), (_cc, calls, own, cum, _callers) in stats.stats.items():  # type: ignore[attr-defined]
         where = f"{'/'.join(path.split('/')[-2:])}:{line}({name})"
         rows.append([where, calls // steps, round(own * 1e3 / steps, 3), round(cum * 1e3 / steps, 3)])
+    by_cumulative = sorted(rows, key=lambda r: -r[3])[:top]
     rows.sort(key=lambda r: -r[2])
-    return {"steps": steps, "host_ms_per_step": round(wall, 3), "by_own_time": rows[:top]}
+    return {"steps": steps, "host_ms_per_step": round(wall, 3), "by_own_time": rows[:top],
+            "by_cumulative_time": by_cumulative}
 
 
 # ------------------------------------------------------------------------------------ the ops alone
