@@ -101,6 +101,29 @@ SCRIPT = textwrap.dedent("""
 
     run("fused")
 
+    from accel.kernels.ops.swiglu.linear import swiglu_linear
+
+    def linear_leaves():  # Phi-3: gate and up are strided halves of one fused projection
+        gen = torch.Generator().manual_seed(5)
+        return [torch.randn(*s, generator=gen).to(torch.bfloat16).requires_grad_() for s in ((2, 7, 96), (16, 48))]
+
+    def split_linear(fn):
+        def call(gu, w):
+            gate, up = gu.chunk(2, dim=-1)
+            return fn(gate, up, w)
+        return call
+
+    before = counts()
+    got = grads(split_linear(swiglu_linear), linear_leaves())
+    after = counts()
+    want = grads(split_linear(lambda g_, u_, w: F.linear(sw_op.swiglu(g_, u_), w)), linear_leaves())
+    report["mlp"]["linear"] = dict(equal=[same(x, y) for x, y in zip(got, want)], fwd_calls=after[0] - before[0],
+                                   bwd_calls=after[1] - before[1], failed=after[2] - before[2])
+    gu, w = linear_leaves()
+    y = split_linear(swiglu_linear)(gu, w)
+    (ggu,) = torch.autograd.grad(y.square().sum(), gu, create_graph=True)  # grad mode on: the two-step path
+    report["mlp"]["create_graph"] = dict(differentiable=ggu.requires_grad)
+
     def verify_on():
         STATE.verify = True
 
@@ -172,3 +195,13 @@ def test_verify_mode_takes_the_two_step_path(report):
 
 def test_no_registered_kernel_no_variant(report):
     assert report["after_unregister"] is None
+
+
+def test_swiglu_linear_uses_the_variant_on_strided_halves(report):
+    linear = report["mlp"]["linear"]
+    assert linear["equal"] == [True] * 3, linear  # output, the fused projection's and the weight's gradients
+    assert linear["fwd_calls"] == 1 and linear["bwd_calls"] == 1 and linear["failed"] == 0, linear
+
+
+def test_a_backward_recorded_for_double_backward_stays_differentiable(report):
+    assert report["mlp"]["create_graph"]["differentiable"] is True

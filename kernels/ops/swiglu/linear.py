@@ -2,19 +2,22 @@
 
 The down projection of a gated MLP saves its input, ``silu(gate) * up`` (``[tokens, intermediate]``: 88 MiB
 per layer in bf16 at HF Llama's 8192 x 5632), while :func:`.op.swiglu` already saves ``gate`` and ``up``.
-:func:`swiglu_linear` saves ``gate``, ``up`` and ``weight`` only; its backward runs ``accel::swiglu`` once
-more (one elementwise pass over the three tensors) to get the product for the weight's gradient. Same
+:func:`swiglu_linear` saves ``gate``, ``up`` and ``weight`` only; its backward gets the product for the
+weight's gradient from the SwiGLU backward kernel where it has the variant (:func:`down_backward`), else by
+running ``accel::swiglu`` once more (one elementwise pass over the three tensors). Same
 numerics as ``F.linear(swiglu(gate, up), weight, bias)``: the same ops in the same order, so the same bits.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 
 from . import op as swiglu_ops
 
-__all__ = ["swiglu_linear"]
+__all__ = ["down_backward", "swiglu_linear"]
 
 
 class _SwiGLULinear(torch.autograd.Function):
@@ -35,15 +38,36 @@ class _SwiGLULinear(torch.autograd.Function):
         need_gate, need_up, need_w, need_b = ctx.needs_input_grad
         grad_w = grad_b = grad_gate = grad_up = None
         rows = grad_out.reshape(-1, grad_out.shape[-1])
-        if need_w:
-            product = swiglu_ops.swiglu(gate, up)
-            grad_w = rows.t().mm(product.reshape(-1, product.shape[-1]))
-            del product  # freed before the SwiGLU backward allocates its two gradients
         if need_b and ctx.has_bias:
             grad_b = rows.sum(0)
-        if need_gate or need_up:
-            grad_gate, grad_up = torch.ops.accel.swiglu_backward(grad_out.matmul(weight), gate, up)
+        grad_w, grad_gate, grad_up = down_backward(grad_out, rows, weight, gate, up, need_w, need_gate or need_up,
+                                                   swiglu_ops.swiglu, torch.ops.accel.swiglu_backward)
         return (grad_gate if need_gate else None), (grad_up if need_up else None), grad_w, grad_b
+
+
+def down_backward(grad_out: torch.Tensor, rows: torch.Tensor, weight: torch.Tensor, gate: torch.Tensor,
+                  up: torch.Tensor, need_w: bool, need_inputs: bool, swiglu: Callable, swiglu_backward: Callable
+                  ) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
+    """``(grad_weight, grad_gate, grad_up)`` of ``F.linear(swiglu(gate, up), weight)`` for ``grad_out``
+    (``rows``: its ``[-1, out]`` view; ``None`` for what is not needed): the weight's gradient from the
+    product, the two others from the SwiGLU backward of ``grad_out @ weight``. Where a kernel has the variant
+    (:func:`.op.backward_with_product`), one launch gives both gradients and the product; else the product
+    is recomputed by ``swiglu`` and freed before ``swiglu_backward`` allocates its two gradients. The same
+    bits either way."""
+    width = gate.shape[-1]
+    grad_w = grad_gate = grad_up = None
+    if need_inputs:
+        grad_product = grad_out.matmul(weight)
+        fused = swiglu_ops.backward_with_product(grad_product, gate, up) if need_w else None
+        if fused is not None and fused[2]:  # the kernel wrote silu(gate) * up over grad_product
+            grad_gate, grad_up, _ = fused
+            return rows.t().mm(grad_product.reshape(-1, width)), grad_gate, grad_up
+        if need_w:
+            grad_w = rows.t().mm(swiglu(gate, up).reshape(-1, width))
+        grad_gate, grad_up = fused[:2] if fused is not None else swiglu_backward(grad_product, gate, up)
+    elif need_w:
+        grad_w = rows.t().mm(swiglu(gate, up).reshape(-1, width))
+    return grad_w, grad_gate, grad_up
 
 
 def swiglu_linear(gate: torch.Tensor, up: torch.Tensor, weight: torch.Tensor,

@@ -27,7 +27,7 @@ from torch.autograd.function import once_differentiable
 
 from accel.kernels.core.autograd import below_autograd
 
-from . import op
+from .linear import down_backward
 
 __all__ = ["swiglu_mlp"]
 
@@ -38,12 +38,6 @@ def _swiglu(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 def _swiglu_backward(g: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return below_autograd(torch.ops.accel.swiglu_backward.default, g, a, b)
-
-
-def _down_weight_grad(grads: list, rows: torch.Tensor, gate: torch.Tensor, up: torch.Tensor, width: int) -> None:
-    """``grads[3]``, the down projection's weight gradient, from the product recomputed by ``accel::swiglu``."""
-    product = _swiglu(gate, up)
-    grads[3] = rows.t().mm(product.reshape(-1, width))
 
 
 class _SwiGLUMLP(torch.autograd.Function):
@@ -69,20 +63,8 @@ class _SwiGLUMLP(torch.autograd.Function):
         if need[6] and ctx.biases[2]:
             grads[6] = rows.sum(0)
         inputs = need[0] or need[1] or need[2] or need[4] or need[5]
-        if inputs:
-            grad_product = grad_out.matmul(down_w)
-            fused = op.backward_with_product(grad_product, gate, up) if need[3] else None
-            if fused is not None and fused[2]:  # the kernel wrote silu(gate) * up over grad_product
-                grad_gate, grad_up, _ = fused
-                grads[3] = rows.t().mm(grad_product.reshape(-1, width))
-            else:
-                if need[3]:
-                    _down_weight_grad(grads, rows, gate, up, width)
-                grad_gate, grad_up = (fused[:2] if fused is not None
-                                      else _swiglu_backward(grad_product, gate, up))
-            del grad_product
-        elif need[3]:
-            _down_weight_grad(grads, rows, gate, up, width)
+        grads[3], grad_gate, grad_up = down_backward(grad_out, rows, down_w, gate, up, need[3], inputs, _swiglu,
+                                                     _swiglu_backward)
         if not inputs:
             return tuple(grads)
         del gate, up

@@ -93,11 +93,13 @@ def backward_with_product(grad_out: torch.Tensor, a: torch.Tensor, b: torch.Tens
             :func:`swiglu_backward`.
 
     Returns:
-        ``None`` where no such kernel takes the call (also under ``torch.compile``, inside one of the op's
-        impls, and in verify mode, whose comparison would read the overwritten ``grad_out``); else
+        ``None`` where no such kernel takes the call (also with grad mode on: a backward recorded for double
+        backward; under ``torch.compile`` or a ``torch.func`` transform; inside one of the op's impls; in verify
+        mode, whose comparison would read the overwritten ``grad_out``); else
         ``(grad_a, grad_b, written)``, ``written`` ``False`` where the fail-safe answered instead.
     """
-    if not WITH_PRODUCT or STATE.verify or torch.compiler.is_compiling() or type(grad_out) is not torch.Tensor:
+    if (not WITH_PRODUCT or STATE.verify or torch.is_grad_enabled() or torch.compiler.is_compiling()
+            or type(grad_out) is not torch.Tensor or torch._C._functorch.peek_interpreter_stack() is not None):
         return None
     slot = live_slot(BACKWARD, grad_out.device.type)
     if slot is None or slot.reentered():

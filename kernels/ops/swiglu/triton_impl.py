@@ -94,7 +94,8 @@ swiglu_backward.plan = plan_bwd  # type: ignore[attr-defined]
 _PRODUCT_PLANS: dict = {}
 
 
-def swiglu_backward_product(grad_out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def swiglu_backward_product(grad_out: torch.Tensor, a: torch.Tensor,
+                            b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`swiglu_backward`, and ``silu(a) * b`` written over ``grad_out`` (which must be the caller's own
     temporary, laid out as the cond of ``accel::swiglu_backward`` accepts: the caller asks that cond first,
     :func:`.op.backward_with_product`). The launch is kept per argument signature."""

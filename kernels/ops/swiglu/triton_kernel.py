@@ -6,7 +6,8 @@ fp32 math, one rounding per output.
 
 Forward: ``y = a * sigmoid(a) * b``. Backward: with ``s = sigmoid(a)``, ``db = dy * a * s`` and
 ``da = dy * b * s * (1 + a * (1 - s))``; :func:`swiglu_bwd_product` also writes ``y`` over ``dy`` (the MLP's
-backward needs the product for the down projection's weight gradient: one pass instead of a second one). A program covers ``ROWS x BLOCK_N`` elements (grid
+backward needs the product for the down projection's weight gradient: one pass instead of a second one).
+A program covers ``ROWS x BLOCK_N`` elements (grid
 ``(cdiv(M, ROWS), cdiv(N, BLOCK_N))``): elementwise, so the only choice is the tile, which
 :func:`default_config` picks to waste little of the last column block.
 """
