@@ -606,21 +606,29 @@ def _transforms_active() -> bool:
     return torch._C._functorch.peek_interpreter_stack() is not None
 
 
-def _plain_linear(proj: Any, x: torch.Tensor) -> bool:
-    """Whether calling ``F.linear`` with ``proj``'s parameters is what calling ``proj(x)`` does: an
+def _plain_linear(x: torch.Tensor, *projs: Any) -> bool:
+    """Whether calling ``F.linear`` with each of ``projs``' parameters is what calling it on ``x`` does: an
     ``nn.Linear`` itself, no hook of any kind (its own, global, or accelerate's offload hook and replaced
     ``forward``), its weight in ``x``'s dtype and on its device, and no autocast (whose cast the recomputing
-    backward would not repeat)."""
+    backward would not repeat). Read from the modules' ``__dict__`` and ``_parameters`` (this runs on every
+    MLP call: ``hasattr`` and ``Module.__getattr__`` cost more than the checks)."""
     from torch.nn.modules import module as _module
 
-    if type(proj) is not nn.Linear or "forward" in vars(proj) or hasattr(proj, "_hf_hook"):
+    if (_module._global_forward_hooks or _module._global_forward_pre_hooks or _module._global_backward_hooks
+            or _module._global_backward_pre_hooks or torch.is_autocast_enabled(x.device.type)):
         return False
-    if (proj._forward_hooks or proj._forward_pre_hooks or proj._backward_hooks or proj._backward_pre_hooks
-            or _module._global_forward_hooks or _module._global_forward_pre_hooks
-            or _module._global_backward_hooks or _module._global_backward_pre_hooks):
-        return False
-    return (proj.weight.dtype == x.dtype and proj.weight.device == x.device
-            and not torch.is_autocast_enabled(x.device.type))
+    for proj in projs:
+        if type(proj) is not nn.Linear:
+            return False
+        attrs = proj.__dict__
+        # accelerate's offload hook is a plain attribute (``module._hf_hook = hook``), as is a replaced forward
+        if ("forward" in attrs or "_hf_hook" in attrs or attrs.get("_forward_hooks") or attrs.get("_forward_pre_hooks")
+                or attrs.get("_backward_hooks") or attrs.get("_backward_pre_hooks")):
+            return False
+        weight = attrs["_parameters"].get("weight")
+        if weight is None or weight.dtype != x.dtype or weight.device != x.device:
+            return False
+    return True
 
 
 _MLP_NAMES = {"split": {"down_proj", "act_fn", "gate_proj", "up_proj"},
@@ -635,7 +643,7 @@ def _build_mlp(cls: type, variant: str | None) -> tuple[type | None, str | None]
 
     def down(self, gate, up):
         proj = self.down_proj
-        if getattr(self, "accel_mlp_recompute", True) and _plain_linear(proj, gate):
+        if getattr(self, "accel_mlp_recompute", True) and _plain_linear(gate, proj):
             return swiglu_linear(gate, up, proj.weight, proj.bias)  # the product is recomputed, not saved
         return proj(swiglu_ops.swiglu(gate, up))
 
@@ -645,7 +653,7 @@ def _build_mlp(cls: type, variant: str | None) -> tuple[type | None, str | None]
         shape, dtype and device: allocated, never written)."""
         if (not getattr(self, "accel_mlp_recompute", True) or torch.compiler.is_compiling() or _transforms_active()
                 or _live(SWIGLU_OP, x.device.type) is None or _outer_saved_tensor_hooks()
-                or not all(_plain_linear(p, x) for p in (self.gate_proj, self.up_proj, self.down_proj))):
+                or not _plain_linear(x, self.gate_proj, self.up_proj, self.down_proj)):
             return False
         like = x.new_empty((*x.shape[:-1], self.gate_proj.out_features))
         return accel_takes(SWIGLU_OP, like, like)

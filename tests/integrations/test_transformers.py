@@ -18,6 +18,7 @@ import sys
 
 import pytest
 import torch
+from torch import nn
 
 transformers = pytest.importorskip("transformers", reason="transformers is not installed (pip install "
                                                           "'transformers>=5.17'); the integration needs it")
@@ -812,3 +813,36 @@ def test_mlp_recompute_steps_aside_for_hooks_and_autocast(cpu_kernels):
             runs.append(_loss_and_grads(model, inputs))
     assert torch.equal(runs[0][0].loss, runs[1][0].loss)
     assert all(torch.equal(runs[0][1][n], runs[1][1][n]) for n in runs[0][1])
+
+
+def test_plain_linear_sees_every_kind_of_hook_and_a_foreign_weight():
+    """The MLP's fast path is taken only for projections that ``F.linear`` stands in for exactly."""
+    x = torch.randn(2, 8)
+    projs = [nn.Linear(8, 8) for _ in range(3)]
+    assert hf._plain_linear(x, *projs)
+    assert not hf._plain_linear(x.to(torch.bfloat16), *projs)  # weight in another dtype
+    changed = [
+        lambda p: setattr(p, "_hf_hook", object()),               # accelerate's offload hook
+        lambda p: setattr(p, "forward", lambda t: t),              # a replaced forward
+        lambda p: p.register_forward_hook(lambda *a: None),
+        lambda p: p.register_forward_pre_hook(lambda *a: None),
+        lambda p: p.register_full_backward_hook(lambda *a: None),
+        lambda p: p.register_full_backward_pre_hook(lambda *a: None),
+    ]
+    for change in changed:
+        fresh = [nn.Linear(8, 8) for _ in range(3)]
+        change(fresh[2])
+        assert not hf._plain_linear(x, *fresh)
+    handle = torch.nn.modules.module.register_module_forward_hook(lambda *a: None)
+    try:
+        assert not hf._plain_linear(x, *projs)
+    finally:
+        handle.remove()
+    assert hf._plain_linear(x, *projs)
+
+    class Subclass(nn.Linear):
+        pass
+
+    assert not hf._plain_linear(x, projs[0], Subclass(8, 8))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert not hf._plain_linear(x, *projs)
