@@ -265,6 +265,24 @@ class Override:
             return self._verify(out, args, kwargs, call_aten)
         return out
 
+    def run_in_place(self, args: tuple, fn: Callable) -> Any:
+        """``fn(*args)`` for a variant of this override's impl that writes into one of ``args`` (the op's own
+        code calls it, not the router): booked as a routed call; where ``fn`` raises or its result fails the
+        output check, the override is denied these shapes (one warning, as :meth:`run`) and ``None`` is
+        returned, ATen is not called, and the caller, whose argument ``fn`` may have written, computes the
+        result again from its own inputs."""
+        try:
+            out = fn(*args)
+        except Exception as exc:  # noqa: BLE001 - as in run: fall back, never crash
+            self._deny(args, f"raised {type(exc).__name__}: {exc}")
+            return None
+        problem = self.check(out) if self.check is not None else None
+        if problem is not None:
+            self._deny(args, problem)
+            return None
+        self.routed += 1
+        return out
+
     def _verify(self, out: Any, args: tuple, kwargs: dict, call_aten: Callable) -> Any:
         ref = call_aten(*args, **kwargs)
         try:

@@ -90,10 +90,10 @@ SCRIPT = textwrap.dedent("""
             warnings.simplefilter("always")
             try:
                 got = grads(swiglu_mlp, leaves(3))
+                after = counts()
+                want = grads(composed, leaves(3))  # the composition under the same setting
             finally:
                 teardown()
-        after = counts()
-        want = grads(composed, leaves(3))
         report["mlp"][label] = dict(
             equal=[same(x, y) for x, y in zip(got, want)],
             fwd_calls=after[0] - before[0], bwd_calls=after[1] - before[1], failed=after[2] - before[2],
@@ -131,6 +131,27 @@ SCRIPT = textwrap.dedent("""
         STATE.verify = False
 
     run("verify", verify_on, verify_off)
+
+    # the forward not on the variant's kernel (disabled): the product must come from accel::swiglu's own path
+    run("forward_off", lambda: ak.disable(name="swiglu_fwd.triton"), lambda: ak.enable(name="swiglu_fwd.triton"))
+
+    class Logging(torch.utils._python_dispatch.TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    mode = Logging()
+    run("dispatch_mode", mode.__enter__, lambda: mode.__exit__(None, None, None))
+    report["mlp"]["dispatch_mode"]["saw_backward_op"] = any("swiglu_backward" in o for o in mode.ops)
+    a_, b_ = (torch.randn(4, 2, 48, generator=g).to(torch.bfloat16) for _ in range(2))
+    strided = torch.randn(4, 48, 2, generator=g).to(torch.bfloat16).transpose(1, 2)
+    report["strided_grad_out"] = sw_op.backward_with_product(strided, a_, b_)[0] is None
+    report["expanded_grad_out"] = sw_op.backward_with_product(
+        torch.randn(1, 1, 48).to(torch.bfloat16).expand(4, 2, 48), a_, b_)[0] is None
     # last: the fail-safe denies these shapes to the kernel from then on
     original = dict(sw_op.WITH_PRODUCT)
 
@@ -138,16 +159,37 @@ SCRIPT = textwrap.dedent("""
         raise RuntimeError("injected launch failure")
 
     def raising():
-        sw_op.WITH_PRODUCT.update({impl: boom for impl in original})
+        sw_op.WITH_PRODUCT.update({impl: (boom, fwd) for impl, (_, fwd) in original.items()})
 
     def restore():
         sw_op.WITH_PRODUCT.clear()
         sw_op.WITH_PRODUCT.update(original)
 
     run("raising", raising, restore)
+
+    def three(*args):  # writes the product, then fails the output check (three outputs)
+        return (*original[next(iter(original))][0](*args), args[0])
+
+    # a fresh shape: "raising" denied the first one to the kernel
+    def bigger(seed):
+        gen = torch.Generator().manual_seed(seed)
+        return [torch.randn(*s, generator=gen).to(torch.bfloat16).requires_grad_()
+                for s in ((3, 5, 16), (40, 16), (40, 16), (16, 40))]
+    before = counts()
+    sw_op.WITH_PRODUCT.update({impl: (three, fwd) for impl, (_, fwd) in original.items()})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            got = grads(swiglu_mlp, bigger(4))
+        finally:
+            restore()
+    after = counts()
+    want = grads(composed, bigger(4))
+    report["mlp"]["check_fails"] = dict(equal=[same(x, y) for x, y in zip(got, want)], failed=after[2] - before[2],
+                                        warnings=len(caught))
     for n in names:
         ak.unregister(n)
-    report["after_unregister"] = sw_op.backward_with_product(*(torch.randn(2, 8) for _ in range(3)))
+    report["after_unregister"] = sw_op.backward_with_product(*(torch.randn(2, 8) for _ in range(3)))[0]
     print("REPORT" + json.dumps(report))
 """)
 
@@ -205,3 +247,24 @@ def test_swiglu_linear_uses_the_variant_on_strided_halves(report):
 
 def test_a_backward_recorded_for_double_backward_stays_differentiable(report):
     assert report["mlp"]["create_graph"]["differentiable"] is True
+
+
+def test_the_product_keeps_the_forward_ops_bits_when_another_kernel_answers_it(report):
+    off = report["mlp"]["forward_off"]
+    assert off["equal"] == [True] * 5, off
+    assert off["fwd_calls"] == 0 and off["bwd_calls"] == 1, off  # the variant was not taken
+
+
+def test_a_dispatch_mode_sees_the_backward_op(report):
+    mode = report["mlp"]["dispatch_mode"]
+    assert mode["equal"] == [True] * 5 and mode["saw_backward_op"], mode
+
+
+def test_a_grad_out_that_is_not_contiguous_is_never_written(report):
+    assert report["strided_grad_out"] and report["expanded_grad_out"]
+
+
+def test_a_variant_failing_its_output_check_after_writing_gives_the_right_gradients(report):
+    fails = report["mlp"]["check_fails"]
+    assert fails["equal"] == [True] * 5, fails
+    assert fails["failed"] == 1 and fails["warnings"] == 1, fails

@@ -58,13 +58,14 @@ def down_backward(grad_out: torch.Tensor, rows: torch.Tensor, weight: torch.Tens
     grad_w = grad_gate = grad_up = None
     if need_inputs:
         grad_product = grad_out.matmul(weight)
-        fused = swiglu_ops.backward_with_product(grad_product, gate, up) if need_w else None
-        if fused is not None and fused[2]:  # the kernel wrote silu(gate) * up over grad_product
-            grad_gate, grad_up, _ = fused
-            return rows.t().mm(grad_product.reshape(-1, width)), grad_gate, grad_up
+        grads, written = swiglu_ops.backward_with_product(grad_product, gate, up) if need_w else (None, False)
+        if grads is not None:  # the kernel wrote silu(gate) * up over grad_product
+            return rows.t().mm(grad_product.reshape(-1, width)), *grads
+        if written:  # the variant failed after it may have written: the gradient again
+            grad_product = grad_out.matmul(weight)
         if need_w:
             grad_w = rows.t().mm(swiglu(gate, up).reshape(-1, width))
-        grad_gate, grad_up = fused[:2] if fused is not None else swiglu_backward(grad_product, gate, up)
+        grad_gate, grad_up = swiglu_backward(grad_product, gate, up)
     elif need_w:
         grad_w = rows.t().mm(swiglu(gate, up).reshape(-1, width))
     return grad_w, grad_gate, grad_up
@@ -73,7 +74,7 @@ def down_backward(grad_out: torch.Tensor, rows: torch.Tensor, weight: torch.Tens
 def swiglu_linear(gate: torch.Tensor, up: torch.Tensor, weight: torch.Tensor,
                   bias: torch.Tensor | None = None) -> torch.Tensor:
     """``F.linear(silu(gate) * up, weight, bias)``, saving ``gate``, ``up`` and ``weight`` for backward, not the
-    product (recomputed there by ``accel::swiglu``).
+    product (there from the SwiGLU backward kernel, or recomputed by ``accel::swiglu``: :func:`down_backward`).
 
     Args:
         gate, up: ``[..., intermediate]``, one shape, floating dtype and device (:func:`.op.swiglu`'s rules).

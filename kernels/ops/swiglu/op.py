@@ -73,54 +73,68 @@ def _backward(ctx, grad_out):
 swiglu.register_autograd(_backward, setup_context=_setup_context)
 
 
-#: An impl of ``accel::swiglu_backward`` -> its variant ``(grad_out, a, b) -> (grad_a, grad_b)`` that also writes
-#: ``silu(a) * b`` over ``grad_out`` (filled by the impl modules that have one: the Triton impl's
-#: :func:`.triton_impl.swiglu_backward_product`).
+#: An impl of ``accel::swiglu_backward`` -> ``(variant, forward)``: ``variant(grad_out, a, b) -> (grad_a, grad_b)``
+#: also writes ``silu(a) * b`` over ``grad_out``, with the arithmetic of ``forward``, an impl of
+#: ``accel::swiglu`` (filled by the impl modules that have one: the Triton impl's
+#: :func:`.triton_impl.swiglu_backward_product`, whose product is :func:`.triton_impl.swiglu`'s bits).
 WITH_PRODUCT: dict = {}
 
 
-def backward_with_product(grad_out: torch.Tensor, a: torch.Tensor, b: torch.Tensor
-                          ) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """``(grad_a, grad_b)`` of ``silu(a) * b``, with ``silu(a) * b`` written over ``grad_out``, where the first
-    live override of ``accel::swiglu_backward`` at ``grad_out``'s dispatch key that takes ``(grad_out, a, b)``
-    (its cond, the tuning table) has a :data:`WITH_PRODUCT` variant; else ``None`` and nothing is written (the
-    caller computes the two separately). The call is booked and fail-safe as a routed call of the op: where
-    the variant raises (a launch that fails writes nothing), the op's reference answers with ``grad_out`` as it
-    was, and the third element says so.
-
-    Args:
-        grad_out: ``[..., N]``, the caller's own temporary (overwritten); ``a``, ``b``: as for
-            :func:`swiglu_backward`.
-
-    Returns:
-        ``None`` where no such kernel takes the call (also with grad mode on: a backward recorded for double
-        backward; under ``torch.compile`` or a ``torch.func`` transform; inside one of the op's impls; in verify
-        mode, whose comparison would read the overwritten ``grad_out``); else
-        ``(grad_a, grad_b, written)``, ``written`` ``False`` where the fail-safe answered instead.
-    """
-    if (not WITH_PRODUCT or STATE.verify or torch.is_grad_enabled() or torch.compiler.is_compiling()
-            or type(grad_out) is not torch.Tensor or torch._C._functorch.peek_interpreter_stack() is not None):
-        return None
-    slot = live_slot(BACKWARD, grad_out.device.type)
-    if slot is None or slot.reentered():
-        return None
-    args = (grad_out, a, b)
+def _first_taking(qualname: str, device_type: str, args: tuple) -> tuple:
+    """``(slot, override, planned function)`` of the first live override of ``qualname`` at ``device_type``'s
+    key that takes ``args`` (the router's choice), or ``(slot, None, None)``; ``slot`` ``None`` where none is
+    live or a kernel registered above accel's router answers the key instead."""
+    slot = live_slot(qualname, device_type)
+    shadowed = getattr(slot.path, "shadowed_by", None) if slot is not None else None
+    if slot is None or slot.reentered() or (shadowed is not None and shadowed(slot) is not None):
+        return None, None, None
     sig = plans.signature(args)
     for ov in slot.live:
         fn = ov.take(args, {}, sig)
-        if fn is None:
-            continue
-        # by identity: a user's impl need not be hashable
-        variant = next((v for impl, v in WITH_PRODUCT.items() if ov.impl is impl), None)
-        if fn is plans.FALLBACK or variant is None:
-            return None
-        written: list[bool] = []
+        if fn is not None:
+            return slot, ov, fn
+    return slot, None, None
 
-        def run(g, x, y, variant=variant, written=written):
-            out = variant(g, x, y)
-            written.append(True)
-            return out
 
-        grad_a, grad_b = slot.run_guarded(ov, args, {}, run)
-        return grad_a, grad_b, bool(written)
-    return None
+def backward_with_product(grad_out: torch.Tensor, a: torch.Tensor, b: torch.Tensor
+                          ) -> tuple[tuple[torch.Tensor, torch.Tensor] | None, bool]:
+    """``(grads, written)``: ``grads`` is ``(grad_a, grad_b)`` of ``silu(a) * b`` with ``silu(a) * b`` written
+    over ``grad_out``, where the override of ``accel::swiglu_backward`` that the router would pick for
+    ``(grad_out, a, b)`` (its cond, the tuning table) has a :data:`WITH_PRODUCT` variant and the override of
+    ``accel::swiglu`` it would pick for ``(a, b)`` is that variant's forward (so the product has the bits
+    ``accel::swiglu`` gives); else ``None`` and the caller computes the two separately. ``written`` says
+    whether ``grad_out`` may have been written: ``True`` also where the variant ran and failed (it raised or
+    its result failed the output check: booked and warned as a failed call of the override, whose shapes it
+    is denied from then on), so the caller computes ``grad_out`` again.
+
+    Args:
+        grad_out: ``[..., N]``, contiguous: the caller's own temporary (overwritten); ``a``, ``b``: as for
+            :func:`swiglu_backward`.
+
+    ``None`` also with grad mode on (a backward recorded for double backward), under ``torch.compile``, a
+    ``torch.func`` transform or a ``TorchDispatchMode`` (which would not see the op), inside one of the op's
+    impls, and in verify mode (whose comparison would read the overwritten ``grad_out``).
+    """
+    if (not WITH_PRODUCT or STATE.verify or torch.is_grad_enabled() or torch.compiler.is_compiling()
+            or type(grad_out) is not torch.Tensor or not grad_out.is_contiguous()
+            or torch._C._functorch.peek_interpreter_stack() is not None
+            or torch._C._len_torch_dispatch_stack() > 0):
+        return None, False
+    device_type = grad_out.device.type
+    slot, ov, fn = _first_taking(BACKWARD, device_type, (grad_out, a, b))
+    if ov is None or fn is plans.FALLBACK:
+        return None, False
+    # by identity: a user's impl need not be hashable
+    entry = next((e for impl, e in WITH_PRODUCT.items() if ov.impl is impl), None)
+    if entry is None:
+        return None, False
+    variant, forward = entry
+    _, fwd_ov, fwd_fn = _first_taking(FORWARD, device_type, (a, b))
+    if fwd_ov is None or fwd_ov.impl is not forward or fwd_fn is plans.FALLBACK:
+        return None, False
+    inside = slot.inside
+    inside.on = True
+    try:
+        return ov.run_in_place((grad_out, a, b), variant), True
+    finally:
+        inside.on = False

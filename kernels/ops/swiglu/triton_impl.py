@@ -14,6 +14,7 @@ from accel.kernels.dsl.launch import empty_like, lazy_module
 from accel.kernels.core.plans import MAX_ENTRIES, signature
 from accel.kernels.dsl.triton_utils import LaunchPlan, available
 from accel.kernels.ops.conds import tuned_config
+from accel.kernels.tuning import table
 
 from . import FAMILY, op  # op defines accel::swiglu, which registration resolves
 from .conditions import make_conds, row_stride
@@ -100,17 +101,18 @@ def swiglu_backward_product(grad_out: torch.Tensor, a: torch.Tensor,
     temporary, laid out as the cond of ``accel::swiglu_backward`` accepts: the caller asks that cond first,
     :func:`.op.backward_with_product`). The launch is kept per argument signature."""
     sig = signature((grad_out, a, b))
-    run = _PRODUCT_PLANS.get(sig) if sig is not None else None
+    key = None if sig is None else (table.GENERATION, sig)  # a re-tune (new generation) plans again
+    run = _PRODUCT_PLANS.get(key) if key is not None else None
     if run is None:
         run = plan_bwd(grad_out, a, b, product=True)
-        if sig is not None:
+        if key is not None:
             if len(_PRODUCT_PLANS) >= MAX_ENTRIES:
                 _PRODUCT_PLANS.clear()
-            _PRODUCT_PLANS[sig] = run
+            _PRODUCT_PLANS[key] = run
     return run(grad_out, a, b)
 
 
-op.WITH_PRODUCT[swiglu_backward] = swiglu_backward_product
+op.WITH_PRODUCT[swiglu_backward] = (swiglu_backward_product, swiglu)
 
 
 def conds(backends: Sequence[str]) -> tuple:
