@@ -72,9 +72,8 @@ from torch import nn
 
 from accel import _compat
 from accel._once import warn_once
-from accel.backends import dispatch_key_for_device_type
-from accel.errors import FeatureUnavailableError, IntegrationWarning, UnknownBackendError
-from accel.kernels.core.slot import SLOTS
+from accel.errors import FeatureUnavailableError, IntegrationWarning
+from accel.kernels.core.slot import dispatch_key, live_slot
 from accel.kernels.ops.rms_norm_hf import op as rms_norm_ops
 from accel.kernels.ops.rms_norm_hf import reference as rms_norm_reference
 from accel.kernels.ops.rope import op as rope_ops
@@ -377,28 +376,12 @@ def unpatch(model: nn.Module) -> nn.Module:
 
 
 # ------------------------------------------------------------------------------ kernel or the model's code
-#: device type -> its dispatch key (``None``: no accel backend runs it, e.g. meta).
-_DISPATCH_KEYS: dict[str, str | None] = {}
-
-
 def _dispatch_keys() -> None:
-    """Fill :data:`_DISPATCH_KEYS` for every device type accel's backends run (once, eagerly: the lookup reads
+    """Look up the dispatch key of every device type accel's backends run (once, eagerly: the lookup reads
     entry points, which ``torch.compile`` cannot trace; a model moved to another device after :func:`patch`
-    finds its key here)."""
-    if not _DISPATCH_KEYS:
-        for device_type in ("cpu", "cuda", "xpu", "mps"):
-            _dispatch_key(device_type)
-
-
-def _dispatch_key(device_type: str) -> str | None:
-    key = _DISPATCH_KEYS.get(device_type, "")
-    if key == "":
-        try:
-            key = dispatch_key_for_device_type(device_type)
-        except UnknownBackendError:
-            key = None
-        _DISPATCH_KEYS[device_type] = key
-    return key
+    finds its key cached)."""
+    for device_type in ("cpu", "cuda", "xpu", "mps"):
+        dispatch_key(device_type)
 
 
 def accel_takes(op: str, *args: Any) -> bool:
@@ -422,19 +405,12 @@ def accel_takes(op: str, *args: Any) -> bool:
         ``True`` where a kernel takes the call, else ``False`` (no registration at this device's key, all
         of them off, or every ``cond`` declines). A declined call counts in the override's ``declined``.
     """
-    slot = _live(op, args[0].device.type)
+    slot = live_slot(op, args[0].device.type)
     if slot is None:
         return False
     if torch.compiler.is_compiling():
         return True
     return any(ov.take(args, {}) is not None for ov in slot.live)
-
-
-def _live(op: str, device_type: str) -> Any:
-    """The registry's slot of ``op`` at ``device_type``'s dispatch key where it has a live override, else ``None``."""
-    key = _dispatch_key(device_type)
-    slot = SLOTS.get((op, key)) if key is not None else None
-    return slot if slot is not None and slot.live else None
 
 
 # -------------------------------------------------------------------------------------- verification
@@ -652,7 +628,7 @@ def _build_mlp(cls: type, variant: str | None) -> tuple[type | None, str | None]
         no transform, and an accel kernel takes the SwiGLU of the gate F.linear will give (a stand-in of its
         shape, dtype and device: allocated, never written)."""
         if (not getattr(self, "accel_mlp_recompute", True) or torch.compiler.is_compiling() or _transforms_active()
-                or _live(SWIGLU_OP, x.device.type) is None or _outer_saved_tensor_hooks()
+                or live_slot(SWIGLU_OP, x.device.type) is None or _outer_saved_tensor_hooks()
                 or not _plain_linear(x, self.gate_proj, self.up_proj, self.down_proj)):
             return False
         like = x.new_empty((*x.shape[:-1], self.gate_proj.out_features))
@@ -858,7 +834,7 @@ def _build_causal_lm(cls: type, variant: str | None) -> tuple[type | None, str |
         base_args = {k: v for k, v in a.items() if k not in ("self", *_LM_ARGS)}
         if (cache_param and self.training and a.get("use_cache") is None and a.get("past_key_values") is None
                 and not (a.get("position_ids") is not None and a.get("attention_mask") is None)
-                and _live(LCE_OP, head.weight.device.type)):
+                and live_slot(LCE_OP, head.weight.device.type)):
             # a training step's cache is dropped with the output: not built, unless use_cache=True is passed
             base_args["use_cache"] = False
         outputs = getattr(self, self.base_model_prefix)(**base_args, **extra)
@@ -916,7 +892,7 @@ def _causal_lm_loss(hidden: torch.Tensor, head: nn.Linear, labels: torch.Tensor,
     loss is fp32, as HF's (:func:`accel.nn.linear_cross_entropy.linear_cross_entropy_fp32`: accel's chunked op
     on every torch, whose loss is computed in fp32 and not rounded to the input's dtype). ``None`` where no accel
     kernel takes the call (:func:`accel_takes`): the caller runs the model's own loss."""
-    if not _live(LCE_OP, hidden.device.type):  # before any op: the model's own loss runs exactly as without accel
+    if not live_slot(LCE_OP, hidden.device.type):  # before any op: the model's own loss runs exactly as without accel
         return None
     ignore_index = extra.get("ignore_index", -100)
     num_items = extra.get("num_items_in_batch")

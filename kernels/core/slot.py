@@ -17,7 +17,7 @@ from .op import Op
 from .override import Override
 from .state import LOCK
 
-__all__ = ["SLOTS", "Inside", "InstallPath", "Slot", "live_slot"]
+__all__ = ["SLOTS", "Inside", "InstallPath", "Slot", "dispatch_key", "live_slot"]
 
 
 class InstallPath(Protocol):
@@ -112,10 +112,9 @@ SLOTS: dict[tuple[str, str], Slot] = {}
 _KEYS: dict[str, str | None] = {}
 
 
-def live_slot(qualname: str, device_type: str) -> Slot | None:
-    """The slot of op ``qualname`` at ``device_type``'s dispatch key where it has a live override, else ``None``
-    (no accel backend for the device type, no registration there, or all of them off). For an op's own code
-    that picks a faster variant of a call only where a registered kernel would answer it."""
+def dispatch_key(device_type: str) -> str | None:
+    """The dispatch key of accel's backend for ``device_type`` (``"cuda"`` -> ``"CUDA"``), or ``None`` where no
+    accel backend runs it; looked up once per device type (the lookup reads entry points)."""
     key = _KEYS.get(device_type, "")
     if key == "":
         from accel.backends import dispatch_key_for_device_type
@@ -126,5 +125,13 @@ def live_slot(qualname: str, device_type: str) -> Slot | None:
         except UnknownBackendError:
             key = None
         _KEYS[device_type] = key
+    return key
+
+
+def live_slot(qualname: str, device_type: str) -> Slot | None:
+    """The slot of op ``qualname`` at ``device_type``'s dispatch key where it has a live override, else ``None``
+    (no accel backend for the device type, no registration there, or all of them off). For an op's own code
+    that picks a faster variant of a call only where a registered kernel would answer it."""
+    key = dispatch_key(device_type)
     slot = SLOTS.get((qualname, key)) if key is not None else None
     return slot if slot is not None and slot.live else None
