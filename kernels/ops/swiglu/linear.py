@@ -55,7 +55,7 @@ def down_backward(grad_out: torch.Tensor, rows: torch.Tensor, weight: torch.Tens
     is recomputed by ``swiglu`` and freed before ``swiglu_backward`` allocates its two gradients. The same
     bits either way."""
     width = gate.shape[-1]
-    grad_w = grad_gate = grad_up = None
+    grad_w = grad_gate = grad_up = grad_product = None
     if need_inputs:
         grad_product = grad_out.matmul(weight)
         grads, written = swiglu_ops.backward_with_product(grad_product, gate, up) if need_w else (None, False)
@@ -63,11 +63,10 @@ def down_backward(grad_out: torch.Tensor, rows: torch.Tensor, weight: torch.Tens
             return rows.t().mm(grad_product.reshape(-1, width)), *grads
         if written:  # the variant failed after it may have written: the gradient again
             grad_product = grad_out.matmul(weight)
-        if need_w:
-            grad_w = rows.t().mm(swiglu(gate, up).reshape(-1, width))
-        grad_gate, grad_up = swiglu_backward(grad_product, gate, up)
-    elif need_w:
+    if need_w:  # the product is a temporary: freed before swiglu_backward allocates its two gradients
         grad_w = rows.t().mm(swiglu(gate, up).reshape(-1, width))
+    if need_inputs:
+        grad_gate, grad_up = swiglu_backward(grad_product, gate, up)
     return grad_w, grad_gate, grad_up
 
 

@@ -45,9 +45,8 @@ def swiglu_fwd(A, B, Y, M, N, sa, sb, sy, BLOCK_N: tl.constexpr, ROWS: tl.conste
 
 
 @triton.jit
-def swiglu_bwd(DY, A, B, DA, DB, M, N, sdy, sa, sb, sda, sdb, BLOCK_N: tl.constexpr, ROWS: tl.constexpr,
-               WIDE: tl.constexpr):
-    """``DA``, ``DB`` of ``silu(A) * B`` for ``DY`` on one tile (row strides as :func:`swiglu_fwd`)."""
+def _backward(DY, A, B, DA, DB, M, N, sdy, sa, sb, sda, sdb, BLOCK_N: tl.constexpr, ROWS: tl.constexpr,
+              WIDE: tl.constexpr, PRODUCT: tl.constexpr):
     r, c, mask = _tile(M, N, BLOCK_N, ROWS, WIDE)
     dy = tl.load(DY + r * sdy + c, mask=mask, other=0.0).to(tl.float32)
     a = tl.load(A + r * sa + c, mask=mask, other=0.0).to(tl.float32)
@@ -55,6 +54,15 @@ def swiglu_bwd(DY, A, B, DA, DB, M, N, sdy, sa, sb, sda, sdb, BLOCK_N: tl.conste
     s = tl.sigmoid(a)
     tl.store(DB + r * sdb + c, (dy * a * s).to(DB.dtype.element_ty), mask=mask)
     tl.store(DA + r * sda + c, (dy * b * s * (1.0 + a * (1.0 - s))).to(DA.dtype.element_ty), mask=mask)
+    if PRODUCT:  # swiglu_fwd's arithmetic, a * sigmoid(a) * b: the same bits
+        tl.store(DY + r * sdy + c, (a * s * b).to(DY.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def swiglu_bwd(DY, A, B, DA, DB, M, N, sdy, sa, sb, sda, sdb, BLOCK_N: tl.constexpr, ROWS: tl.constexpr,
+               WIDE: tl.constexpr):
+    """``DA``, ``DB`` of ``silu(A) * B`` for ``DY`` on one tile (row strides as :func:`swiglu_fwd`)."""
+    _backward(DY, A, B, DA, DB, M, N, sdy, sa, sb, sda, sdb, BLOCK_N, ROWS, WIDE, False)
 
 
 @triton.jit
@@ -62,14 +70,7 @@ def swiglu_bwd_product(DY, A, B, DA, DB, M, N, sdy, sa, sb, sda, sdb, BLOCK_N: t
                        WIDE: tl.constexpr):
     """:func:`swiglu_bwd`, and ``Y = silu(A) * B`` (:func:`swiglu_fwd`'s arithmetic, the same bits) stored over
     ``DY``: each element is read before the program that read it writes it."""
-    r, c, mask = _tile(M, N, BLOCK_N, ROWS, WIDE)
-    dy = tl.load(DY + r * sdy + c, mask=mask, other=0.0).to(tl.float32)
-    a = tl.load(A + r * sa + c, mask=mask, other=0.0).to(tl.float32)
-    b = tl.load(B + r * sb + c, mask=mask, other=0.0).to(tl.float32)
-    s = tl.sigmoid(a)
-    tl.store(DB + r * sdb + c, (dy * a * s).to(DB.dtype.element_ty), mask=mask)
-    tl.store(DA + r * sda + c, (dy * b * s * (1.0 + a * (1.0 - s))).to(DA.dtype.element_ty), mask=mask)
-    tl.store(DY + r * sdy + c, (a * tl.sigmoid(a) * b).to(DY.dtype.element_ty), mask=mask)
+    _backward(DY, A, B, DA, DB, M, N, sdy, sa, sb, sda, sdb, BLOCK_N, ROWS, WIDE, True)
 
 
 def default_config(n: int) -> dict:
