@@ -1,7 +1,12 @@
 """Shared pieces of the kernel-registry tests: both registry paths, a clean registry, a counting impl, a
-tuning table for routing tests on faked CUDA tensors, and the CuTeDSL compile helpers."""
+tuning table for routing tests on faked CUDA tensors, the CuTeDSL compile helpers, and a script run in Triton's
+interpreter."""
 
 import contextlib
+import json
+import os
+import subprocess
+import sys
 import warnings
 
 import pytest
@@ -185,3 +190,16 @@ def saved_storages(fn, *args, exclude=()):
         out = fn(*args)
     left_out = {t.untyped_storage().data_ptr() for t in exclude if t is not None}
     return out, {s.data_ptr(): s.nbytes() for s in saved if s.data_ptr() not in left_out}
+
+
+def interpreted_report(script: str, *argv: str, timeout: int = 600) -> dict:
+    """Run ``script`` (``python -c``, with ``argv``) in a fresh process with ``TRITON_INTERPRET=1`` (and no
+    ``HELION_INTERPRET``) and return the JSON of its ``REPORT...`` stdout line; fails the test, with the
+    process's output tails, where it exits non-zero."""
+    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "HELION_INTERPRET")}
+    env["TRITON_INTERPRET"] = "1"
+    proc = subprocess.run([sys.executable, "-c", script, *argv], env=env, capture_output=True, text=True,
+                          timeout=timeout, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("REPORT"))
+    return json.loads(line.removeprefix("REPORT"))

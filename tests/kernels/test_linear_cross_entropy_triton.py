@@ -8,10 +8,6 @@ reference path (``options=None``).
 from __future__ import annotations
 
 import importlib.util
-import json
-import os
-import subprocess
-import sys
 import textwrap
 import warnings
 
@@ -20,7 +16,7 @@ import torch
 
 from accel.kernels.ops import conds as ops_conds
 from accel.kernels.ops.linear_cross_entropy import conditions
-from _kernel_helpers import meta_floors  # noqa: F401 (fixture)
+from _kernel_helpers import interpreted_report, meta_floors  # noqa: F401 (fixture)
 
 
 @pytest.fixture(autouse=True)
@@ -288,13 +284,7 @@ SCRIPT = textwrap.dedent(r"""
 def interpreted():
     if importlib.util.find_spec("triton") is None:
         pytest.skip("triton is not installed (tox envs install it)")
-    env = {k: v for k, v in os.environ.items() if k != "HELION_INTERPRET"}
-    env["TRITON_INTERPRET"] = "1"
-    proc = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=600,
-                          check=False)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    line = next(l for l in proc.stdout.splitlines() if l.startswith("REPORT"))
-    return json.loads(line.removeprefix("REPORT"))
+    return interpreted_report(SCRIPT)
 
 
 def test_interpreted_kernel_matches_the_chunked_reference(interpreted):

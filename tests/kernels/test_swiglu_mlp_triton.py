@@ -12,13 +12,10 @@ gradients; verify mode and a cond that declines take the two-step path.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
+from _kernel_helpers import interpreted_report
 
 pytestmark = pytest.mark.cpu
 
@@ -198,13 +195,7 @@ SCRIPT = textwrap.dedent("""
 def report():
     if not TRITON:
         pytest.skip("triton not installed (tox envs install it)")
-    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "HELION_INTERPRET")}
-    env["TRITON_INTERPRET"] = "1"
-    proc = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=600,
-                          check=False)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("REPORT"))
-    return json.loads(line.removeprefix("REPORT"))
+    return interpreted_report(SCRIPT)
 
 
 def test_the_variant_gives_the_gradients_and_writes_the_forward_kernels_product(report):
