@@ -1,8 +1,8 @@
 """``swiglu_mlp``: the whole gated MLP as one autograd node, its product and (given ``recompute``) its input
 recomputed in backward.
 
-Outputs and every gradient equal the modules' composition (three ``F.linear`` around ``accel::swiglu``) bit for
-bit, on 2-D and 3-D inputs, with and without biases, fp32 and bf16, with and without recomputing the input from
+Outputs and every weight gradient equal the modules' composition (three ``F.linear`` around ``accel::swiglu``) bit
+for bit (the input's gradient within one rounding: its two terms are summed inside a GEMM), on 2-D and 3-D inputs, with and without biases, fp32 and bf16, with and without recomputing the input from
 an RMSNorm; what autograd keeps is ``gate``, ``up`` and the weights (and the norm's input and weight in place of
 ``x``); gradients only for what requires them; a kept tensor modified in place is caught at backward.
 """
@@ -61,14 +61,39 @@ def _grads(fn, leaves):
 @pytest.mark.parametrize("bias", [False, True])
 @pytest.mark.parametrize("fused", [_fused, _fused_recomputed], ids=["x kept", "x recomputed"])
 def test_equals_the_modules_composition_bit_for_bit(dtype, shape, bias, fused):
+    """The output and the MLP's weight and bias gradients bit for bit; ``x``'s gradient (so the norm's input's and
+    weight's) within one rounding of the two projections' sum, which ``swiglu_mlp`` adds inside the GEMM."""
     y0, g0 = _grads(_plain, _leaves(shape, dtype, bias))
     y1, g1 = _grads(fused, _leaves(shape, dtype, bias))
     assert y1.dtype == dtype and y1.shape == (*shape, HIDDEN)
     assert torch.equal(y0, y1)
-    for a, b in zip(g0, g1):
+    eps = torch.finfo(dtype).eps
+    for i, (a, b) in enumerate(zip(g0, g1)):
         assert (a is None) == (b is None)
-        if a is not None:
+        if a is None:
+            continue
+        if i < 2:  # h and the norm's weight: through x's gradient
+            assert a.dtype == b.dtype
+            # a sum's rounding error scales with its terms, not with the (possibly cancelled) sum: bound it by
+            # a few units of the largest gradient's last place
+            scale = a.float().abs().max().item()
+            torch.testing.assert_close(b.float(), a.float(), rtol=0, atol=8 * eps * scale)
+        else:
             assert torch.equal(a, b)
+
+
+def test_the_input_gradient_is_the_sum_added_inside_the_gemm():
+    """``x``'s gradient is exactly ``grad_gate @ gate_w`` with ``grad_up @ up_w`` added by ``addmm_`` (the
+    bits this backward promises), checked by rebuilding both gradients from the leaves."""
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(7, HIDDEN, generator=g).to(torch.bfloat16).requires_grad_()
+    gw, uw, dw = (torch.randn(*s, generator=g).to(torch.bfloat16) for s in ((INTER, HIDDEN), (INTER, HIDDEN),
+                                                                              (HIDDEN, INTER)))
+    dy = torch.randn(7, HIDDEN, generator=g).to(torch.bfloat16)
+    swiglu_mlp(x, gw, uw, dw).backward(dy)
+    gate, up = F.linear(x.detach(), gw), F.linear(x.detach(), uw)
+    grad_gate, grad_up = sw_op.swiglu_backward(dy.matmul(dw), gate, up)
+    assert torch.equal(x.grad, grad_gate.mm(gw).addmm_(grad_up, uw))
 
 
 def _kept(fn, leaves) -> set:

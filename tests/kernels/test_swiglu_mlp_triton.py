@@ -43,6 +43,16 @@ SCRIPT = textwrap.dedent("""
     def same(x, y):
         return bool(torch.equal(x, y)) if x.dtype == y.dtype and x.shape == y.shape else False
 
+    def mlp_match(got, want):
+        # same() for the output and the weights' gradients; x's gradient (index 1) within bf16's rounding of the
+        # sum (swiglu_mlp adds the up projection's product inside the GEMM: one rounding, not two)
+        # (its error scales with the terms, not the possibly cancelled sum: a few units of the largest's last place)
+        def near(x, y):
+            atol = 8 * torch.finfo(y.dtype).eps * y.float().abs().max().item()
+            return x.dtype == y.dtype and x.shape == y.shape and bool(torch.allclose(x.float(), y.float(), rtol=0,
+                                                                                      atol=atol))
+        return [same(x, y) if i != 1 else near(x, y) for i, (x, y) in enumerate(zip(got, want))]
+
     for dtype in (torch.float32, torch.bfloat16, torch.float16):
         cases = [tuple(torch.randn(5, 300, generator=g).to(dtype) for _ in range(2))]
         cases.append(tuple(torch.randn(3, 4, 2 * 96, generator=g).to(dtype).chunk(2, dim=-1)))  # strided halves
@@ -92,7 +102,7 @@ SCRIPT = textwrap.dedent("""
             finally:
                 teardown()
         report["mlp"][label] = dict(
-            equal=[same(x, y) for x, y in zip(got, want)],
+            equal=mlp_match(got, want),
             fwd_calls=after[0] - before[0], bwd_calls=after[1] - before[1], failed=after[2] - before[2],
             warnings=[str(w.message)[:200] for w in caught])
 
@@ -182,7 +192,7 @@ SCRIPT = textwrap.dedent("""
             restore()
     after = counts()
     want = grads(composed, bigger(4))
-    report["mlp"]["check_fails"] = dict(equal=[same(x, y) for x, y in zip(got, want)], failed=after[2] - before[2],
+    report["mlp"]["check_fails"] = dict(equal=mlp_match(got, want), failed=after[2] - before[2],
                                         warnings=len(caught))
     for n in names:
         ak.unregister(n)
@@ -208,7 +218,7 @@ def test_the_variant_gives_the_gradients_and_writes_the_forward_kernels_product(
 
 def test_the_mlp_backward_runs_the_swiglu_once_with_the_same_bits(report):
     fused = report["mlp"]["fused"]
-    assert fused["equal"] == [True] * 5, fused  # output and the four gradients
+    assert fused["equal"] == [True] * 5, fused  # output and the four gradients (x's within bf16 rounding)
     assert fused["fwd_calls"] == 1 and fused["bwd_calls"] == 1 and fused["failed"] == 0, fused
     assert fused["warnings"] == []
 

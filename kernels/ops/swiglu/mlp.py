@@ -10,10 +10,11 @@ layer not kept. Where the registered SwiGLU backward kernel has the variant (:fu
 the Triton kernel), the product comes out of the backward kernel itself, written over the gradient it
 consumed: one elementwise pass for both (HF Llama on the H200: ``swiglu_fwd`` ran twice per layer).
 
-Same arithmetic as the modules' own: each matmul, the SwiGLU and its backward are the ops autograd would
-run, in its order, and the two gradients of ``x`` are summed as autograd sums them; the bits differ from the
-unfused model's only where the recomputed ``x`` does (the norm recomputed by the same kernel gives the same
-bits). The SwiGLU runs ``accel::swiglu``/``accel::swiglu_backward`` below autograd, so the registry's kernel
+Same arithmetic as the modules' own but for one sum: each matmul, the SwiGLU and its backward are the ops
+autograd would run, in its order; the gradient of ``x`` is ``grad_gate @ gate_w`` with ``grad_up @ up_w``
+added inside the second GEMM (``addmm_``, beta 1: one rounding of the sum, where autograd rounds both
+products and adds them in a separate kernel). Every other output is bit for bit the unfused model's (the
+norm recomputed by the same kernel gives the same bits). The SwiGLU runs ``accel::swiglu``/``accel::swiglu_backward`` below autograd, so the registry's kernel
 (or the op's eager reference) answers, as for :func:`.op.swiglu`.
 """
 
@@ -83,8 +84,9 @@ class _SwiGLUMLP(torch.autograd.Function):
         if need[5] and ctx.biases[1]:
             grads[5] = gu.sum(0)
         if need[0]:
-            grad_x = grad_gate.matmul(gate_w)
-            grad_x.add_(grad_up.matmul(up_w))  # as autograd sums the two projections' gradients: the same bits
+            # the second product is added inside its GEMM (beta = 1): no [tokens, hidden] temporary and no add
+            # kernel; one rounding of the sum where autograd's two-step sum rounds each product first
+            grad_x = gg.mm(gate_w).addmm_(gu, up_w)
             grads[0] = grad_x.reshape(ctx.x_shape)
         return tuple(grads)
 
