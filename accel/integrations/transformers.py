@@ -82,6 +82,8 @@ from accel.kernels.ops.swiglu import op as swiglu_ops
 from accel.kernels.ops.swiglu.linear import swiglu_linear
 from accel.kernels.ops.swiglu.mlp import swiglu_mlp
 
+from accel.integrations._shared_linears import shared_input_linears
+
 __all__ = ["FAMILIES", "ROUTES", "PatchReport", "accel_takes", "disable", "enable", "enabled", "patch", "report",
            "unpatch"]
 
@@ -720,9 +722,19 @@ def _build_attention(cls: type, variant: str | None) -> tuple[type | None, str |
                                       forward.__closure__)
     forward_copy.__kwdefaults__ = forward.__kwdefaults__
 
+    shared = _QKV <= set(forward.__code__.co_names)  # the forward calls q_proj, k_proj and v_proj
+
     def forward_accel(self, hidden_states, *args, **kwargs):
-        recipe = (None if torch.compiler.is_compiling() or not torch.is_grad_enabled() or _outer_saved_tensor_hooks()
-                  else _recipe(hidden_states))
+        if torch.compiler.is_compiling() or not torch.is_grad_enabled() or _outer_saved_tensor_hooks():
+            return forward_copy(self, hidden_states, *args, **kwargs)
+        recipe = _recipe(hidden_states)
+        # with accel's RoPE kernel live on this device (else the model's own code runs, bit for bit)
+        if shared and not _transforms_active() and live_slot(ROPE_OP, hidden_states.device.type) is not None:
+            mods = self._modules
+            projs = (mods.get("q_proj"), mods.get("k_proj"), mods.get("v_proj"))
+            if None not in projs and _plain_linear(hidden_states, *projs):
+                view = _SharedProjections(self, hidden_states, projs, recipe)
+                return forward_copy(view, hidden_states, *args, **kwargs)
         if recipe is None:
             return forward_copy(self, hidden_states, *args, **kwargs)
         with torch.autograd.graph.saved_tensors_hooks(*_RecomputedInput(hidden_states, recipe).hooks()):
@@ -731,6 +743,59 @@ def _build_attention(cls: type, variant: str | None) -> tuple[type | None, str |
     forward_accel.__doc__ = forward.__doc__
     forward_accel.__qualname__ = f"Accel{cls.__name__}.forward"
     return _subclass(cls, "attention", {"forward": forward_accel}), None
+
+
+_QKV = frozenset({"q_proj", "k_proj", "v_proj"})
+
+
+class _SharedProjections:
+    """The attention module as its own forward code sees it during one call, its ``q_proj``, ``k_proj`` and
+    ``v_proj`` answered by one :func:`._shared_linears.shared_input_linears` node: the first of them called on
+    the attention's input runs all three (their input gradient is then summed inside the backward's GEMMs, and
+    the input, an RMSNorm's output, is recomputed from the norm's where ``recipe`` says how); each then
+    returns its own output, once. Any other call (another tensor, a second call) runs the module itself.
+    Every other attribute is the module's: read and written through to it."""
+
+    __slots__ = ("_accel_module", "_accel_answers", "q_proj", "k_proj", "v_proj")
+
+    def __init__(self, module: nn.Module, x: torch.Tensor, projs: tuple, recipe: tuple | None) -> None:
+        object.__setattr__(self, "_accel_module", module)
+        answers = _Answers(x, projs, recipe)
+        object.__setattr__(self, "_accel_answers", answers)
+        for i, name in enumerate(("q_proj", "k_proj", "v_proj")):
+            object.__setattr__(self, name, _Answer(answers, i))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._accel_module, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(self._accel_module, name, value)
+
+
+class _Answers:
+    __slots__ = ("outs", "projs", "recipe", "taken", "x")
+
+    def __init__(self, x: torch.Tensor, projs: tuple, recipe: tuple | None) -> None:
+        self.x, self.projs, self.recipe, self.outs, self.taken = x, projs, recipe, None, [False, False, False]
+
+    def __call__(self, index: int, t: torch.Tensor) -> torch.Tensor:
+        if t is not self.x or self.taken[index]:
+            return self.projs[index](t)
+        if self.outs is None:
+            self.outs = shared_input_linears(t, [p.weight for p in self.projs], [p.bias for p in self.projs],
+                                             recompute=self.recipe)
+        self.taken[index] = True
+        return self.outs[index]
+
+
+class _Answer:
+    __slots__ = ("answers", "index")
+
+    def __init__(self, answers: _Answers, index: int) -> None:
+        self.answers, self.index = answers, index
+
+    def __call__(self, t: torch.Tensor) -> torch.Tensor:
+        return self.answers(self.index, t)
 
 
 class _RecomputedInput:
