@@ -18,7 +18,8 @@ from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
-from torch.autograd.function import once_differentiable
+
+from accel.kernels.core.autograd import first_order
 
 __all__ = ["shared_input_linears"]
 
@@ -35,7 +36,8 @@ class _SharedInputLinears(torch.autograd.Function):
         return outs
 
     @staticmethod
-    @once_differentiable  # the backward's GEMMs are not recorded
+    @first_order("shared_input_linears", "accel.integrations.transformers.patch(model, norm_recompute=False) "
+                 "runs the attention's projections as modules.")
     def backward(ctx, *grads):
         count = ctx.count
         weights, held = ctx.saved_tensors[:count], ctx.saved_tensors[count:]
@@ -79,12 +81,13 @@ def shared_input_linears(x: torch.Tensor, weights: Sequence[torch.Tensor],
             autograd's error, as for any saved tensor); ``x`` must be what ``fn(*tensors)`` gave.
 
     Returns:
-        One ``[..., out_i]`` tensor per weight, in ``x``'s dtype. No double backward.
+        One ``[..., out_i]`` tensor per weight, in ``x``'s dtype.
 
     Raises:
         ValueError: ``weights`` and ``biases`` differ in length, or are empty.
         RuntimeError: ``F.linear``'s errors for mismatched shapes or dtypes; at backward, autograd's error when
-            a kept tensor was modified in place.
+            a kept tensor was modified in place, and a refusal of double backward (``create_graph=True``: the
+            backward's GEMMs are not recorded).
     """
     if len(weights) != len(biases) or not weights:
         raise ValueError(f"shared_input_linears: {len(weights)} weights and {len(biases)} biases. Pass one bias "

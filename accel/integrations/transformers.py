@@ -294,14 +294,19 @@ def patch(model: nn.Module, *, norms: bool = True, mlp: bool = True, rope: bool 
             autocast) and a kernel serves the SwiGLU, the whole MLP is one autograd node
             (:func:`accel.kernels.ops.swiglu.mlp.swiglu_mlp`); with a fused ``gate_up_proj`` (Phi-3) the down
             projection alone (:func:`accel.kernels.ops.swiglu.linear.swiglu_linear`). The same bits either
-            way. ``False``: the product is saved, as the model's code does. ``None`` on a model patched
-            before: keep its setting.
+            way but for the one-node MLP's input gradient, whose two terms are summed inside a GEMM (one
+            rounding, not two). ``False``: the product is saved, as the model's code does (and double
+            backward works). ``None`` on a model patched before: keep its setting.
         norm_recompute: ``True`` (what ``None`` means on a first patch): a replaced RMSNorm's output is not
             kept for backward by the modules it feeds; it is recomputed there from the norm's input and
             weight (which the norm keeps anyway), by the same kernel (the same bits): the MLP that takes it
-            whole (``swiglu_mlp``) and the attention's q/k/v projections (saved-tensor hooks around the
-            attention's forward). One ``[tokens, hidden]`` tensor per norm is not kept, for one norm forward
-            more in backward. An output (or the norm's input) changed in place before the consumer keeps it
+            whole (``swiglu_mlp``) and the attention's q/k/v projections. Where those are plain ``nn.Linear``
+            they run as one autograd node (:func:`accel.integrations._shared_linears.shared_input_linears`)
+            whose backward sums their input gradients inside the GEMMs (two add kernels fewer per layer; one
+            rounding of the sum, not two); else saved-tensor hooks around the attention's forward recompute
+            the input for each projection. One ``[tokens, hidden]`` tensor per norm is not kept, for one norm
+            forward more in backward. Neither one-node path has a double backward (``create_graph=True``
+            raises): pass ``norm_recompute=False, mlp_recompute=False`` for that. An output (or the norm's input) changed in place before the consumer keeps it
             is kept as it is (a change through ``.data`` is invisible: pass ``False`` there); under
             other saved-tensor hooks (non-reentrant activation checkpointing, offloading) nothing is
             recomputed and the MLP runs as modules. ``False``: the outputs are kept, as the model's code
@@ -523,9 +528,11 @@ def _build_rms_norm(cls: type, variant: str | None) -> tuple[type | None, str | 
                 or not accel_takes(RMS_NORM_OP, hidden_states, weight, eps, unit)):
             return forward(self, hidden_states, *args, **kwargs)  # the model's own code
         y = rms_norm_ops.rms_norm(hidden_states, weight, eps, unit)
-        if torch.is_grad_enabled() and getattr(self, "accel_norm_recompute", True) and not torch.compiler.is_compiling():
-            # how to make y again: a consumer that keeps this instead of y recomputes it in backward
-            _keep_recipe(y, _RecomputeNorm(eps, unit), (hidden_states, weight))
+        if torch.is_grad_enabled() and not torch.compiler.is_compiling():
+            # how to make y again: a consumer that keeps this instead of y recomputes it in backward (where
+            # norm_recompute allows; the attention's projections read the entry either way)
+            _keep_recipe(y, _RecomputeNorm(eps, unit), (hidden_states, weight),
+                         getattr(self, "accel_norm_recompute", True))
         return y
 
     forward_accel.__doc__ = forward.__doc__
@@ -545,25 +552,35 @@ class _RecomputeNorm:
         return rms_norm_ops.rms_norm(input, weight, self.eps, self.unit)
 
 
-#: ``id(y)`` of a replaced RMSNorm's live output -> ``(weakref to y, y's version then, fn, weakrefs to fn's
-#: tensors, their versions then)``: how to make ``y`` again. Weak on both sides, so the entry neither travels with ``y`` (pickling,
-#: a returned ``last_hidden_state``) nor keeps the norm's input alive; dropped when ``y`` dies.
+#: ``id(y)`` of a replaced RMSNorm's live output (accel's kernel computed it) -> ``(weakref to y, y's version
+#: then, fn, weakrefs to fn's tensors, their versions then, whether norm_recompute allows recomputing)``: how to
+#: make ``y`` again. Weak on both sides, so the entry neither travels with ``y`` (pickling, a returned
+#: ``last_hidden_state``) nor keeps the norm's input alive; dropped when ``y`` dies.
 _RECIPES: dict[int, tuple] = {}
 
 
-def _keep_recipe(y: torch.Tensor, fn: Any, tensors: tuple) -> None:
+def _keep_recipe(y: torch.Tensor, fn: Any, tensors: tuple, recompute: bool) -> None:
     key = id(y)
     _RECIPES[key] = (weakref.ref(y, lambda _ref: _RECIPES.pop(key, None)), y._version, fn,
-                     tuple(weakref.ref(t) for t in tensors), tuple(t._version for t in tensors))
+                     tuple(weakref.ref(t) for t in tensors), tuple(t._version for t in tensors), recompute)
 
 
-def _recipe(x: torch.Tensor) -> tuple | None:
-    """``(fn, tensors)`` making ``x`` again where ``x`` is a replaced RMSNorm's output and neither it nor the
-    norm's input and weight were changed in place since the norm ran (their version counters), all alive;
-    else ``None`` (the consumer keeps ``x``). A change through ``.data`` is invisible to version counters:
-    ``patch(model, norm_recompute=False)`` for models whose hooks write that way."""
+def _norm_output(x: torch.Tensor) -> tuple | None:
+    """The entry of ``x`` where it is a replaced RMSNorm's output, unchanged in place since the norm ran."""
     entry = _RECIPES.get(id(x))
     if entry is None or entry[0]() is not x or x._version != entry[1]:
+        return None
+    return entry
+
+
+def _recipe(x: torch.Tensor, entry: tuple | None = None) -> tuple | None:
+    """``(fn, tensors)`` making ``x`` again where ``x`` is a replaced RMSNorm's output (``entry``: its
+    :func:`_norm_output`, looked up where not given), the norm's ``norm_recompute`` is on and neither ``x`` nor
+    the norm's input and weight were changed in place since the norm ran (their version counters), all alive;
+    else ``None`` (the consumer keeps ``x``). A change through ``.data`` is invisible to version counters:
+    ``patch(model, norm_recompute=False)`` for models whose hooks write that way."""
+    entry = _norm_output(x) if entry is None else entry
+    if entry is None or not entry[5]:
         return None
     tensors = tuple(r() for r in entry[3])
     if any(t is None for t in tensors) or tuple(t._version for t in tensors) != entry[4]:
@@ -727,9 +744,13 @@ def _build_attention(cls: type, variant: str | None) -> tuple[type | None, str |
     def forward_accel(self, hidden_states, *args, **kwargs):
         if torch.compiler.is_compiling() or not torch.is_grad_enabled() or _outer_saved_tensor_hooks():
             return forward_copy(self, hidden_states, *args, **kwargs)
-        recipe = _recipe(hidden_states)
-        # with accel's RoPE kernel live on this device (else the model's own code runs, bit for bit)
-        if shared and not _transforms_active() and live_slot(ROPE_OP, hidden_states.device.type) is not None:
+        # only where the input is a replaced RMSNorm's output that accel's kernel computed do the projections
+        # change (where no kernel takes a call the model's own code runs, bit for bit)
+        entry = _norm_output(hidden_states)
+        if entry is None:
+            return forward_copy(self, hidden_states, *args, **kwargs)
+        recipe = _recipe(hidden_states, entry)
+        if shared and not _transforms_active():
             mods = self._modules
             projs = (mods.get("q_proj"), mods.get("k_proj"), mods.get("v_proj"))
             if None not in projs and _plain_linear(hidden_states, *projs):

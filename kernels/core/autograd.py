@@ -7,6 +7,7 @@ with :func:`declare_backward`); this module knows no op by name.
 
 from __future__ import annotations
 
+import functools
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -147,6 +148,33 @@ def eager_autograd(op: Any, setup_context: Callable, backward: Callable) -> Call
 
     call.function = _Eager  # type: ignore[attr-defined]
     return call
+
+
+def first_order(what: str, instead: str) -> Callable:
+    """Decorator for an ``autograd.Function``'s ``backward`` whose own ops are not recorded: with grad mode on
+    (``create_graph=True``: a gradient penalty, a Hessian-vector product) it raises instead of returning
+    gradients that would silently lack their own graph; else it runs ``backward`` under ``no_grad``.
+
+    Args:
+        what: the function's public name, for the message.
+        instead: what to call or pass for a differentiable backward, for the message.
+
+    Raises (from the decorated backward):
+        RuntimeError: grad mode is on (``backward(create_graph=True)`` or ``autograd.grad(create_graph=True)``).
+    """
+
+    def wrap(backward: Callable) -> Callable:
+        @functools.wraps(backward)
+        def run(ctx, *grads):
+            if torch.is_grad_enabled():
+                raise RuntimeError(f"{what}: no double backward (create_graph=True): its backward's matmuls are not "
+                                   f"recorded, so the gradients would have no graph of their own. {instead}")
+            with torch.no_grad():
+                return backward(ctx, *grads)
+
+        return run
+
+    return wrap
 
 
 def below_autograd(op: Any, *args: Any) -> Any:

@@ -129,3 +129,12 @@ def test_mismatched_weights_and_biases_are_a_typed_error():
         shared_input_linears(x, [torch.randn(4, HIDDEN)], [None, None])
     with pytest.raises(ValueError, match="at least one weight"):
         shared_input_linears(x, [], [])
+
+
+def test_double_backward_is_refused_not_silently_wrong():
+    """A gradient penalty (create_graph=True) would get an input gradient with no graph of its own: refused."""
+    h, nw, weights, _ = _leaves(torch.float32, False)
+    x = _norm(h, nw)
+    outs = shared_input_linears(x, weights, [None] * 3)
+    with pytest.raises(RuntimeError, match="shared_input_linears: no double backward .*norm_recompute=False"):
+        torch.autograd.grad(sum(o.sum() for o in outs), x, create_graph=True)

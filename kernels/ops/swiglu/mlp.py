@@ -24,9 +24,7 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
-from torch.autograd.function import once_differentiable
-
-from accel.kernels.core.autograd import below_autograd
+from accel.kernels.core.autograd import below_autograd, first_order
 
 from .linear import down_backward
 
@@ -54,7 +52,8 @@ class _SwiGLUMLP(torch.autograd.Function):
         return out
 
     @staticmethod
-    @once_differentiable  # no double backward: its SwiGLU parts run below autograd
+    @first_order("swiglu_mlp", "accel.integrations.transformers.patch(model, mlp_recompute=False) runs the MLP "
+                 "as modules.")  # its SwiGLU parts run below autograd
     def backward(ctx, grad_out):
         gate, up, gate_w, up_w, down_w, *held = ctx.saved_tensors
         need = ctx.needs_input_grad
@@ -113,7 +112,8 @@ def swiglu_mlp(x: torch.Tensor, gate_weight: torch.Tensor, up_weight: torch.Tens
 
     Raises:
         RuntimeError: ``F.linear``'s errors for mismatched shapes or dtypes; ``accel::swiglu``'s; at backward,
-            autograd's error when a kept tensor was modified in place.
+            autograd's error when a kept tensor was modified in place, and a refusal of double backward
+            (``create_graph=True``: the backward's ops are not recorded).
     """
     fn, tensors = (None, ()) if recompute is None else recompute
     return _SwiGLUMLP.apply(x, gate_weight, up_weight, down_weight, gate_bias, up_bias, down_bias, fn, *tensors)
