@@ -282,7 +282,8 @@ def patch(model: nn.Module, *, norms: bool = True, mlp: bool = True, rope: bool 
         loss_options: the :class:`accel.nn.LinearCrossEntropyOptions` of the loss (torch's own class on
             torch 2.13+ is read field by field into accel's). Default ``None``: chunks of
             :func:`accel.nn.linear_cross_entropy.model_chunk_rows` rows (at least 1024 where there are as
-            many tokens, at most 1 GiB of chunk buffers), ``acc_policy="auto"`` (on a GPU ``"compact"``: the
+            many tokens, up to 2048 while the chunk's buffers stay within the head weight's size, at most 1
+            GiB of them), ``acc_policy="auto"`` (on a GPU ``"compact"``: the
             logits chunk and the head's weight gradient accumulate in the weight's dtype; ``"accurate"`` keeps
             both in fp32 for one ``[vocab, hidden]`` fp32 scratch more). The loss is fp32 either way, as
             Hugging Face's.

@@ -435,8 +435,12 @@ def test_chunk_rows_are_bounded_below_for_matmul_efficiency_and_above_in_memory(
     cuda = torch.device("cuda")
     # Qwen3-style: the aspect-ratio rule alone gives 64 rows (128 chunks, the 311 MB weight re-read each time)
     assert model_chunk_rows(8192, 1024, 151936, torch.bfloat16, cuda) == MIN_ROWS
-    assert model_chunk_rows(8192, 2048, 32000, torch.bfloat16, cuda) == 1024
+    # Llama d 2048: the chunk's logits as large as the head's weight (2048 x 32000), not the floor
+    assert model_chunk_rows(8192, 2048, 32000, torch.bfloat16, cuda) == 2 * MIN_ROWS
+    assert model_chunk_rows(8192, 1536, 50257, torch.bfloat16, cuda) == MIN_ROWS  # GPT-2 d 1536: 1024 <= 1536
     assert model_chunk_rows(8192, 8192, 32000, torch.bfloat16, cuda) == 2048  # the aspect rule: 8192 / 4 > MIN_ROWS
+    # the weight term stops at twice the floor (a d 8192 head would allow 8192 rows)
+    assert model_chunk_rows(8192, 8192, 100000, torch.bfloat16, cuda) == 2 * MIN_ROWS  # aspect 1024, memory 4096
     assert model_chunk_rows(300, 64, 320, torch.float32) == 300  # fewer tokens than the floor: one chunk
     assert model_chunk_rows(0, 64, 320, torch.float32) == 1
     rows = model_chunk_rows(65536, 1024, 2**20, torch.float32, torch.device("cpu"))  # a huge vocabulary
