@@ -62,6 +62,8 @@ from typing import Any
 
 MODELS = ("hf_llama", "titan_llama", "vit_b16", "gpt2", "qwen3")
 MODES = ("eager", "accel", "liger", "compile", "accel_compile")
+#: What ``accel.integrations.transformers.patch`` may replace (its keyword arguments), all by default.
+PATCH_ROLES = ("norms", "mlp", "rope", "loss")
 #: Liger-Kernel's patch function per model (``None``: Liger has none).
 LIGER = {"hf_llama": "apply_liger_kernel_to_llama", "qwen3": "apply_liger_kernel_to_qwen3", "titan_llama": None,
          "vit_b16": None, "gpt2": None}
@@ -285,7 +287,7 @@ def profile_steps(step: Callable[[], Any], steps: int, device) -> dict[str, Any]
 def run_one(model_name: str, mode: str, *, quick: bool, steps: int, warmup: int, device_spec: str | None,
             eager_ms: float | None, loss_chunk: int | None = None, curve_steps: int = 50,
             compile_backend: str = "inductor", profile: int = 0, mlp_recompute: bool = True,
-            trace: bool = False, host_profile: int = 0) -> dict[str, Any]:
+            trace: bool = False, host_profile: int = 0, patch_roles: tuple[str, ...] = PATCH_ROLES) -> dict[str, Any]:
     """One model x mode in this process: the JSON-ready result (``skipped`` with a reason where it cannot run).
 
     Runs ``max(warmup + steps, curve_steps)`` training steps on the fixed batch: the ``steps`` after ``warmup``
@@ -330,9 +332,12 @@ def run_one(model_name: str, mode: str, *, quick: bool, steps: int, warmup: int,
 
             options = LinearCrossEntropyOptions(batch_chunk_size=loss_chunk, chunking_method=None)
             base["loss_chunk"] = loss_chunk
-        accel_hf.patch(model, loss_options=options, mlp_recompute=mlp_recompute)
+        accel_hf.patch(model, loss_options=options, mlp_recompute=mlp_recompute,
+                       **{role: role in patch_roles for role in PATCH_ROLES})
         if not mlp_recompute:
             base["mlp_recompute"] = False
+        if tuple(patch_roles) != PATCH_ROLES:
+            base["patch_roles"] = list(patch_roles)
         patch_report = accel_hf.report(model).as_dict()
     model.train()
     if mode == "compile":
@@ -684,7 +689,7 @@ def drive(models: list[str], modes: list[str], out: Path, *, quick: bool, steps:
           device_spec: str | None, timeout: float, loss_chunk: int | None = None, curve_steps: int = 50,
           compile_backend: str = "inductor", eager_from: Path | None = None,
           profile: int = 0, mlp_recompute: bool = True, trace: bool = False,
-          host_profile: int = 0) -> list[dict[str, Any]]:
+          host_profile: int = 0, patch_roles: tuple[str, ...] = PATCH_ROLES) -> list[dict[str, Any]]:
     """Each model x mode in a fresh process (eager first); one JSON line per run appended to ``out``.
 
     A mode that cannot run is a ``skipped`` line with the reason, never left out: Liger for a model it has no
@@ -722,6 +727,7 @@ def drive(models: list[str], modes: list[str], out: Path, *, quick: bool, steps:
             cmd += ["--trace"] if trace else []
             cmd += ["--host-profile", str(host_profile)] if host_profile else []
             cmd += [] if mlp_recompute else ["--no-mlp-recompute"]
+            cmd += [] if tuple(patch_roles) == PATCH_ROLES else ["--patch-roles", ",".join(patch_roles)]
             began = time.time()
             try:
                 proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
@@ -840,6 +846,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--host-profile", type=int, default=0, metavar="STEPS",
                    help="after the timed steps, STEPS more under cProfile: the host's Python time by function in "
                         "the result's 'host_profile'")
+    p.add_argument("--patch-roles", default=",".join(PATCH_ROLES),
+                   help=f"accel modes: what patch() replaces, a comma-separated subset of {','.join(PATCH_ROLES)} "
+                        f"(default all; e.g. loss alone under accel.compile leaves the rest to Inductor)")
     p.add_argument("--no-mlp-recompute", action="store_true",
                    help="accel modes: patch(mlp_recompute=False), the SwiGLU product saved for backward")
     p.add_argument("--plot", type=Path, metavar="JSONL", help="write a PNG of a results file (bar chart of the "
@@ -866,6 +875,7 @@ def main(argv: list[str] | None = None) -> int:
         for row in time_ops(quick=args.quick, reps=max(args.steps, 5), device_spec=args.device):
             print("RESULT " + json.dumps(row), flush=True)
         return 0
+    roles = tuple(_parse_list(args.patch_roles, PATCH_ROLES, "patch roles"))
     if args.steps < (1 if args.quick else 15) or args.warmup < 0:
         p.error("--steps must be at least 15 (1 with --quick) and --warmup at least 0")
     if args.all:
@@ -875,7 +885,7 @@ def main(argv: list[str] | None = None) -> int:
               quick=args.quick, steps=args.steps, warmup=args.warmup, device_spec=args.device, timeout=args.timeout,
               loss_chunk=args.loss_chunk, curve_steps=args.curve_steps, compile_backend=args.compile_backend,
               eager_from=args.eager_from, profile=args.profile, mlp_recompute=not args.no_mlp_recompute, trace=args.trace,
-              host_profile=args.host_profile)
+              host_profile=args.host_profile, patch_roles=roles)
         return 0
     if args.model is None or args.mode is None:
         p.error("give --model and --mode (one run), or --all")
@@ -884,7 +894,7 @@ def main(argv: list[str] | None = None) -> int:
                          device_spec=args.device, eager_ms=args.eager_ms, loss_chunk=args.loss_chunk,
                          curve_steps=args.curve_steps, compile_backend=args.compile_backend,
                          profile=args.profile, mlp_recompute=not args.no_mlp_recompute, trace=args.trace,
-                         host_profile=args.host_profile)
+                         host_profile=args.host_profile, patch_roles=roles)
     print("RESULT " + json.dumps(result), flush=True)
     return 1 if "error" in result else 0
 
