@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 import torch
 import torch.nn.functional as F
 
-from accel.kernels.core.autograd import first_order
+from accel.kernels.core.autograd import first_order, shared_input_backward
 
 __all__ = ["shared_input_linears"]
 
@@ -43,23 +43,10 @@ class _SharedInputLinears(torch.autograd.Function):
         weights, held = ctx.saved_tensors[:count], ctx.saved_tensors[count:]
         need = ctx.needs_input_grad  # x, count, recompute, weights, biases, the recompute's tensors
         out: list = [None] * len(need)
-        x_rows = None
-        if any(need[3 + i] and grads[i] is not None for i in range(count)):
-            with torch.no_grad():
-                x = held[0] if ctx.recompute is None else ctx.recompute(*held)
-            x_rows = x.reshape(-1, x.shape[-1])
-            del x
-        grad_x = None
-        for i, (grad, weight) in enumerate(zip(grads, weights)):
-            if grad is None:
-                continue
-            rows = grad.reshape(-1, grad.shape[-1])
-            if need[3 + i]:
-                out[3 + i] = rows.t().mm(x_rows)
-            if need[3 + count + i] and ctx.has_bias[i]:
-                out[3 + count + i] = rows.sum(0)
-            if need[0]:
-                grad_x = rows.mm(weight) if grad_x is None else grad_x.addmm_(rows, weight)
+        rows = [None if g is None else g.reshape(-1, g.shape[-1]) for g in grads]
+        grad_x, out[3:3 + count], out[3 + count:3 + 2 * count] = shared_input_backward(
+            rows, weights, need[3:3 + count], [n and b for n, b in zip(need[3 + count:3 + 2 * count], ctx.has_bias)],
+            need[0], lambda: held[0] if ctx.recompute is None else ctx.recompute(*held))
         if grad_x is not None:
             out[0] = grad_x.reshape(ctx.x_shape)
         return tuple(out)

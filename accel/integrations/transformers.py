@@ -56,6 +56,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 import importlib.util
 import inspect
@@ -81,7 +82,6 @@ from accel.kernels.ops.rope import reference as rope_reference
 from accel.kernels.ops.swiglu import op as swiglu_ops
 from accel.kernels.ops.swiglu.linear import swiglu_linear
 from accel.kernels.ops.swiglu.mlp import swiglu_mlp
-
 from accel.integrations._shared_linears import shared_input_linears
 
 __all__ = ["FAMILIES", "ROUTES", "PatchReport", "accel_takes", "disable", "enable", "enabled", "patch", "report",
@@ -307,10 +307,10 @@ def patch(model: nn.Module, *, norms: bool = True, mlp: bool = True, rope: bool 
             rounding of the sum, not two); else saved-tensor hooks around the attention's forward recompute
             the input for each projection. One ``[tokens, hidden]`` tensor per norm is not kept, for one norm
             forward more in backward. Neither one-node path has a double backward (``create_graph=True``
-            raises): pass ``norm_recompute=False, mlp_recompute=False`` for that. An output (or the norm's input) changed in place before the consumer keeps it
-            is kept as it is (a change through ``.data`` is invisible: pass ``False`` there); under
-            other saved-tensor hooks (non-reentrant activation checkpointing, offloading) nothing is
-            recomputed and the MLP runs as modules. ``False``: the outputs are kept, as the model's code
+            raises): pass ``norm_recompute=False, mlp_recompute=False`` for that. An output (or the norm's
+            input) changed in place before the consumer keeps it is kept as it is (a change through ``.data``
+            is invisible: pass ``False`` there); under other saved-tensor hooks (non-reentrant activation
+            checkpointing, offloading) nothing is recomputed and the MLP runs as modules. ``False``: the outputs are kept, as the model's code
             does. ``None`` on a model patched before: keep its setting.
 
     Returns:
@@ -785,7 +785,7 @@ class _SharedProjections:
         answers = _Answers(x, projs, recipe)
         object.__setattr__(self, "_accel_answers", answers)
         for i, name in enumerate(("q_proj", "k_proj", "v_proj")):
-            object.__setattr__(self, name, _Answer(answers, i))
+            object.__setattr__(self, name, functools.partial(answers, i))
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._accel_module, name)
@@ -808,16 +808,6 @@ class _Answers:
                                              recompute=self.recipe)
         self.taken[index] = True
         return self.outs[index]
-
-
-class _Answer:
-    __slots__ = ("answers", "index")
-
-    def __init__(self, answers: _Answers, index: int) -> None:
-        self.answers, self.index = answers, index
-
-    def __call__(self, t: torch.Tensor) -> torch.Tensor:
-        return self.answers(self.index, t)
 
 
 class _RecomputedInput:

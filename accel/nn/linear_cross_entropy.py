@@ -161,7 +161,7 @@ class LinearCrossEntropyOptions:
             size = min(_next_pow2(-(-num_batches // max(growth, 1))) // int(factor or 1), num_batches)
             if auto and policy == "compact":  # never above the unchunked reference's peak
                 cap = num_batches // 2 if prob_target else num_batches * num_classes // (4 * max(in_features, 1))
-                size = max(1, min(size, 1 << (cap.bit_length() - 1) if cap >= 1 else 1))
+                size = max(1, min(size, _prev_pow2(max(cap, 1))))
             if self.batch_chunk_size is not None and self.batch_chunk_size != size:
                 raise LossInputError(
                     f"LinearCrossEntropyOptions: batch_chunk_size={self.batch_chunk_size} and chunking_method="

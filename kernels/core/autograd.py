@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -175,6 +175,45 @@ def first_order(what: str, instead: str) -> Callable:
         return run
 
     return wrap
+
+
+def shared_input_backward(rows: Sequence[torch.Tensor | None], weights: Sequence[torch.Tensor],
+                          need_weight: Sequence[bool], need_bias: Sequence[bool], need_input: bool,
+                          make_input: Callable[[], torch.Tensor]) -> tuple:
+    """The gradients of linears that read one input ``x`` (``F.linear(x, weights[i], bias_i)``), from each output's
+    gradient as ``[tokens, out_i]`` rows (``None``: that output got none, and costs no GEMM).
+
+    Per linear, ``rows[i].t() @ x`` and ``rows[i].sum(0)``, the ops autograd runs for ``F.linear`` (the same
+    bits); ``x``'s gradient is ``rows[0] @ weights[0]`` with each further term added inside its GEMM
+    (``addmm_``, beta 1): no ``[tokens, in]`` temporary and no add kernel, one rounding of the sum where
+    autograd rounds each term and adds. ``make_input()`` gives ``x`` (kept or recomputed, called under
+    ``no_grad``) only where a weight gradient is wanted; it is released before ``x``'s gradient is computed.
+
+    Returns:
+        ``(grad_x rows or None, [grad_weight_i or None], [grad_bias_i or None])``; ``need_bias[i]`` is to be
+        false for a linear without a bias.
+    """
+    count = len(weights)
+    grad_w: list = [None] * count
+    grad_b: list = [None] * count
+    if any(need_weight[i] and rows[i] is not None for i in range(count)):
+        with torch.no_grad():
+            x = make_input()
+        x_rows = x.reshape(-1, x.shape[-1])
+        del x
+        for i in range(count):
+            if need_weight[i] and rows[i] is not None:
+                grad_w[i] = rows[i].t().mm(x_rows)
+        del x_rows
+    for i in range(count):
+        if need_bias[i] and rows[i] is not None:
+            grad_b[i] = rows[i].sum(0)
+    grad_x = None
+    if need_input:
+        for r, w in zip(rows, weights):
+            if r is not None:
+                grad_x = r.mm(w) if grad_x is None else grad_x.addmm_(r, w)
+    return grad_x, grad_w, grad_b
 
 
 def below_autograd(op: Any, *args: Any) -> Any:

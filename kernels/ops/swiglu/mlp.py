@@ -14,8 +14,9 @@ Same arithmetic as the modules' own but for one sum: each matmul, the SwiGLU and
 autograd would run, in its order; the gradient of ``x`` is ``grad_gate @ gate_w`` with ``grad_up @ up_w``
 added inside the second GEMM (``addmm_``, beta 1: one rounding of the sum, where autograd rounds both
 products and adds them in a separate kernel). Every other output is bit for bit the unfused model's (the
-norm recomputed by the same kernel gives the same bits). The SwiGLU runs ``accel::swiglu``/``accel::swiglu_backward`` below autograd, so the registry's kernel
-(or the op's eager reference) answers, as for :func:`.op.swiglu`.
+norm recomputed by the same kernel gives the same bits). The SwiGLU runs ``accel::swiglu`` /
+``accel::swiglu_backward`` below autograd, so the registry's kernel (or the op's eager reference) answers, as
+for :func:`.op.swiglu`.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
-from accel.kernels.core.autograd import below_autograd, first_order
+from accel.kernels.core.autograd import below_autograd, first_order, shared_input_backward
 
 from .linear import down_backward
 
@@ -69,23 +70,11 @@ class _SwiGLUMLP(torch.autograd.Function):
             return tuple(grads)
         del gate, up
         gg, gu = grad_gate.reshape(-1, width), grad_up.reshape(-1, width)
-        if need[1] or need[2]:
-            with torch.no_grad():
-                x = held[0] if ctx.recompute is None else ctx.recompute(*held)
-            x_rows = x.reshape(-1, x.shape[-1])
-            if need[1]:
-                grads[1] = gg.t().mm(x_rows)
-            if need[2]:
-                grads[2] = gu.t().mm(x_rows)
-            del x, x_rows
-        if need[4] and ctx.biases[0]:
-            grads[4] = gg.sum(0)
-        if need[5] and ctx.biases[1]:
-            grads[5] = gu.sum(0)
-        if need[0]:
-            # the second product is added inside its GEMM (beta = 1): no [tokens, hidden] temporary and no add
-            # kernel; one rounding of the sum where autograd's two-step sum rounds each product first
-            grad_x = gg.mm(gate_w).addmm_(gu, up_w)
+        # the gate and up projections read one input: their weight gradients, and x's summed inside the GEMM
+        grad_x, (grads[1], grads[2]), (grads[4], grads[5]) = shared_input_backward(
+            (gg, gu), (gate_w, up_w), (need[1], need[2]), (need[4] and ctx.biases[0], need[5] and ctx.biases[1]),
+            need[0], lambda: held[0] if ctx.recompute is None else ctx.recompute(*held))
+        if grad_x is not None:
             grads[0] = grad_x.reshape(ctx.x_shape)
         return tuple(grads)
 
