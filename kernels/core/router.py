@@ -32,6 +32,9 @@ from . import plans
 from .op import OVERRIDE_WARNING, Op, aten_kernel
 
 NAME = "accel"
+#: The namespace whose routers are also called from Python without the dispatcher (:attr:`Slot.direct`):
+#: accel's own custom ops, for which no other library registers a backend kernel above accel's router.
+DIRECT_NAMESPACE = "accel"
 
 
 
@@ -159,19 +162,25 @@ def install(slot: Any, live: tuple) -> None:
     if lib is not None:
         lib._destroy()
         slot.state = None
+    slot.direct = None
     slot.original = aten_kernel(slot.op, slot.key)
     if not live:
         return
     lib = torch.library.Library(slot.op.namespace, "IMPL", slot.key)
+    router = _make_router(slot, live)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=OVERRIDE_WARNING, category=UserWarning)
-        lib.impl(slot.op.symbol, _make_router(slot, live), slot.key, with_keyset=True)
+        lib.impl(slot.op.symbol, router, slot.key, with_keyset=True)
     slot.state = lib
+    # accel's own ops (no other library registers kernels for them): the same router without the dispatcher
+    if slot.op.namespace == DIRECT_NAMESPACE:
+        slot.direct = router
     slot.top = repr(aten_kernel(slot.op, slot.key))  # accel's router: what explain compares the key's kernel with
 
 
 def release(slot: Any) -> None:
     """Forget ``slot`` (its library is already destroyed by ``install(slot, ())``)."""
+    slot.direct = None
     if slot.state is not None:
         slot.state._destroy()
         slot.state = None

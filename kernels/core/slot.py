@@ -65,6 +65,9 @@ class Slot:
         self.composite_only = False  # ATen has only a composite of the op at this key (set at creation)
         self.state: Any = None  # the path's own bookkeeping
         self.top: str | None = None  # the router path: repr of the key's kernel right after installing (its own)
+        #: the router path, for an op of accel's own namespace: the installed router itself, called from Python
+        #: by :func:`accel.kernels.core.autograd.below_autograd` without the dispatcher's hop; else ``None``
+        self.direct: Callable | None = None
         #: Re-entrancy guard per thread: while an impl of this slot runs, a call of the same op from
         #: inside it (an impl handing a case back to ATen) skips accel's overrides: no infinite recursion.
         self.inside = Inside()

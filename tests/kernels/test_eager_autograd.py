@@ -97,3 +97,79 @@ def test_under_a_torch_func_transform_the_custom_op_answers_as_it_does_alone():
         assert outcomes[0] == outcomes[1]
     else:
         assert torch.equal(outcomes[0], outcomes[1])
+
+
+# ------------------------------------------------------------- accel's router called without the dispatcher
+class _Counting:
+    def __init__(self, fn):
+        self.fn, self.calls = fn, 0
+
+    def __call__(self, *args):
+        self.calls += 1
+        return self.fn(*args)
+
+
+def _register_norm():
+    import accel.kernels as ak
+    from accel.kernels.ops.rms_norm_hf import reference
+
+    impl = _Counting(reference.rms_norm_hf)
+    ak.register("accel::rms_norm_hf", impl=impl, backends=["cpu"], dsl="triton", name="counted.rms_norm_hf")
+    return impl
+
+
+def _dispatched_ops(fn) -> list[str]:
+    """The ops the dispatcher recorded while ``fn`` ran (the profiler sees each op call it dispatches)."""
+    with torch.autograd.profiler.profile() as prof:
+        fn()
+    return [e.name for e in prof.function_events]
+
+
+def test_accel_ops_router_is_called_without_the_dispatcher_with_the_same_result():
+    from torch.utils._python_dispatch import TorchDispatchMode
+    import accel.kernels as ak
+    from accel.kernels.core.slot import SLOTS
+
+    x, w = _norm_leaves(torch.bfloat16)
+    reference = rn_op.rms_norm(x, w, 1e-6)  # no override yet: the op's default kernel through the dispatcher
+    impl = _register_norm()
+    assert SLOTS[("accel::rms_norm_hf", "CPU")].direct is not None
+    direct = {}
+    names = _dispatched_ops(lambda: direct.setdefault("y", rn_op.rms_norm(x, w, 1e-6)))
+    assert impl.calls == 1 and "accel::rms_norm_hf" not in names  # the impl answered with no dispatched op
+    assert torch.equal(direct["y"], reference)
+
+    class _Seen(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    with _Seen() as mode:  # a dispatch mode must see the op: the dispatcher runs, the same impl answers
+        y = rn_op.rms_norm(x, w, 1e-6)
+    assert "accel.rms_norm_hf.default" in mode.ops and impl.calls == 2 and torch.equal(y, reference)
+    with ak.disabled(name="counted.rms_norm_hf"):  # off: no router, the dispatcher's default kernel answers
+        assert ("accel::rms_norm_hf", "CPU") not in SLOTS or SLOTS[("accel::rms_norm_hf", "CPU")].direct is None
+        assert torch.equal(rn_op.rms_norm(x, w, 1e-6), reference) and impl.calls == 2
+    ak.unregister("counted.rms_norm_hf")
+    assert ("accel::rms_norm_hf", "CPU") not in SLOTS
+
+
+def test_the_backward_formulas_op_call_takes_the_same_direct_path():
+    impl = _register_norm()
+    import accel.kernels as ak
+    from accel.kernels.ops.rms_norm_hf import reference
+
+    bwd = _Counting(reference.rms_norm_hf_backward)
+    ak.register("accel::rms_norm_hf_backward", impl=bwd, backends=["cpu"], dsl="triton", name="counted.bwd")
+    x, w = _norm_leaves(torch.float32)
+    y = rn_op.rms_norm(x, w, 1e-6)
+    names = _dispatched_ops(lambda: y.backward(torch.ones_like(y)))
+    assert bwd.calls == 1 and impl.calls == 1 and "accel::rms_norm_hf_backward" not in names
+    x2, w2 = _norm_leaves(torch.float32)
+    y2 = torch.ops.accel.rms_norm_hf(x2, w2, 1e-6, False)[0]  # the custom op's own autograd: dispatched
+    y2.backward(torch.ones_like(y2))
+    assert torch.equal(x.grad, x2.grad) and torch.equal(w.grad, w2.grad)
