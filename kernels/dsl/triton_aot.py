@@ -285,6 +285,8 @@ EXCLUSIONS: tuple[Exclusion, ...] = (
     # beat ATen (sm_90 table, 8192x16384 bf16: 3142 vs 1581 GB/s): measured spills, kept where the table says.
     Exclusion("rms_norm_bwd", "rms_norm_bwd_rows", _NV, {"block_n": 16384}, "spills", _BWD_SPILL),
     Exclusion("rms_norm_hf_bwd", "rms_norm_hf_bwd", _NV, {"block_n": 16384}, "spills", _BWD_SPILL),
+    Exclusion("add_rms_norm_hf_bwd", "rms_norm_hf_bwd", _NV, {"block_n": 16384}, "spills",
+              _BWD_SPILL + " (the same kernel with grad_sum's row added: ADD_GRAD)"),
     Exclusion("layer_norm_bwd", "layer_norm_bwd_rows", _NV, {"block_n": 16384}, "spills",
               _BWD_SPILL + " (dW and dB partials: the split kernel, a config with \"split\", does not spill)"),
     # softmax's default for rows of 32768 keeps them in registers: sm_100/sm_120's ptxas fits the bf16 backward in

@@ -33,6 +33,7 @@ ROW_CLASSES: dict[str, tuple[int, ...]] = {
     "softmax": (128, 1024, 4096, 16384, 32768, 65536),
     "layer_norm": (128, 1024, 4096, 16384),
     "rms_norm_hf": (128, 1024, 4096, 16384),
+    "add_rms_norm_hf": (128, 1024, 4096, 16384),
     "swiglu": (1024, 5632, 14336),  # Llama-7B/70B, Mistral intermediate sizes
     "rope": ((32, 8, 64), (32, 8, 32), (64, 8, 64), (16, 16, 128)),  # (q heads, kv heads, half head dim)
     "linear_cross_entropy": (32000, 128256),  # Llama 2 / Llama 3 vocabularies
@@ -43,6 +44,7 @@ KERNEL_OPS: dict[str, tuple[str, ...]] = {
     "layer_norm": ("layer_norm_fwd", "layer_norm_bwd"),
     "softmax": ("softmax_fwd", "softmax_bwd"),
     "rms_norm_hf": ("rms_norm_hf_fwd", "rms_norm_hf_bwd"),
+    "add_rms_norm_hf": ("add_rms_norm_hf_fwd", "add_rms_norm_hf_bwd"),
     "swiglu": ("swiglu_fwd", "swiglu_bwd"),
     "rope": ("rope_fwd", "rope_bwd"),
     "linear_cross_entropy": ("linear_cross_entropy_fwd", "linear_cross_entropy_bwd"),
@@ -55,8 +57,12 @@ _ESIZE = {"bf16": 2, "fp16": 2, "fp32": 4}
 _SWEPT = {"rms_norm": (4096, 16384), "softmax": (32768,), "layer_norm": (4096, 16384), "swiglu": ()}
 
 
+#: Families whose kernels are another family's (with flags on): family -> the kernel module's family.
+_KERNELS_OF = {"add_rms_norm_hf": "rms_norm_hf"}
+
+
 def _k(family: str) -> Any:
-    return import_module(f"accel.kernels.ops.{family}.triton_kernel")
+    return import_module(f"accel.kernels.ops.{_KERNELS_OF.get(family, family)}.triton_kernel")
 
 
 def table_configs() -> list[tuple[str, str, str, int, int, dict | None]]:
@@ -156,17 +162,22 @@ def _layer_norm_finish(dt: str) -> Case:
 
 
 def _rms_norm_hf(op: str, cfg: dict, n: int, dt: str, source: str) -> Case:
+    """rms_norm_hf's kernels; for ``add_rms_norm_hf_*`` ops the same kernels with the residual add
+    (``RESIDUAL``, ``ADD_GRAD``) on. The plain ops pass dummy pointers for ``R``, ``S``, ``DS`` (typed and
+    aligned as the real ones: the same signature)."""
     k = _k("rms_norm_hf")
     p, f = f"*{dt}", "*fp32"
-    if op == "rms_norm_hf_bwd":
-        types = dict(DY=p, X=p, W=p, RSTD=f, DX=p, DW_PARTIAL=f, M="i32", N="i32", rows_per_program="i32")
-        cx = dict(BLOCK_N=max(cfg["block_n"], next_power_of_2(n)), UNIT_OFFSET=False, WANT_DX=True, WANT_DW=True)
-        return _rows_case(op, k.rms_norm_hf_bwd, types, cx, ("DY", "X", "W", "RSTD", "DX", "DW_PARTIAL", "N"), cfg,
-                          n, dt, source)
-    types = dict(X=p, W=p, Y=p, RSTD=f, M="i32", N="i32", eps="fp32")
+    add = op.startswith("add_")
+    if op.endswith("_bwd"):
+        types = dict(DY=p, X=p, W=p, RSTD=f, DX=p, DW_PARTIAL=f, DS=p, M="i32", N="i32", rows_per_program="i32")
+        cx = dict(BLOCK_N=max(cfg["block_n"], next_power_of_2(n)), UNIT_OFFSET=False, WANT_DX=True, WANT_DW=True,
+                  ADD_GRAD=add)
+        return _rows_case(op, k.rms_norm_hf_bwd, types, cx, ("DY", "X", "W", "RSTD", "DX", "DW_PARTIAL", "DS", "N"),
+                          cfg, n, dt, source)
+    types = dict(X=p, W=p, Y=p, RSTD=f, R=p, S=p, M="i32", N="i32", eps="fp32")
     cx = dict(BLOCK_N=max(cfg["block_n"], next_power_of_2(n)), ROWS=cfg["rows"], HINTS=bool(cfg.get("hints", False)),
-              WIDE=False, UNIT_OFFSET=False)
-    return _rows_case(op, k.rms_norm_hf_fwd, types, cx, ("X", "W", "Y", "RSTD", "N"), cfg, n, dt, source)
+              WIDE=False, UNIT_OFFSET=False, RESIDUAL=add)
+    return _rows_case(op, k.rms_norm_hf_fwd, types, cx, ("X", "W", "Y", "RSTD", "R", "S", "N"), cfg, n, dt, source)
 
 
 def _swiglu(op: str, cfg: dict, n: int, dt: str, source: str, product: bool = False) -> Case:
@@ -249,7 +260,7 @@ def _lce_aux(op: str, dt: str, source: str) -> Iterator[Case]:
 def _defaults(family: str, op: str, n: Any) -> dict:
     """The op's default launch config for row length (or rope shape) ``n``."""
     k = _k(family)
-    if family in ("rms_norm", "rms_norm_hf") and op.endswith("_bwd"):
+    if family in ("rms_norm", "rms_norm_hf", "add_rms_norm_hf") and op.endswith("_bwd"):
         block_n, warps = k.bwd_config(n)
         return {"block_n": block_n, "num_warps": warps}
     if family == "layer_norm" and op.endswith("_bwd"):
@@ -274,16 +285,16 @@ def _fits(family: str, op: str, cfg: dict, n: Any) -> bool:
     """Whether the impl would run ``cfg`` at ``n`` (the impls' limits: rows in registers up to MAX_BLOCK_N)."""
     if family == "layer_norm" and not cfg.get("split"):
         return n <= _k(family).MAX_BLOCK_N
-    if family in ("rms_norm", "rms_norm_hf") and op.endswith("_bwd"):
+    if family in ("rms_norm", "rms_norm_hf", "add_rms_norm_hf") and op.endswith("_bwd"):
         return n <= _k(family).MAX_BLOCK_N
-    if family == "rms_norm_hf":
+    if family in ("rms_norm_hf", "add_rms_norm_hf"):
         return n <= _k(family).MAX_BLOCK_N
     return True
 
 
 #: The case builder of each family, ``(op, cfg, n, dt, source) -> Case``.
 _BUILDERS = {"rms_norm": _rms_norm, "softmax": _softmax, "layer_norm": _layer_norm, "rms_norm_hf": _rms_norm_hf,
-             "swiglu": _swiglu, "rope": _rope}
+             "add_rms_norm_hf": _rms_norm_hf, "swiglu": _swiglu, "rope": _rope}
 
 
 def _build(family: str, op: str, cfg: dict, n: Any, dt: str, source: str) -> Iterator[Case]:

@@ -13,12 +13,13 @@ from collections.abc import Callable, Sequence
 import torch
 from accel.kernels.ops.conds import DEVICE_REASONS, conds_from_keys, device_types_for, entry_reason, table_declines
 
-__all__ = ["MAX_N", "make_conds"]
+__all__ = ["MAX_N", "REASONS", "check", "check_backward", "make_conds"]
 
 #: Longest row the kernels keep in registers (elements), forward and backward.
 MAX_N = 16384
 
-_REASONS = {
+#: Reason key -> sentence (:func:`accel.kernels.ops.conds.conds_from_keys`).
+REASONS = {
     **DEVICE_REASONS,
     "numel_big": "too many elements for the {dsl} kernel",
     "shape": "weight is not [N] for input [..., N], or the input is empty",
@@ -30,7 +31,10 @@ _REASONS = {
 }
 
 
-def _check(input, weight, devices, dsl, op) -> str | None:
+def check(input, weight, devices, dsl, op) -> str | None:
+    """The reason key (:data:`REASONS`) why the kernels must not take ``input`` ``[..., N]`` and ``weight``
+    ``[N]`` for tuning-table op ``op``, or ``None``: floor, device and dtype, shapes, row bound, table,
+    weight, layout (also the checks of :mod:`accel.kernels.ops.add_rms_norm_hf.conditions`)."""
     numel = input.numel()
     key = entry_reason(input, numel, op, dsl, devices, 1 << 62)
     if key is not None:
@@ -49,6 +53,19 @@ def _check(input, weight, devices, dsl, op) -> str | None:
     return None
 
 
+def check_backward(grad_out, input, weight, rstd, devices, dsl, op) -> str | None:
+    """:func:`check` and the backward's own checks (``grad_out`` like the input in any layout, ``rstd`` a
+    contiguous fp32 value per row): a reason key of :data:`REASONS`, or ``None``."""
+    key = check(input, weight, devices, dsl, op)
+    if key is not None:
+        return key
+    if grad_out.shape != input.shape or grad_out.dtype != input.dtype or grad_out.device != input.device:
+        return "grad_out"  # any layout: the impl copies a strided one (cheaper than the eager backward)
+    if rstd.dtype != torch.float32 or rstd.numel() * input.shape[-1] != input.numel() or not rstd.is_contiguous():
+        return "rstd"
+    return None
+
+
 def make_conds(dsl: str, backends: Sequence[str]) -> tuple[Callable[..., bool], Callable[..., bool]]:
     """``(forward cond, backward cond)`` with the two ops' signatures, each with ``why_not``, ``floor`` and
     ``cacheable`` (:func:`accel.kernels.ops.conds.conds_from_keys`; the sentences name ``input``'s device and
@@ -56,16 +73,9 @@ def make_conds(dsl: str, backends: Sequence[str]) -> tuple[Callable[..., bool], 
     devices = device_types_for(backends)
 
     def key_fwd(input, weight, eps, unit_offset=False):
-        return _check(input, weight, devices, dsl, "rms_norm_hf_fwd")
+        return check(input, weight, devices, dsl, "rms_norm_hf_fwd")
 
     def key_bwd(grad_out, input, weight, rstd, unit_offset, input_grad, weight_grad):
-        key = _check(input, weight, devices, dsl, "rms_norm_hf_bwd")
-        if key is not None:
-            return key
-        if grad_out.shape != input.shape or grad_out.dtype != input.dtype or grad_out.device != input.device:
-            return "grad_out"  # any layout: the impl copies a strided one (cheaper than the eager backward)
-        if rstd.dtype != torch.float32 or rstd.numel() * input.shape[-1] != input.numel() or not rstd.is_contiguous():
-            return "rstd"
-        return None
+        return check_backward(grad_out, input, weight, rstd, devices, dsl, "rms_norm_hf_bwd")
 
-    return conds_from_keys("rms_norm_hf", dsl, devices, _REASONS, key_fwd, key_bwd)
+    return conds_from_keys("rms_norm_hf", dsl, devices, REASONS, key_fwd, key_bwd)

@@ -37,13 +37,14 @@ def plan_fwd(input: torch.Tensor, weight: torch.Tensor, eps: float,
     n = input.shape[-1]
     m = input.numel() // n
     cfg = tuned_config("rms_norm_hf_fwd", DSL, input, m, n, _kernels().default_config)
-    plan = row_launch(None, _kernels().rms_norm_hf_fwd, cfg, m, n, (float(eps),), UNIT_OFFSET=bool(unit_offset))
+    plan = row_launch(None, _kernels().rms_norm_hf_fwd, cfg, m, n, (float(eps),), UNIT_OFFSET=bool(unit_offset),
+                      RESIDUAL=False)
     stat, device = tuple(input.shape[:-1]), input.device
 
     def run(input, weight, eps, unit_offset=False):
         y = empty_like(input)
         rstd = empty(stat, torch.float32, device)
-        plan(input, weight, y, rstd)
+        plan(input, weight, y, rstd, input, y)  # R, S: unread without RESIDUAL
         return y, rstd
 
     return run
@@ -70,14 +71,16 @@ def plan_bwd(grad_out, input, weight, rstd, unit_offset, input_grad, weight_grad
     programs, per_program = row_programs(m, input.device, 4 if block_n <= 4096 else 2)
     want_dx, want_dw = bool(input_grad), bool(weight_grad)
     plan = LaunchPlan(k.rms_norm_hf_bwd, (programs,), (m, n, per_program), BLOCK_N=block_n,
-                      UNIT_OFFSET=bool(unit_offset), WANT_DX=want_dx, WANT_DW=want_dw, num_warps=num_warps)
+                      UNIT_OFFSET=bool(unit_offset), WANT_DX=want_dx, WANT_DW=want_dw, ADD_GRAD=False,
+                      num_warps=num_warps)
     device = input.device
 
     def run(grad_out, input, weight, rstd, unit_offset, input_grad, weight_grad):
         grad_out = grad_out.contiguous()  # a transposed view's gradient (Qwen3's k_norm) arrives strided
         dx = empty_like(input) if want_dx else input.new_empty(0)
         partial = empty((programs, n), torch.float32, device) if want_dw else dx
-        plan(grad_out, input, weight, rstd, dx if want_dx else input, partial if want_dw else input)
+        plan(grad_out, input, weight, rstd, dx if want_dx else input, partial if want_dw else input,
+             grad_out)  # DS: unread without ADD_GRAD
         dw = partial.sum(0).to(weight.dtype) if want_dw else weight.new_empty(0)
         return dx, dw
 
