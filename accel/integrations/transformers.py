@@ -12,6 +12,10 @@ Mistral, Qwen2/3,                                                       then x w
 Phi-3), T5LayerNorm
 ``Gemma*RMSNorm``      ``accel::rms_norm_hf`` (``unit_offset=True``)    ``1 + weight``, fp32, one cast at the end
 ``*MLP`` (gate/up)     ``accel::swiglu``                                only where the activation is SiLU
+``*DecoderLayer``      ``accel::add_rms_norm_hf``: each residual add    the model's add, then its norm's rounding;
+(Llama's code:         with the RMSNorm that reads the sum (the next    where the layer's norms are replaced and
+Mistral, Qwen2/3,      layer's input norm, the model's final norm,      unhooked (else the layer's own code)
+Gemma)                 the layer's post-attention norm)
 ``*Attention``         ``accel::rope`` (q and k in one call)            HF's ``apply_rotary_pos_emb`` semantics
 ``*ForCausalLM``,      accel's chunked ``linear_cross_entropy`` (the    when ``labels`` are given; logits are then
 ``GPT2LMHeadModel``    logits are never stored; the loss in fp32)       ``None`` unless ``return_logits=True``
@@ -75,6 +79,7 @@ from accel import _compat
 from accel._once import warn_once
 from accel.errors import FeatureUnavailableError, IntegrationWarning
 from accel.kernels.core.slot import dispatch_key, live_slot
+from accel.kernels.ops.add_rms_norm_hf import op as add_rms_norm_ops
 from accel.kernels.ops.rms_norm_hf import op as rms_norm_ops
 from accel.kernels.ops.rms_norm_hf import reference as rms_norm_reference
 from accel.kernels.ops.rope import op as rope_ops
@@ -92,9 +97,10 @@ __doctest_requires__ = ("transformers",)
 
 RMS_NORM_OP, SWIGLU_OP, ROPE_OP, LCE_OP = ("accel::rms_norm_hf", "accel::swiglu", "accel::rope",
                                            "accel::linear_cross_entropy")
+ADD_RMS_NORM_OP = "accel::add_rms_norm_hf"
 #: Ops per role, as the report names them.
 OPS = {"rms_norm": "accel::rms_norm_hf", "mlp": "accel::swiglu", "attention": "accel::rope",
-       "causal_lm": "accel.nn.functional.linear_cross_entropy"}
+       "causal_lm": "accel.nn.functional.linear_cross_entropy", "decoder_layer": "accel::add_rms_norm_hf"}
 ROLES = tuple(OPS)
 
 
@@ -102,7 +108,8 @@ def _decoder(prefix: str, family: str, norm: str = "llama", mlp: str = "split",
              lm: str | None = None) -> tuple[str, dict[str, tuple[str, str | None]]]:
     module = f"transformers.models.{family}.modeling_{family}"
     return module, {f"{prefix}RMSNorm": ("rms_norm", norm), f"{prefix}MLP": ("mlp", mlp),
-                    f"{prefix}Attention": ("attention", None), lm or f"{prefix}ForCausalLM": ("causal_lm", None)}
+                    f"{prefix}Attention": ("attention", None), f"{prefix}DecoderLayer": ("decoder_layer", None),
+                    lm or f"{prefix}ForCausalLM": ("causal_lm", None)}
 
 
 #: Family -> (modeling module, {class name: (role, variant)}). Variants: the RMSNorm rounding (``"llama"``:
@@ -266,7 +273,14 @@ def patch(model: nn.Module, *, norms: bool = True, mlp: bool = True, rope: bool 
 
     Args:
         model: an ``nn.Module`` (a Hugging Face model, or any module holding some).
-        norms: replace the RMSNorm modules (``accel::rms_norm_hf``).
+        norms: replace the RMSNorm modules (``accel::rms_norm_hf``), and the decoder layers whose forward is
+            Llama's (Mistral, Qwen2/3, Gemma: compared as bytecode), whose residual adds then run inside the norm
+            that reads each sum (``accel::add_rms_norm_hf``: the sum and the normalised sum from one kernel,
+            and in backward the norm's input gradient and the residual's summed in it; the same bits as the
+            add and the norm). The MLP's add is fused with the next layer's input norm (the last layer's with
+            the model's final norm), whose own call then returns the output computed with the add, unless the
+            layer's output was changed or replaced since (a hook) or the norm is hooked. Under ``torch.compile``,
+            activation checkpointing and other saved-tensor hooks the layers run their own code.
         mlp: replace the SwiGLU MLPs (``accel::swiglu``).
         rope: replace the attention modules' RoPE (``accel::rope``).
         loss: replace the causal LM's loss (``accel.nn.functional.linear_cross_entropy`` when ``labels`` are
@@ -326,7 +340,7 @@ def patch(model: nn.Module, *, norms: bool = True, mlp: bool = True, rope: bool 
 
         loss_options = _as_options(lce, loss_options)
     _dispatch_keys()
-    wanted = {"rms_norm": norms, "mlp": mlp, "attention": rope, "causal_lm": loss}
+    wanted = {"rms_norm": norms, "mlp": mlp, "attention": rope, "causal_lm": loss, "decoder_layer": norms}
     flags = {"mlp": mlp_recompute, "rms_norm": norm_recompute}
     with _LOCK:
         for module in model.modules():
@@ -348,7 +362,26 @@ def patch(model: nn.Module, *, norms: bool = True, mlp: bool = True, rope: bool 
                     module.accel_loss_options = loss_options
                 if known[1] in _FLAGS:
                     _set_flag(module, _FLAGS[known[1]], flags[known[1]])
+        _link_layers(model)
     return model
+
+
+def _link_layers(model: nn.Module) -> None:
+    """Give each replaced decoder layer of a known base model (``layers`` then ``norm``, as Llama's forward runs
+    them) the replaced RMSNorm that reads its output next: the next layer's input norm, the last layer the
+    model's final norm (kept in a tuple, so that it is no submodule of the layer: ``state_dict`` and
+    ``modules()`` are unchanged; ``copy.deepcopy`` of the model copies it as the sibling it is)."""
+    for module in model.modules():
+        layers = module._modules.get("layers")
+        if _family_of(_original(type(module))) is None or not isinstance(layers, nn.ModuleList):
+            continue
+        nexts = [getattr(layer, "_modules", {}).get("input_layernorm") for layer in list(layers)[1:]]
+        for layer, nxt in zip(layers, [*nexts, module._modules.get("norm")]):
+            if getattr(type(layer), "accel_role", None) == "decoder_layer":
+                if getattr(type(nxt), "accel_role", None) == "rms_norm":
+                    vars(layer)["accel_next_norm"] = (nxt,)
+                else:
+                    vars(layer).pop("accel_next_norm", None)
 
 
 #: The per-module switch of patch's recompute options, by role: the attribute the module's forward reads.
@@ -378,6 +411,7 @@ def unpatch(model: nn.Module) -> nn.Module:
             if original is not type(module):
                 module.__class__ = original
                 vars(module).pop("accel_loss_options", None)
+                vars(module).pop("accel_next_norm", None)
                 for attr in _FLAGS.values():
                     vars(module).pop(attr, None)
     return model
@@ -525,6 +559,10 @@ def _build_rms_norm(cls: type, variant: str | None) -> tuple[type | None, str | 
     def forward_accel(self, hidden_states, *args, **kwargs):
         weight = self.weight
         eps = getattr(self, eps_attr)
+        if not torch.compiler.is_compiling() and _HANDOFFS and not (args or kwargs):  # (no dict guard when traced)
+            y = _handed_off(hidden_states, weight, eps, unit)  # the decoder layer before computed it with its add
+            if y is not None:  # (its recipe kept where it was made)
+                return y
         if (args or kwargs or not (mixed_ok or hidden_states.dtype == weight.dtype)
                 or not accel_takes(RMS_NORM_OP, hidden_states, weight, eps, unit)):
             return forward(self, hidden_states, *args, **kwargs)  # the model's own code
@@ -537,7 +575,8 @@ def _build_rms_norm(cls: type, variant: str | None) -> tuple[type | None, str | 
         return y
 
     forward_accel.__doc__ = forward.__doc__
-    return _subclass(cls, "rms_norm", {"forward": forward_accel, "accel_unit_offset": unit}), None
+    return _subclass(cls, "rms_norm", {"forward": forward_accel, "accel_unit_offset": unit,
+                                       "accel_eps_attr": eps_attr, "accel_mixed_ok": mixed_ok}), None
 
 
 class _RecomputeNorm:
@@ -1016,8 +1055,146 @@ def _is_sharded(t: torch.Tensor) -> bool:
     return dtensor is not None and isinstance(t, dtensor)
 
 
+def _llama_decoder_layer_forward(self, hidden_states, attention_mask=None, position_ids=None, past_key_values=None,
+                                 use_cache=False, position_embeddings=None, **kwargs):
+    # Hugging Face's Llama decoder layer (transformers 5.x), kept as written: a class's forward is taken for this
+    # pattern where its bytecode is this function's (_same_code)
+    residual = hidden_states
+    hidden_states = self.input_layernorm(hidden_states)
+    # Self Attention
+    hidden_states, _ = self.self_attn(
+        hidden_states=hidden_states,
+        attention_mask=attention_mask,
+        position_ids=position_ids,
+        past_key_values=past_key_values,
+        use_cache=use_cache,
+        position_embeddings=position_embeddings,
+        **kwargs,
+    )
+    hidden_states = residual + hidden_states
+
+    # Fully Connected
+    residual = hidden_states
+    hidden_states = self.post_attention_layernorm(hidden_states)
+    hidden_states = self.mlp(hidden_states)
+    hidden_states = residual + hidden_states
+    return hidden_states
+
+
+def _same_code(fn: types.FunctionType, pattern: types.FunctionType) -> bool:
+    """Whether ``fn`` compiles to ``pattern``'s bytecode: the same instructions on the same names, locals and
+    constants, the same parameters and defaults (line numbers, comments and annotations aside)."""
+    a, b = fn.__code__, pattern.__code__
+    return (a.co_code == b.co_code and a.co_names == b.co_names and a.co_varnames == b.co_varnames
+            and a.co_consts == b.co_consts and a.co_argcount == b.co_argcount
+            and a.co_kwonlyargcount == b.co_kwonlyargcount and fn.__defaults__ == pattern.__defaults__
+            and not fn.__closure__)
+
+
+def _build_decoder_layer(cls: type, variant: str | None) -> tuple[type | None, str | None]:
+    forward = _plain_forward(cls)
+    if forward is None or not _same_code(forward, _llama_decoder_layer_forward):
+        return None, ("its forward is not the Llama decoder layer accel implements (pre-norm attention and MLP, "
+                      "each added to its residual; compared as bytecode)")
+
+    def forward_accel(self, hidden_states, attention_mask=None, position_ids=None, past_key_values=None,
+                      use_cache=False, position_embeddings=None, **kwargs):
+        mods = self._modules
+        post = mods.get("post_attention_layernorm")
+        if (torch.compiler.is_compiling() or _transforms_active() or _outer_saved_tensor_hooks()
+                or not _plain_norm(post)):
+            return forward(self, hidden_states, attention_mask, position_ids, past_key_values, use_cache,
+                           position_embeddings, **kwargs)
+        residual = hidden_states
+        hidden_states = self.input_layernorm(hidden_states)
+        hidden_states, _ = self.self_attn(hidden_states=hidden_states, attention_mask=attention_mask,
+                                          position_ids=position_ids, past_key_values=past_key_values,
+                                          use_cache=use_cache, position_embeddings=position_embeddings, **kwargs)
+        residual, hidden_states = _add_norm(post, hidden_states, residual)
+        hidden_states = self.mlp(hidden_states)
+        return _add_handing_off(self, hidden_states, residual)
+
+    forward_accel.__doc__ = forward.__doc__
+    forward_accel.__qualname__ = f"Accel{cls.__name__}.forward"
+    return _subclass(cls, "decoder_layer", {"forward": forward_accel}), None
+
+
+def _plain_norm(norm: Any) -> bool:
+    """Whether ``norm`` is a replaced RMSNorm whose call is its ``forward`` alone (no hook of any kind, no
+    replaced ``forward``): then calling accel's fused add + norm with its weight and eps is what calling it on
+    the sum does."""
+    from torch.nn.modules import module as _module
+
+    if getattr(type(norm), "accel_role", None) != "rms_norm":
+        return False
+    attrs = norm.__dict__
+    return not ("forward" in attrs or "_hf_hook" in attrs or attrs.get("_forward_hooks")
+                or attrs.get("_forward_pre_hooks") or attrs.get("_backward_hooks")
+                or attrs.get("_backward_pre_hooks") or _module._global_forward_hooks
+                or _module._global_forward_pre_hooks or _module._global_backward_hooks
+                or _module._global_backward_pre_hooks)
+
+
+def _fused_add_norm(norm: nn.Module, h: torch.Tensor, residual: torch.Tensor) -> tuple | None:
+    """``(residual + h, norm(residual + h))`` from accel's fused kernel where one takes the call, else ``None``."""
+    weight = norm.weight
+    eps = getattr(norm, type(norm).accel_eps_attr)
+    unit = type(norm).accel_unit_offset
+    if (h.shape != residual.shape or h.dtype != residual.dtype
+            or not (type(norm).accel_mixed_ok or h.dtype == weight.dtype)
+            or not accel_takes(ADD_RMS_NORM_OP, h, residual, weight, eps, unit)):
+        return None
+    s, y = add_rms_norm_ops.add_rms_norm(h, residual, weight, eps, unit)
+    if torch.is_grad_enabled():
+        _keep_recipe(y, _RecomputeNorm(eps, unit), (s, weight), getattr(norm, "accel_norm_recompute", True))
+    return s, y
+
+
+def _add_norm(norm: nn.Module, h: torch.Tensor, residual: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The layer's ``residual + h`` and ``norm`` of it: one kernel where accel's takes it, else the model's code."""
+    fused = _fused_add_norm(norm, h, residual)
+    if fused is not None:
+        return fused
+    s = residual + h
+    return s, norm(s)
+
+
+def _add_handing_off(layer: nn.Module, h: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+    """The layer's output ``residual + h``; where :func:`patch` linked the layer to the norm that reads its output
+    next (the next layer's input norm, or the model's final norm) and accel's fused kernel takes the call, that
+    norm's output is computed with the add and handed to the norm's own call (:func:`_handed_off`)."""
+    link = layer.__dict__.get("accel_next_norm")
+    nxt = link[0] if link else None
+    if nxt is not None and _plain_norm(nxt):
+        fused = _fused_add_norm(nxt, h, residual)
+        if fused is not None:
+            s, y = fused
+            weight = nxt.weight
+            key = id(s)
+            _HANDOFFS[key] = (weakref.ref(s, lambda _ref: _HANDOFFS.pop(key, None)), s._version, weight,
+                              weight._version, getattr(nxt, type(nxt).accel_eps_attr), type(nxt).accel_unit_offset, y)
+            return s
+    return residual + h
+
+
+#: ``id(s)`` of a decoder layer's output -> ``(weakref to s, s's version then, the next norm's weight, its version
+#: then, eps, unit_offset, y)``: that norm's output, computed with the add that made ``s``. Taken (and dropped) by
+#: the norm's call on ``s``; dropped with ``s`` where no such call comes.
+_HANDOFFS: dict[int, tuple] = {}
+
+
+def _handed_off(x: torch.Tensor, weight: torch.Tensor, eps: float, unit: bool) -> torch.Tensor | None:
+    """The norm output handed off for ``x`` (:func:`_add_handing_off`) where it is this norm's (the same weight
+    object and eps), and neither ``x`` nor the weight changed in place since; else ``None``."""
+    entry = _HANDOFFS.pop(id(x), None)
+    if (entry is None or entry[0]() is not x or x._version != entry[1] or entry[2] is not weight
+            or weight._version != entry[3] or entry[4] != eps or entry[5] != unit):
+        return None
+    return entry[6]
+
+
 _BUILDERS = {"rms_norm": _build_rms_norm, "mlp": _build_mlp, "attention": _build_attention,
-             "causal_lm": _build_causal_lm}
+             "causal_lm": _build_causal_lm, "decoder_layer": _build_decoder_layer}
 
 
 # ------------------------------------------------------------------------------- transformers' own hook
@@ -1068,7 +1245,7 @@ def enable(*, families: Iterable[str] | None = None, norms: bool = True, mlp: bo
     if unknown:
         raise ValueError(f"accel.integrations.transformers.enable: unknown families {unknown}. Known: "
                          f"{', '.join(FAMILIES)}.")
-    wanted = {"rms_norm": norms, "mlp": mlp, "attention": rope, "causal_lm": False}
+    wanted = {"rms_norm": norms, "mlp": mlp, "attention": rope, "causal_lm": False, "decoder_layer": norms}
     registered: dict[str, str] = {}
     skipped: dict[str, str] = {}
     with _LOCK:

@@ -61,10 +61,15 @@ def _configs() -> dict:
 
 #: What patch replaces per family (original class -> accel op), and what it leaves with which reason.
 EXPECTED = {
-    "llama": ("Llama", True, True), "mistral": ("Mistral", True, True), "qwen2": ("Qwen2", True, True),
-    "qwen3": ("Qwen3", True, True), "phi3": ("Phi3", True, True),
-    "gemma": ("Gemma", False, True), "gemma2": ("Gemma2", False, False), "gemma3": ("Gemma3", False, True),
+    "llama": ("Llama", True, True, True), "mistral": ("Mistral", True, True, True),
+    "qwen2": ("Qwen2", True, True, True), "qwen3": ("Qwen3", True, True, True), "phi3": ("Phi3", True, True, False),
+    "gemma": ("Gemma", False, True, True), "gemma2": ("Gemma2", False, False, False),
+    "gemma3": ("Gemma3", False, True, False),
 }
+#: Why a decoder layer whose residual adds accel does not fuse is left (Phi-3's dropout on each branch, Gemma 2/3's
+#: norms after the attention and the MLP).
+LAYER_LEFT = ("its forward is not the Llama decoder layer accel implements (pre-norm attention and MLP, each added "
+              "to its residual; compared as bytecode)")
 
 
 def _is_accel(module) -> bool:
@@ -98,13 +103,14 @@ def _loss_and_grads(model, inputs, **extra):
 #: The accel ops a patched model calls, and their eager references (registered at the CPU key as the "kernels"
 #: of :func:`cpu_kernels`, so that the registry takes the calls as it takes a GPU kernel's).
 def _references() -> dict:
+    from accel.kernels.ops.add_rms_norm_hf import reference as arn
     from accel.kernels.ops.linear_cross_entropy import reference as lce
     from accel.kernels.ops.rms_norm_hf import reference as rn
     from accel.kernels.ops.rope import reference as rp
     from accel.kernels.ops.swiglu import reference as sw
 
     return {"accel::swiglu": sw.swiglu, "accel::rope": rp.rope, "accel::rms_norm_hf": rn.rms_norm_hf,
-            "accel::linear_cross_entropy": lce.forward}
+            "accel::add_rms_norm_hf": arn.add_rms_norm_hf, "accel::linear_cross_entropy": lce.forward}
 
 
 @pytest.fixture
@@ -175,7 +181,7 @@ def test_where_no_kernel_takes_a_call_the_patched_model_runs_its_own_code_bit_fo
 
 @pytest.mark.parametrize("family", sorted(EXPECTED))
 def test_report_names_each_replacement_and_what_is_left(family):
-    prefix, swiglu, fused_loss = EXPECTED[family]
+    prefix, swiglu, fused_loss, fused_adds = EXPECTED[family]
     _, model = _build(family)
     before = hf.report(model)
     assert before.known and before.families == [family] and before.replaced == {}
@@ -199,6 +205,10 @@ def test_report_names_each_replacement_and_what_is_left(family):
     else:
         left[f"{prefix}MLP"] = {"count": n_layers, "reason": "activation GELUTanh is not SiLU: the gated MLP is not "
                                                              "SwiGLU"}
+    if fused_adds:
+        assert report.replaced[f"{prefix}DecoderLayer"] == {"op": "accel::add_rms_norm_hf", "count": n_layers}
+    else:
+        left[f"{prefix}DecoderLayer"] = {"count": n_layers, "reason": LAYER_LEFT}
     assert report.left == left
     assert json.loads(json.dumps(report.as_dict()))["replaced"] == report.replaced
     assert str(report).startswith(f"{lm} ({family}):")
@@ -271,7 +281,7 @@ def test_patch_can_leave_roles_out_and_twice_is_once():
     hf.patch(model, mlp=False, loss=False)
     hf.patch(model, mlp=False, loss=False)
     r = hf.report(model)
-    assert set(r.replaced) == {"MistralRMSNorm", "MistralAttention"}
+    assert set(r.replaced) == {"MistralRMSNorm", "MistralAttention", "MistralDecoderLayer"}
     assert r.left["MistralMLP"]["reason"] == "not patched"
 
 
@@ -348,13 +358,14 @@ def test_enable_builds_patched_models_through_transformers_hook_and_disable_undo
     try:
         result = hf.enable(families=["llama", "t5"])
         assert result["registered"] == {"LlamaRMSNorm": "accel::rms_norm_hf", "LlamaMLP": "accel::swiglu",
-                                        "LlamaAttention": "accel::rope", "T5LayerNorm": "accel::rms_norm_hf"}
+                                        "LlamaAttention": "accel::rope", "LlamaDecoderLayer": "accel::add_rms_norm_hf",
+                                        "T5LayerNorm": "accel::rms_norm_hf"}
         assert "patch(model)" in result["skipped"]["LlamaForCausalLM"]
         assert hf.enabled()["LlamaAttention"] == "accel::rope"
         torch.manual_seed(0)
         built = transformers.AutoModelForCausalLM.from_config(cfg)
         r = hf.report(built)
-        assert set(r.replaced) == {"LlamaRMSNorm", "LlamaMLP", "LlamaAttention"}
+        assert set(r.replaced) == {"LlamaRMSNorm", "LlamaMLP", "LlamaAttention", "LlamaDecoderLayer"}
         assert set(r.left) == {"LlamaForCausalLM"}  # the loss: patch(model) only
         assert r.left["LlamaForCausalLM"]["reason"] == "not patched" or not HAS_LCE
         mt5 = transformers.MT5Config(d_model=16, d_ff=32, num_layers=1, num_heads=2, d_kv=8, vocab_size=V)
@@ -365,7 +376,7 @@ def test_enable_builds_patched_models_through_transformers_hook_and_disable_undo
             hf.enable(families=["llama4000"])
     finally:
         undone = hf.disable()
-    assert sorted(undone) == ["LlamaAttention", "LlamaMLP", "LlamaRMSNorm", "T5LayerNorm"]
+    assert sorted(undone) == ["LlamaAttention", "LlamaDecoderLayer", "LlamaMLP", "LlamaRMSNorm", "T5LayerNorm"]
     assert hf.disable() == [] and hf.enabled() == {}
     torch.manual_seed(0)
     plain = transformers.AutoModelForCausalLM.from_config(cfg)
@@ -880,3 +891,111 @@ def test_the_attentions_projections_run_as_one_node_and_step_aside_for_a_hooked_
     with torch.no_grad():  # no gradient to sum: the modules run
         model(**inputs)
     assert calls == [3]
+
+
+# ------------------------------------------------------------------ residual adds fused into the RMSNorms
+def _hidden(model, ids):
+    return model.model(input_ids=ids).last_hidden_state
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_residual_adds_fuse_into_the_norms_that_read_them_with_the_same_bits(dtype, cpu_kernels):
+    """Each layer's two residual adds run inside accel::add_rms_norm_hf: the attention's with the layer's
+    post-attention norm, the MLP's with the next layer's input norm (the last: the model's final norm), whose own
+    call then takes the handed-off output. Only the first layer's input norm runs alone; the hidden states are
+    the unpatched model's bit for bit (the ops' references are Hugging Face's arithmetic), and no handed-off
+    output outlives the forward."""
+    ref, model = _build("llama")
+    ref, model = ref.to(dtype), model.to(dtype)
+    hf.patch(model)
+    ids = _inputs("llama")["input_ids"]
+    before = _routed(cpu_kernels)
+    with torch.no_grad():
+        got = _hidden(model, ids)
+    after = _routed(cpu_kernels)
+    layers = _DECODER["num_hidden_layers"]
+    assert after["accel::add_rms_norm_hf"] - before["accel::add_rms_norm_hf"] == 2 * layers
+    assert after["accel::rms_norm_hf"] - before["accel::rms_norm_hf"] == 1
+    with torch.no_grad():
+        assert torch.equal(got, _hidden(ref, ids))
+    assert hf._HANDOFFS == {}
+
+
+def _scaled_in_place(module, args, out):
+    out.mul_(1.5)
+
+
+def _scaled_copy(module, args, out):
+    return out * 1.5
+
+
+@pytest.mark.parametrize("hook", [_scaled_in_place, _scaled_copy])
+def test_a_layer_output_changed_before_the_next_norm_is_normalised_again(hook, cpu_kernels):
+    """A forward hook that changes a layer's output (in place, or by returning another tensor) makes the next
+    norm compute its own output from what it is given: the handed-off one is of the old value."""
+    ref, model = _build("llama")
+    hf.patch(model)
+    ids = _inputs("llama")["input_ids"]
+    for m in (ref, model):
+        m.model.layers[0].register_forward_hook(hook)
+    before = _routed(cpu_kernels)["accel::rms_norm_hf"]
+    with torch.no_grad():
+        got = _hidden(model, ids)
+        assert torch.equal(got, _hidden(ref, ids))
+    assert _routed(cpu_kernels)["accel::rms_norm_hf"] - before == 2  # layer 0's and layer 1's input norms
+    assert hf._HANDOFFS == {}
+
+
+def test_a_hooked_norm_is_called_as_a_module_and_an_unconsumed_handoff_dies_with_its_tensor(cpu_kernels):
+    import gc
+
+    ref, model = _build("llama")
+    hf.patch(model)
+    ids = _inputs("llama")["input_ids"]
+    seen = []
+    for m in (ref, model):
+        m.model.layers[0].post_attention_layernorm.register_forward_hook(lambda *a: seen.append(1))
+    with torch.no_grad():
+        assert torch.equal(_hidden(model, ids), _hidden(ref, ids))
+    assert len(seen) == 2  # the hook ran in both models: the hooked norm's add was not fused
+    last = model.model.layers[-1]
+    h = torch.randn(2, 12, _DECODER["hidden_size"])
+    pe = model.model.rotary_emb(h, torch.arange(12)[None])
+    with torch.no_grad():
+        out = last(h, position_embeddings=pe)  # its output's norm is handed off, and never called
+    assert len(hf._HANDOFFS) == 1
+    del out
+    gc.collect()
+    assert hf._HANDOFFS == {}
+
+
+def test_each_layer_is_linked_to_the_norm_after_it_through_copies_and_unpatch_drops_the_links():
+    _, model = _build("qwen3")
+    keys = list(model.state_dict())
+    modules = len(list(model.modules()))
+    hf.patch(model)
+    layers = model.model.layers
+    assert [vars(layer)["accel_next_norm"][0] for layer in layers] == [layers[1].input_layernorm, model.model.norm]
+    assert list(model.state_dict()) == keys and len(list(model.modules())) == modules  # the link is no submodule
+    twin = copy.deepcopy(model)
+    assert vars(twin.model.layers[0])["accel_next_norm"][0] is twin.model.layers[1].input_layernorm
+    hf.unpatch(model)
+    assert not any("accel_next_norm" in vars(m) for m in model.modules())
+
+
+def test_fused_adds_train_with_the_same_bits_whether_norm_outputs_are_recomputed_or_kept(cpu_kernels):
+    """The fused norms' outputs (a layer's own and the handed-off ones) are recomputed for backward from the sum
+    and weight by accel::rms_norm_hf, which gives the fused op's bits: loss and gradients equal those of
+    ``norm_recompute=False``, where the outputs are kept."""
+    inputs = _inputs("llama")
+    runs = []
+    for recompute in (False, True):
+        _, model = _build("llama")
+        model.to(torch.bfloat16)
+        hf.patch(model, norm_recompute=recompute)
+        before = _routed(cpu_kernels)["accel::add_rms_norm_hf"]
+        runs.append(_loss_and_grads(model, inputs))
+        assert _routed(cpu_kernels)["accel::add_rms_norm_hf"] - before == 2 * _DECODER["num_hidden_layers"]
+    (out0, g0), (out1, g1) = runs
+    assert torch.equal(out0.loss, out1.loss) and g0.keys() == g1.keys()
+    assert all(torch.equal(g0[n], g1[n]) for n in g0)

@@ -109,13 +109,28 @@ class _Counting:
         return self.fn(*args)
 
 
-def _register_norm():
+@pytest.fixture
+def counted():
+    """``register(op, fn)``: ``fn`` counted, registered at the CPU key for ``op``; every registration undone after."""
     import accel.kernels as ak
+
+    names = []
+
+    def register(op, fn):
+        impl = _Counting(fn)
+        names.append(ak.register(op, impl=impl, backends=["cpu"], dsl="triton", name=f"counted.{op[7:]}"))
+        return impl
+
+    yield register
+    for name in names:
+        if name in {o.name for o in ak.overrides()}:
+            ak.unregister(name)
+
+
+def _register_norm(counted):
     from accel.kernels.ops.rms_norm_hf import reference
 
-    impl = _Counting(reference.rms_norm_hf)
-    ak.register("accel::rms_norm_hf", impl=impl, backends=["cpu"], dsl="triton", name="counted.rms_norm_hf")
-    return impl
+    return counted("accel::rms_norm_hf", reference.rms_norm_hf)
 
 
 def _dispatched_ops(fn) -> list[str]:
@@ -125,14 +140,14 @@ def _dispatched_ops(fn) -> list[str]:
     return [e.name for e in prof.function_events]
 
 
-def test_accel_ops_router_is_called_without_the_dispatcher_with_the_same_result():
+def test_accel_ops_router_is_called_without_the_dispatcher_with_the_same_result(counted):
     from torch.utils._python_dispatch import TorchDispatchMode
     import accel.kernels as ak
     from accel.kernels.core.slot import SLOTS
 
     x, w = _norm_leaves(torch.bfloat16)
     reference = rn_op.rms_norm(x, w, 1e-6)  # no override yet: the op's default kernel through the dispatcher
-    impl = _register_norm()
+    impl = _register_norm(counted)
     assert SLOTS[("accel::rms_norm_hf", "CPU")].direct is not None
     direct = {}
     names = _dispatched_ops(lambda: direct.setdefault("y", rn_op.rms_norm(x, w, 1e-6)))
@@ -158,13 +173,11 @@ def test_accel_ops_router_is_called_without_the_dispatcher_with_the_same_result(
     assert ("accel::rms_norm_hf", "CPU") not in SLOTS
 
 
-def test_the_backward_formulas_op_call_takes_the_same_direct_path():
-    impl = _register_norm()
-    import accel.kernels as ak
+def test_the_backward_formulas_op_call_takes_the_same_direct_path(counted):
     from accel.kernels.ops.rms_norm_hf import reference
 
-    bwd = _Counting(reference.rms_norm_hf_backward)
-    ak.register("accel::rms_norm_hf_backward", impl=bwd, backends=["cpu"], dsl="triton", name="counted.bwd")
+    impl = _register_norm(counted)
+    bwd = counted("accel::rms_norm_hf_backward", reference.rms_norm_hf_backward)
     x, w = _norm_leaves(torch.float32)
     y = rn_op.rms_norm(x, w, 1e-6)
     names = _dispatched_ops(lambda: y.backward(torch.ones_like(y)))
