@@ -280,8 +280,11 @@ def patch(model: nn.Module, *, norms: bool = True, mlp: bool = True, rope: bool 
             and in backward the norm's input gradient and the residual's summed in it; the same bits as the
             add and the norm). The MLP's add is fused with the next layer's input norm (the last layer's with
             the model's final norm), whose own call then returns the output computed with the add, unless the
-            layer's output was changed or replaced since (a hook) or the norm is hooked. Under ``torch.compile``,
-            activation checkpointing and other saved-tensor hooks the layers run their own code.
+            layer's output was changed or replaced since (a hook; a change through ``.data`` is invisible: pass
+            ``norms=False`` there), the norm is hooked, or grad mode or activation checkpointing differ between
+            the two. Under ``torch.compile``, non-reentrant activation checkpointing and other saved-tensor hooks
+            the layers run their own code; in inference mode nothing is handed off; a sharded (FSDP2) or
+            subclass weight keeps the model's own add and norm.
         mlp: replace the SwiGLU MLPs (``accel::swiglu``).
         rope: replace the attention modules' RoPE (``accel::rope``).
         loss: replace the causal LM's loss (``accel.nn.functional.linear_cross_entropy`` when ``labels`` are
@@ -678,6 +681,9 @@ def _global_hooks() -> bool:
 def _device_type(t: torch.Tensor) -> str:
     """``t.device.type`` (a CUDA tensor's without building its ``torch.device``: 0.1 against 0.55 µs)."""
     return "cuda" if t.is_cuda else t.device.type
+
+
+_PLAIN_TENSORS = (torch.Tensor, nn.Parameter)
 
 
 def _weight(module: nn.Module) -> Any:
@@ -1159,7 +1165,10 @@ def _fused_add_norm(norm: nn.Module, h: torch.Tensor, residual: torch.Tensor) ->
     weight = _weight(norm)
     eps = getattr(norm, type(norm).accel_eps_attr)
     unit = type(norm).accel_unit_offset
-    if (h.shape != residual.shape or h.dtype != residual.dtype
+    # plain tensors only: a sharded weight (FSDP2's DTensor while its layer is not running) or a DTensor
+    # activation keeps the model's own add and norm, which FSDP's hooks and DTensor's dispatch serve
+    if (type(weight) not in _PLAIN_TENSORS or type(h) is not torch.Tensor or type(residual) is not torch.Tensor
+            or h.shape != residual.shape or h.dtype != residual.dtype
             or not (type(norm).accel_mixed_ok or h.dtype == weight.dtype)
             or not accel_takes(ADD_RMS_NORM_OP, h, residual, weight, eps, unit)):
         return None
@@ -1184,30 +1193,38 @@ def _add_handing_off(layer: nn.Module, h: torch.Tensor, residual: torch.Tensor) 
     norm's output is computed with the add and handed to the norm's own call (:func:`_handed_off`)."""
     link = layer.__dict__.get("accel_next_norm")
     nxt = link[0] if link else None
-    if nxt is not None and _plain_norm(nxt):
+    if nxt is not None and not torch.is_inference_mode_enabled() and _plain_norm(nxt):
         fused = _fused_add_norm(nxt, h, residual)
         if fused is not None:
             s, y = fused
             weight = _weight(nxt)
             key = id(s)
             _HANDOFFS[key] = (weakref.ref(s, lambda _ref: _HANDOFFS.pop(key, None)), s._version, weight,
-                              weight._version, getattr(nxt, type(nxt).accel_eps_attr), type(nxt).accel_unit_offset, y)
+                              weight._version, getattr(nxt, type(nxt).accel_eps_attr), type(nxt).accel_unit_offset, y,
+                              torch.is_grad_enabled())
             return s
     return residual + h
 
 
 #: ``id(s)`` of a decoder layer's output -> ``(weakref to s, s's version then, the next norm's weight, its version
-#: then, eps, unit_offset, y)``: that norm's output, computed with the add that made ``s``. Taken (and dropped) by
-#: the norm's call on ``s``; dropped with ``s`` where no such call comes.
+#: then, eps, unit_offset, y, grad mode then)``: that norm's output, computed with the add that made ``s``. Taken
+#: (and dropped) by the norm's call on ``s``; dropped with ``s`` where no such call comes.
 _HANDOFFS: dict[int, tuple] = {}
 
 
 def _handed_off(x: torch.Tensor, weight: torch.Tensor, eps: float, unit: bool) -> torch.Tensor | None:
     """The norm output handed off for ``x`` (:func:`_add_handing_off`) where it is this norm's (the same weight
-    object and eps), and neither ``x`` nor the weight changed in place since; else ``None``."""
+    object and eps), neither ``x`` nor the weight changed in place since (a change through ``.data`` is
+    invisible: ``patch(model, norms=False)`` there), grad mode is what it was and no saved-tensor hooks
+    (activation checkpointing) run; else ``None``."""
     entry = _HANDOFFS.pop(id(x), None)
     if (entry is None or entry[0]() is not x or x._version != entry[1] or entry[2] is not weight
             or weight._version != entry[3] or entry[4] != eps or entry[5] != unit):
+        return None
+    # made in another autograd context: under no_grad (a reentrant checkpoint's forward) y has no graph for a
+    # norm running with grad; inside a non-reentrant checkpoint the recomputation would find no handoff and
+    # save what the forward did not
+    if entry[7] != torch.is_grad_enabled() or _outer_saved_tensor_hooks():
         return None
     return entry[6]
 

@@ -223,8 +223,9 @@ def below_autograd(op: Any, *args: Any) -> Any:
     (an accel op with a live override there, :attr:`~accel.kernels.core.slot.Slot.direct`), called from Python
     with the key's key set: the same decision and kernel as through the dispatcher, without its hop (about
     5.5 µs of host time per call on this project's CPU host, where the whole routed call of a small norm is
-    12.4 µs). Only where the dispatcher could do nothing else: eager, no torch dispatch mode, no ``torch.func``
-    transform, no JIT trace, every tensor argument a plain ``Tensor`` or ``Parameter``."""
+    12.4 µs). Only where the dispatcher could do nothing else: eager, no torch dispatch or function mode, no
+    profiler recording, no ``torch.func`` transform, no JIT trace, every tensor argument a plain ``Tensor`` or
+    ``Parameter``."""
     if torch.is_grad_enabled() or torch.compiler.is_compiling():
         return op(*args)
     slot = _direct_slot(op, args)
@@ -240,10 +241,12 @@ _NAMES: dict[Any, str] = {}
 
 def _direct_slot(op: Any, args: tuple) -> Any:
     """The slot whose router answers ``op(*args)`` at the first argument's dispatch key, to call without the
-    dispatcher (:func:`below_autograd`), or ``None`` where the dispatcher must run: a torch dispatch mode, a
-    ``torch.func`` transform, a JIT trace, a tensor subclass, or no accel router at that key. Called with grad
+    dispatcher (:func:`below_autograd`), or ``None`` where the dispatcher must run: a torch dispatch or function
+    mode, the profiler (which records the op's call there), a ``torch.func`` transform, a JIT trace, a tensor
+    subclass, or no accel router at that key. Called with grad
     mode off and not compiling."""
-    if (torch._C._len_torch_dispatch_stack() or torch._C._functorch.peek_interpreter_stack() is not None
+    if (torch._C._len_torch_dispatch_stack() or torch._C._is_torch_function_mode_enabled()
+            or torch._C._autograd._profiler_enabled() or torch._C._functorch.peek_interpreter_stack() is not None
             or torch._C._get_tracing_state() is not None or not args or type(args[0]) not in _PLAIN):
         return None
     for a in args:

@@ -999,3 +999,50 @@ def test_fused_adds_train_with_the_same_bits_whether_norm_outputs_are_recomputed
     (out0, g0), (out1, g1) = runs
     assert torch.equal(out0.loss, out1.loss) and g0.keys() == g1.keys()
     assert all(torch.equal(g0[n], g1[n]) for n in g0)
+
+
+@pytest.mark.parametrize("how", ["reentrant", "every_other_layer"])
+def test_checkpointed_layers_never_take_an_output_handed_off_in_another_autograd_context(how, cpu_kernels):
+    """A reentrant checkpoint runs its layer's forward under no_grad: the norm output it hands off has no graph,
+    so a norm running with grad (the model's final norm) computes its own. A non-reentrant checkpoint of every
+    other layer: the checkpointed layer's input norm computes its own output (in its recomputation the handoff
+    would be gone). Either way every parameter gets the unpatched model's gradient."""
+    ref, model = _build("llama")
+    hf.patch(model)
+    inputs = _inputs("llama")
+    for m in (ref, model):
+        m.train()
+        if how == "reentrant":
+            m.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": True})
+        else:
+            m.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            m.model.layers[0].gradient_checkpointing = False  # layer 1 checkpointed, after one that is not
+    ref_out, ref_grads = _loss_and_grads(ref, inputs)
+    out, grads = _loss_and_grads(model, inputs)
+    torch.testing.assert_close(out.loss, ref_out.loss, rtol=1e-5, atol=1e-6)
+    assert grads.keys() == ref_grads.keys()
+    for name in ref_grads:
+        torch.testing.assert_close(grads[name], ref_grads[name], rtol=1e-4, atol=1e-6, msg=name)
+    assert hf._HANDOFFS == {}
+
+
+def test_inference_mode_and_sharded_or_subclass_weights_keep_the_models_own_add(cpu_kernels):
+    ref, model = _build("llama")
+    hf.patch(model)
+    ids = _inputs("llama")["input_ids"]
+    with torch.inference_mode():  # inference tensors have no version counter: nothing is handed off
+        assert torch.equal(_hidden(model, ids), _hidden(ref, ids))
+    assert hf._HANDOFFS == {}
+
+    class _Sharded(torch.Tensor):  # stands in for FSDP2's DTensor weight of a layer not running
+        pass
+
+    norm = model.model.layers[1].input_layernorm
+    h = torch.randn(2, 3, _DECODER["hidden_size"])
+    assert hf._fused_add_norm(norm, h, h) is not None
+    saved = norm.weight
+    norm._parameters["weight"] = nn.Parameter(saved.detach().as_subclass(_Sharded))
+    try:
+        assert hf._fused_add_norm(norm, h, h) is None
+    finally:
+        norm._parameters["weight"] = saved
