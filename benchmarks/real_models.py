@@ -489,6 +489,7 @@ def time_ops(*, quick: bool, reps: int, device_spec: str | None) -> list[dict[st
     import accel.kernels as ak
     import torch
     import torch.nn.functional as F
+    from accel.kernels.ops.add_rms_norm_hf import op as arn
     from accel.kernels.ops.rms_norm_hf import op as rn
     from accel.kernels.ops.rope import op as rope
     from accel.kernels.ops.swiglu import op as sw
@@ -504,7 +505,7 @@ def time_ops(*, quick: bool, reps: int, device_spec: str | None) -> list[dict[st
     def rand(*shape):
         return torch.randn(*shape, generator=g).to(device=device, dtype=dt).requires_grad_()
 
-    x, w, a, b = rand(tokens, d), rand(d), rand(tokens, ffn), rand(tokens, ffn)
+    x, w, a, b, r = rand(tokens, d), rand(d), rand(tokens, ffn), rand(tokens, ffn), rand(tokens, d)
     q = rand(4, tokens // 4, hq, hd).detach().transpose(1, 2).requires_grad_()
     k = rand(4, tokens // 4, hk, hd).detach().transpose(1, 2).requires_grad_()
     cos, sin = (torch.randn(1, tokens // 4, hd, generator=g).to(device=device, dtype=dt) for _ in range(2))
@@ -520,7 +521,18 @@ def time_ops(*, quick: bool, reps: int, device_spec: str | None) -> list[dict[st
         c, s = cos.unsqueeze(1), sin.unsqueeze(1)
         return q * c + rot(q) * s, k * c + rot(k) * s
 
+    def hf_add_norm(x, r, w):  # a decoder layer's residual add and the norm that reads the sum
+        s = r + x
+        return s, hf_norm(s, w)
+
+    def unfused_add_norm(x, r, w):  # the same with accel's norm alone (the add a separate kernel)
+        s = r + x
+        return s, rn.rms_norm(s, w, 1e-6)
+
+    # name -> (arguments, Hugging Face's code, the accel op, [accel's ops without the fusion])
     cases = {"rms_norm_hf": ((x, w), hf_norm, lambda x, w: rn.rms_norm(x, w, 1e-6)),
+             "add_rms_norm_hf": ((x, r, w), hf_add_norm, lambda x, r, w: arn.add_rms_norm(x, r, w, 1e-6),
+                                 unfused_add_norm),
              "swiglu": ((a, b), lambda a, b: F.silu(a) * b, sw.swiglu),
              "rope": ((q, k), hf_rope, lambda q, k: rope.rope(q, k, cos, sin))}
 
@@ -544,11 +556,13 @@ def time_ops(*, quick: bool, reps: int, device_spec: str | None) -> list[dict[st
         return round(statistics.median(samples), 4)
 
     rows = []
-    for name, (args, hf_fn, op_fn) in cases.items():
+    for name, (args, hf_fn, op_fn, *unfused) in cases.items():
         row = {"op": name, "dtype": str(dt).removeprefix("torch."), "device": str(device),
                "shapes": [list(t.shape) for t in args], "hf_eager_ms": timed(hf_fn, args)}
         with ak.disabled():
             row["reference_ms"] = timed(op_fn, args)
+        if unfused:
+            row["accel_unfused_ms"] = timed(unfused[0], args)
         ak.reset_counters()
         row["accel_ms"] = timed(op_fn, args)
         row["routed"] = {o.name: o.routed for o in ak.overrides() if o.name.startswith(name + "_")}

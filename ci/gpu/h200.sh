@@ -2,7 +2,7 @@
 # One batched run on the lent GPU machine (no network there): install accel and the carried
 # wheels (.whl: helion 1.4.0, filecheck, Liger-Kernel, platformdirs; optionally quack + CuTeDSL),
 # then run the stages named on the command line, writing logs and results under $OUT (or ./gpu-out).
-#   stages: facts tests rng host launch graphs example plan kernels tune demo-kernels helion-probe cpp-probe compile quant
+#   stages: facts tests rng host launch graphs example plan kernels tune demo-kernels helion-probe cpp-probe compile quant ops
 #           route lce lce-gap bench models
 #           allreduce split-smoke cutedsl-smoke config-probe rms-variants ab
 # Usage (device tool, carry [".whl"]): bash ci/gpu/h200.sh facts tests rng host graphs
@@ -159,6 +159,7 @@ print('wide routed', {n: c for n, c in w['counts'].items() if c['routed'] or c['
           2>&1 | tee -a "$OUT/real_models.log" | grep -vE "^\s*$" | tail -8
       done
       ;;
+    ops) timeout 200 python3 "$REPO/benchmarks/real_models.py" --ops --steps 20 2>&1 | grep '^RESULT ' | sed 's/^RESULT //' | tee "$OUT/ops.jsonl" ;;  # each accel op alone at hf_llama's shapes
     quant) timeout 120 python3 "$REPO/benchmarks/quant.py" --out "$OUT" 2>&1 | tail -30 ;;
     *) echo "unknown stage $stage" ;;
   esac
