@@ -10,9 +10,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import torch
-from accel.kernels.dsl.launch import empty, empty_like, lazy_module, row_programs
-from accel.kernels.dsl.triton_utils import LaunchPlan, available, row_launch
+from accel.kernels.dsl.launch import empty, empty_like, lazy_module
+from accel.kernels.dsl.triton_utils import available, row_launch
 from accel.kernels.ops.conds import tuned_config
+from accel.kernels.ops.rms_norm_hf.triton_impl import backward_launch
 
 from . import FAMILY, op  # noqa: F401 - op defines accel::add_rms_norm_hf, which registration resolves
 from .conditions import make_conds
@@ -68,29 +69,13 @@ def add_rms_norm_hf_backward(grad_y: torch.Tensor, grad_sum: torch.Tensor | None
 
 def plan_bwd(grad_y, grad_sum, sum, weight, rstd, unit_offset, input_grad, weight_grad):
     """:func:`add_rms_norm_hf_backward` for every call with these arguments' signature (``grad_sum`` given or
-    ``None`` is part of it): the program grid and launch of rms_norm_hf's backward, with ``grad_sum`` added to
-    ``dx`` in the kernel (``ADD_GRAD``) where both are wanted; a call is the allocations, the launch and, for
-    ``dw``, the sum of the partials."""
-    k = _kernels()
-    n = sum.shape[-1]
-    m = sum.numel() // n
-    block_n, num_warps = k.bwd_config(n)
-    programs, per_program = row_programs(m, sum.device, 4 if block_n <= 4096 else 2)
-    want_dx, want_dw = bool(input_grad), bool(weight_grad)
-    add = want_dx and grad_sum is not None
-    plan = LaunchPlan(k.rms_norm_hf_bwd, (programs,), (m, n, per_program), BLOCK_N=block_n,
-                      UNIT_OFFSET=bool(unit_offset), WANT_DX=want_dx, WANT_DW=want_dw, ADD_GRAD=add,
-                      num_warps=num_warps)
-    device = sum.device
+    ``None`` is part of it): rms_norm_hf's backward launch (:func:`.rms_norm_hf.triton_impl.backward_launch`),
+    with ``grad_sum`` added to ``dx`` in the kernel (``ADD_GRAD``) where both are wanted."""
+    want_dx = bool(input_grad)
+    launch = backward_launch(sum, unit_offset, want_dx, bool(weight_grad), want_dx and grad_sum is not None)
 
     def run(grad_y, grad_sum, sum, weight, rstd, unit_offset, input_grad, weight_grad):
-        grad_y = grad_y.contiguous()  # a strided gradient of y: copied, as rms_norm_hf's backward does
-        dx = empty_like(sum) if want_dx else sum.new_empty(0)
-        partial = empty((programs, n), torch.float32, device) if want_dw else dx
-        plan(grad_y, sum, weight, rstd, dx if want_dx else sum, partial if want_dw else sum,
-             grad_sum if add else grad_y)  # DS: unread without ADD_GRAD
-        dw = partial.sum(0).to(weight.dtype) if want_dw else weight.new_empty(0)
-        return dx, dw
+        return launch(grad_y, sum, weight, rstd, grad_sum)
 
     return run
 

@@ -16,7 +16,8 @@ from accel.kernels.ops.conds import tuned_config
 from . import FAMILY, op  # noqa: F401 - op defines accel::rms_norm_hf, which registration resolves
 from .conditions import make_conds
 
-__all__ = ["DSL", "available", "backward", "conds", "forward", "register", "rms_norm_hf", "rms_norm_hf_backward"]
+__all__ = ["DSL", "available", "backward", "backward_launch", "conds", "forward", "register", "rms_norm_hf",
+           "rms_norm_hf_backward"]
 
 DSL = "triton"
 
@@ -61,30 +62,42 @@ def rms_norm_hf_backward(grad_out: torch.Tensor, input: torch.Tensor, weight: to
 
 
 def plan_bwd(grad_out, input, weight, rstd, unit_offset, input_grad, weight_grad):
-    """:func:`rms_norm_hf_backward` for every call with these arguments' signature: the program grid (a few
-    programs per SM, each walking a range of rows and keeping its ``dw`` partial), outputs and launch fixed
-    here; a call is the allocations, the launch and, for ``dw``, the sum of the partials."""
-    k = _kernels()
-    n = input.shape[-1]
-    m = input.numel() // n
-    block_n, num_warps = k.bwd_config(n)
-    programs, per_program = row_programs(m, input.device, 4 if block_n <= 4096 else 2)
-    want_dx, want_dw = bool(input_grad), bool(weight_grad)
-    plan = LaunchPlan(k.rms_norm_hf_bwd, (programs,), (m, n, per_program), BLOCK_N=block_n,
-                      UNIT_OFFSET=bool(unit_offset), WANT_DX=want_dx, WANT_DW=want_dw, ADD_GRAD=False,
-                      num_warps=num_warps)
-    device = input.device
+    """:func:`rms_norm_hf_backward` for every call with these arguments' signature (:func:`backward_launch`)."""
+    launch = backward_launch(input, unit_offset, bool(input_grad), bool(weight_grad), False)
 
     def run(grad_out, input, weight, rstd, unit_offset, input_grad, weight_grad):
-        grad_out = grad_out.contiguous()  # a transposed view's gradient (Qwen3's k_norm) arrives strided
-        dx = empty_like(input) if want_dx else input.new_empty(0)
+        return launch(grad_out, input, weight, rstd, None)
+
+    return run
+
+
+def backward_launch(x: torch.Tensor, unit_offset: bool, want_dx: bool, want_dw: bool,
+                    add_grad: bool) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
+    """The backward kernel's launch for inputs like ``x`` (``[..., N]``), shared by this family and
+    ``add_rms_norm_hf``: the program grid (a few programs per SM, each walking a range of rows and keeping its
+    ``dw`` partial) and launch fixed here. The result ``launch(grad, x, weight, rstd, ds) -> (dx, dw)`` makes
+    the allocations, the launch (with ``add_grad``, ``ds`` added to ``dx`` in the kernel: ``ADD_GRAD``; else
+    ``ds`` is unread) and, for ``dw``, the sum of the partials; an empty ``[0]`` tensor for a gradient not
+    wanted."""
+    k = _kernels()
+    n = x.shape[-1]
+    m = x.numel() // n
+    block_n, num_warps = k.bwd_config(n)
+    programs, per_program = row_programs(m, x.device, 4 if block_n <= 4096 else 2)
+    plan = LaunchPlan(k.rms_norm_hf_bwd, (programs,), (m, n, per_program), BLOCK_N=block_n,
+                      UNIT_OFFSET=bool(unit_offset), WANT_DX=want_dx, WANT_DW=want_dw, ADD_GRAD=add_grad,
+                      num_warps=num_warps)
+    device = x.device
+
+    def launch(grad, x, weight, rstd, ds):
+        grad = grad.contiguous()  # a transposed view's gradient (Qwen3's k_norm) arrives strided
+        dx = empty_like(x) if want_dx else x.new_empty(0)
         partial = empty((programs, n), torch.float32, device) if want_dw else dx
-        plan(grad_out, input, weight, rstd, dx if want_dx else input, partial if want_dw else input,
-             grad_out)  # DS: unread without ADD_GRAD
+        plan(grad, x, weight, rstd, dx if want_dx else x, partial if want_dw else x, ds if add_grad else grad)
         dw = partial.sum(0).to(weight.dtype) if want_dw else weight.new_empty(0)
         return dx, dw
 
-    return run
+    return launch
 
 
 rms_norm_hf_backward.plan = plan_bwd  # type: ignore[attr-defined]
