@@ -1,6 +1,6 @@
 """Shared pieces of the kernel-registry tests: both registry paths, a clean registry, a counting impl, a
-tuning table for routing tests on faked CUDA tensors, the CuTeDSL compile helpers, and a script run in Triton's
-interpreter."""
+tuning table for routing tests on faked CUDA tensors, the CuTeDSL compile helpers, a script run in Triton's
+interpreter, and a dispatch mode logging the ops it sees."""
 
 import contextlib
 import json
@@ -10,6 +10,7 @@ import sys
 import warnings
 
 import pytest
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import accel.kernels as ak
 from accel import _compat
@@ -203,3 +204,15 @@ def interpreted_report(script: str, *argv: str, timeout: int = 600) -> dict:
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("REPORT"))
     return json.loads(line.removeprefix("REPORT"))
+
+
+class OpLog(TorchDispatchMode):
+    """A dispatch mode that records the name of every op the dispatcher runs under it (``ops``), unchanged."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops.append(str(func))
+        return func(*args, **(kwargs or {}))

@@ -17,8 +17,6 @@ dtype, and the routed fused op's gradients are the routed unfused ops'. Against 
 from __future__ import annotations
 
 import importlib.util
-import json
-import os
 import subprocess
 import sys
 import textwrap
@@ -35,7 +33,7 @@ from accel.kernels.tuning import table as tuning
 
 from accel import _compat
 from _kernel_helpers import meta_floors  # noqa: F401 (fixture: the meta arch declares the 2**20 floors)
-from _kernel_helpers import saved_storages
+from _kernel_helpers import OpLog, interpreted_report, saved_storages
 
 pytestmark = [pytest.mark.cpu, pytest.mark.usefixtures("meta_floors")]
 
@@ -184,21 +182,10 @@ def test_frozen_leaves_get_no_gradient_and_the_rest_the_unfused_bits():
 
 
 def test_grad_y_none_runs_no_backward_kernel_and_both_none_gives_nones():
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    class Seen(TorchDispatchMode):
-        def __init__(self):
-            super().__init__()
-            self.ops = []
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            self.ops.append(str(func))
-            return func(*args, **(kwargs or {}))
-
     a, r, w, g1, _ = _inputs(torch.float32)
     a, r, w = (t.requires_grad_() for t in (a, r, w))
     s, y = add_op.add_rms_norm(a, r, w, EPS)
-    with Seen() as seen:
+    with OpLog() as seen:
         s.backward(g1)
     assert not any("add_rms_norm_hf_backward" in o for o in seen.ops), seen.ops
     assert torch.equal(a.grad, g1) and torch.equal(r.grad, g1) and w.grad is None
@@ -383,14 +370,8 @@ def interpreted():
 
     def get(path):
         if path not in cache:
-            env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "HELION_INTERPRET")}
-            env["TRITON_INTERPRET"] = "1"
             numerics = "numerics" if path == PATHS[-1] else "-"  # the numerics once: they do not depend on the path
-            proc = subprocess.run([sys.executable, "-c", SCRIPT, path, numerics], env=env, capture_output=True,
-                                  text=True, timeout=600, check=False)
-            assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-            line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("REPORT"))
-            cache[path] = json.loads(line.removeprefix("REPORT"))
+            cache[path] = interpreted_report(SCRIPT, path, numerics)
         return cache[path]
 
     return get

@@ -152,8 +152,8 @@ def _count_direct(monkeypatch, qualname):
 
 
 def test_accel_ops_router_is_called_without_the_dispatcher_with_the_same_result(counted, monkeypatch):
-    from torch.utils._python_dispatch import TorchDispatchMode
     import accel.kernels as ak
+    from _kernel_helpers import OpLog
     from accel.kernels.core.slot import SLOTS
 
     x, w = _norm_leaves(torch.bfloat16)
@@ -163,16 +163,7 @@ def test_accel_ops_router_is_called_without_the_dispatcher_with_the_same_result(
     assert torch.equal(rn_op.rms_norm(x, w, 1e-6), reference)
     assert impl.calls == 1 and len(direct) == 1  # the impl answered once, through the router called directly
 
-    class _Seen(TorchDispatchMode):
-        def __init__(self):
-            super().__init__()
-            self.ops = []
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            self.ops.append(str(func))
-            return func(*args, **(kwargs or {}))
-
-    with _Seen() as mode:  # a dispatch mode must see the op: the dispatcher runs, the same impl answers
+    with OpLog() as mode:  # a dispatch mode must see the op: the dispatcher runs, the same impl answers
         y = rn_op.rms_norm(x, w, 1e-6)
     assert "accel.rms_norm_hf.default" in mode.ops and impl.calls == 2 and torch.equal(y, reference)
     # the profiler records the op where the dispatcher runs it: with the profiler on, the dispatcher runs

@@ -11,8 +11,6 @@ registrations pass ``torch.library.opcheck``, and the ops trace under ``torch.co
 from __future__ import annotations
 
 import importlib.util
-import json
-import os
 import subprocess
 import sys
 import textwrap
@@ -33,6 +31,7 @@ from accel.kernels.tuning import table as tuning
 
 from accel import _compat
 from _kernel_helpers import meta_floors  # noqa: F401 (fixture)
+from _kernel_helpers import interpreted_report
 
 
 @pytest.fixture(autouse=True)
@@ -361,14 +360,8 @@ def interpreted():
 
     def get(path):
         if path not in cache:
-            env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "HELION_INTERPRET")}
-            env["TRITON_INTERPRET"] = "1"
             numerics = "numerics" if path == PATHS[-1] else "-"  # the numerics once: they do not depend on the path
-            proc = subprocess.run([sys.executable, "-c", SCRIPT, path, numerics], env=env, capture_output=True,
-                                  text=True, timeout=600, check=False)
-            assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-            line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("REPORT"))
-            cache[path] = json.loads(line.removeprefix("REPORT"))
+            cache[path] = interpreted_report(SCRIPT, path, numerics)
         return cache[path]
 
     return get
