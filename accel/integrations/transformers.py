@@ -658,17 +658,21 @@ def _plain_linear(x: torch.Tensor, *projs: Any) -> bool:
         return False
     dtype, device = x.dtype, x.device
     for proj in projs:
-        if type(proj) is not nn.Linear:
+        if type(proj) is not nn.Linear or _hooked(proj):
             return False
-        attrs = proj.__dict__
-        # accelerate's offload hook is a plain attribute (``module._hf_hook = hook``), as is a replaced forward
-        if ("forward" in attrs or "_hf_hook" in attrs or attrs.get("_forward_hooks") or attrs.get("_forward_pre_hooks")
-                or attrs.get("_backward_hooks") or attrs.get("_backward_pre_hooks")):
-            return False
-        weight = attrs["_parameters"].get("weight")
+        weight = proj.__dict__["_parameters"].get("weight")
         if weight is None or weight.dtype != dtype or weight.device != device:
             return False
     return True
+
+
+def _hooked(module: nn.Module) -> bool:
+    """Whether calling ``module`` runs more than its class's ``forward``: a hook of its own of any kind, or a
+    replaced ``forward`` or accelerate's offload hook (plain attributes: ``module._hf_hook = hook``). Read
+    from the module's ``__dict__`` (``hasattr`` and ``Module.__getattr__`` cost more than the checks)."""
+    attrs = module.__dict__
+    return bool("forward" in attrs or "_hf_hook" in attrs or attrs.get("_forward_hooks")
+                or attrs.get("_forward_pre_hooks") or attrs.get("_backward_hooks") or attrs.get("_backward_pre_hooks"))
 
 
 def _global_hooks() -> bool:
@@ -1152,16 +1156,13 @@ def _plain_norm(norm: Any) -> bool:
     """Whether ``norm`` is a replaced RMSNorm whose call is its ``forward`` alone (no hook of any kind, no
     replaced ``forward``): then calling accel's fused add + norm with its weight and eps is what calling it on
     the sum does."""
-    if getattr(type(norm), "accel_role", None) != "rms_norm":
-        return False
-    attrs = norm.__dict__
-    return not ("forward" in attrs or "_hf_hook" in attrs or attrs.get("_forward_hooks")
-                or attrs.get("_forward_pre_hooks") or attrs.get("_backward_hooks")
-                or attrs.get("_backward_pre_hooks") or _global_hooks())
+    return getattr(type(norm), "accel_role", None) == "rms_norm" and not (_hooked(norm) or _global_hooks())
 
 
-def _fused_add_norm(norm: nn.Module, h: torch.Tensor, residual: torch.Tensor) -> tuple | None:
-    """``(residual + h, norm(residual + h))`` from accel's fused kernel where one takes the call, else ``None``."""
+def _fused_add_norm(norm: nn.Module, h: torch.Tensor, residual: torch.Tensor,
+                    hand_off: bool = False) -> tuple | None:
+    """``(residual + h, norm(residual + h))`` from accel's fused kernel where one takes the call, else ``None``.
+    ``hand_off``: the norm output is also kept for the norm's own call on the sum (:func:`_handed_off`)."""
     weight = _weight(norm)
     eps = getattr(norm, type(norm).accel_eps_attr)
     unit = type(norm).accel_unit_offset
@@ -1173,8 +1174,13 @@ def _fused_add_norm(norm: nn.Module, h: torch.Tensor, residual: torch.Tensor) ->
             or not accel_takes(ADD_RMS_NORM_OP, h, residual, weight, eps, unit)):
         return None
     s, y = add_rms_norm_ops.add_rms_norm(h, residual, weight, eps, unit)
-    if torch.is_grad_enabled():
+    grad = torch.is_grad_enabled()
+    if grad:
         _keep_recipe(y, _RecomputeNorm(eps, unit), (s, weight), norm.__dict__.get("accel_norm_recompute", True))
+    if hand_off:
+        key = id(s)
+        _HANDOFFS[key] = (weakref.ref(s, lambda _ref: _HANDOFFS.pop(key, None)), s._version, weight, weight._version,
+                          eps, unit, y, grad)
     return s, y
 
 
@@ -1194,15 +1200,9 @@ def _add_handing_off(layer: nn.Module, h: torch.Tensor, residual: torch.Tensor) 
     link = layer.__dict__.get("accel_next_norm")
     nxt = link[0] if link else None
     if nxt is not None and not torch.is_inference_mode_enabled() and _plain_norm(nxt):
-        fused = _fused_add_norm(nxt, h, residual)
+        fused = _fused_add_norm(nxt, h, residual, hand_off=True)
         if fused is not None:
-            s, y = fused
-            weight = _weight(nxt)
-            key = id(s)
-            _HANDOFFS[key] = (weakref.ref(s, lambda _ref: _HANDOFFS.pop(key, None)), s._version, weight,
-                              weight._version, getattr(nxt, type(nxt).accel_eps_attr), type(nxt).accel_unit_offset, y,
-                              torch.is_grad_enabled())
-            return s
+            return fused[0]
     return residual + h
 
 

@@ -243,8 +243,7 @@ def _direct_slot(op: Any, args: tuple) -> Any:
     """The slot whose router answers ``op(*args)`` at the first argument's dispatch key, to call without the
     dispatcher (:func:`below_autograd`), or ``None`` where the dispatcher must run: a torch dispatch or function
     mode, the profiler (which records the op's call there), a ``torch.func`` transform, a JIT trace, a tensor
-    subclass, or no accel router at that key. Called with grad
-    mode off and not compiling."""
+    subclass, or no accel router at that key. Called with grad mode off and not compiling."""
     if (torch._C._len_torch_dispatch_stack() or torch._C._is_torch_function_mode_enabled()
             or torch._C._autograd._profiler_enabled() or torch._C._functorch.peek_interpreter_stack() is not None
             or torch._C._get_tracing_state() is not None or not args or type(args[0]) not in _PLAIN):
