@@ -64,6 +64,8 @@ MODELS = ("hf_llama", "titan_llama", "vit_b16", "gpt2", "qwen3")
 MODES = ("eager", "accel", "liger", "compile", "accel_compile")
 #: What ``accel.integrations.transformers.patch`` may replace (its keyword arguments), all by default.
 PATCH_ROLES = ("norms", "mlp", "rope", "loss")
+#: the fewest back-to-back steps (after the timed ones) that ``ms_pipelined`` is reported from
+PIPELINED_MIN_STEPS = 10
 #: Liger-Kernel's patch function per model (``None``: Liger has none).
 LIGER = {"hf_llama": "apply_liger_kernel_to_llama", "qwen3": "apply_liger_kernel_to_qwen3", "titan_llama": None,
          "vit_b16": None, "gpt2": None}
@@ -369,8 +371,14 @@ def run_one(model_name: str, mode: str, *, quick: bool, steps: int, warmup: int,
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     losses, times, phases = [], [], []
+    # the steps after the timed ones (the rest of the loss curve) run back to back, as a training loop that never
+    # waits for the device does: CUDA events at each step's start time them on the device's own timeline
+    events = []
     for i in range(max(warmup + steps, curve_steps)):
         timed = warmup <= i < warmup + steps
+        if i >= warmup + steps and device.type == "cuda":
+            events.append(torch.cuda.Event(enable_timing=True))
+            events[-1].record()
         marks: list[float] | None = None
         if timed:
             sync()
@@ -380,6 +388,13 @@ def run_one(model_name: str, mode: str, *, quick: bool, steps: int, warmup: int,
             sync()
             times.append((time.perf_counter() - marks[0]) * 1e3)
             phases.append([(b - a) * 1e3 for a, b in zip(marks, marks[1:])])
+    pipelined = None
+    if len(events) >= PIPELINED_MIN_STEPS:
+        events.append(torch.cuda.Event(enable_timing=True))
+        events[-1].record()
+        sync()
+        gaps = [a.elapsed_time(b) for a, b in zip(events, events[1:])]
+        pipelined = {"ms_pipelined": round(statistics.median(gaps), 3), "pipelined_steps": len(gaps)}
     ms = statistics.median(times)
     peak = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None
     values = [float(v) for v in losses]
@@ -387,7 +402,7 @@ def run_one(model_name: str, mode: str, *, quick: bool, steps: int, warmup: int,
     result = {**base, "ms": round(ms, 3), "speedup_vs_eager": speedup,
               "peak_gib": None if peak is None else round(peak, 3), "loss": values[0], "losses": values,
               "steps": steps, "warmup": warmup, "curve_steps": len(values), "ms_all": [round(t, 3) for t in times],
-              **host_times(phases)}
+              **host_times(phases), **(pipelined or {})}
     if patch_report is not None:
         result["patch"] = patch_report
     if mode in ("accel", "accel_compile"):
@@ -691,7 +706,10 @@ def _parse_list(text: str | None, known: tuple[str, ...], what: str) -> list[str
 
 def compare_to_eager(result: dict[str, Any], eager: dict[str, Any] | None) -> None:
     """Add ``loss_rel_vs_eager`` (first-step loss, relative; target <= 1e-3) and ``curve_max_rel_vs_eager`` (the
-    largest relative difference of the loss curves, step by step) to ``result`` where eager's run has them."""
+    largest relative difference of the loss curves, step by step) to ``result`` where eager's run has them, and
+    ``speedup_pipelined_vs_eager`` where both have ``ms_pipelined``."""
+    if eager and eager.get("ms_pipelined") and result.get("ms_pipelined"):
+        result["speedup_pipelined_vs_eager"] = round(eager["ms_pipelined"] / result["ms_pipelined"], 4)
     if not eager or not eager.get("losses") or not result.get("losses"):
         return
     a, b = result["losses"], eager["losses"]
@@ -765,6 +783,8 @@ def drive(models: list[str], modes: list[str], out: Path, *, quick: bool, steps:
             with out.open("a") as f:
                 f.write(json.dumps(result) + "\n")
             shown = result.get("ms", result.get("skipped", result.get("error", "")))
+            if result.get("ms_pipelined"):
+                shown = f"{shown} (pipelined {result['ms_pipelined']})"
             print(f"{model:12s} {mode:14s} {str(shown)[:100]}", flush=True)
             if result.get("warning"):
                 print(f"{'':12s} {'':14s} warning: {result['warning']}", flush=True)
