@@ -68,13 +68,18 @@ import sys
 import threading
 import types
 import weakref
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.nn.modules import module as _nn_module
+
+if TYPE_CHECKING:
+    # bound by import here as in Hugging Face's modeling modules: the compiler emits a call on an imported name
+    # differently (LOAD_ATTR, not LOAD_METHOD), and _llama_attention_forward's bytecode must be theirs
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from accel import _compat
 from accel._once import warn_once
@@ -88,6 +93,7 @@ from accel.kernels.ops.rope import reference as rope_reference
 from accel.kernels.ops.swiglu import op as swiglu_ops
 from accel.kernels.ops.swiglu.linear import swiglu_linear
 from accel.kernels.ops.swiglu.mlp import swiglu_mlp
+from accel.integrations._attention import self_attention
 from accel.integrations._shared_linears import shared_input_linears
 
 __all__ = ["FAMILIES", "ROUTES", "PatchReport", "accel_takes", "disable", "enable", "enabled", "patch", "report",
@@ -813,6 +819,8 @@ def _build_attention(cls: type, variant: str | None) -> tuple[type | None, str |
     forward_copy.__kwdefaults__ = forward.__kwdefaults__
 
     shared = _QKV <= set(forward.__code__.co_names)  # the forward calls q_proj, k_proj and v_proj
+    # Llama's own code (compared as bytecode): the whole block can run as one node (_one_node_attention)
+    whole = _same_code(forward, _llama_attention_forward) and _sdpa_functions() is not None
 
     def forward_accel(self, hidden_states, *args, **kwargs):
         if torch.compiler.is_compiling() or not torch.is_grad_enabled() or _outer_saved_tensor_hooks():
@@ -827,6 +835,10 @@ def _build_attention(cls: type, variant: str | None) -> tuple[type | None, str |
             mods = self._modules
             projs = (mods.get("q_proj"), mods.get("k_proj"), mods.get("v_proj"))
             if None not in projs and _plain_linear(hidden_states, *projs):
+                if whole and not args:
+                    out = _one_node_attention(self, hidden_states, kwargs, projs, recipe)
+                    if out is not None:
+                        return out, None
                 view = _SharedProjections(self, hidden_states, projs, recipe)
                 return forward_copy(view, hidden_states, *args, **kwargs)
         if recipe is None:
@@ -840,6 +852,104 @@ def _build_attention(cls: type, variant: str | None) -> tuple[type | None, str |
 
 
 _QKV = frozenset({"q_proj", "k_proj", "v_proj"})
+
+
+def _llama_attention_forward(self, hidden_states, position_embeddings=None, attention_mask=None,
+                             past_key_values=None, **kwargs):
+    # Hugging Face's Llama attention (transformers 5.x), kept as written: a class's forward runs as one node
+    # (_one_node_attention) where its bytecode is this function's (_same_code)
+    input_shape = hidden_states.shape[:-1]
+    hidden_shape = (*input_shape, -1, self.head_dim)
+
+    query_states = self.q_proj(hidden_states).view(hidden_shape).transpose(1, 2)
+    key_states = self.k_proj(hidden_states).view(hidden_shape).transpose(1, 2)
+    value_states = self.v_proj(hidden_states).view(hidden_shape).transpose(1, 2)
+
+    cos, sin = position_embeddings
+    query_states, key_states = apply_rotary_pos_emb(query_states, key_states, cos, sin)  # noqa: F821
+
+    if past_key_values is not None:
+        key_states, value_states = past_key_values.update(key_states, value_states, self.layer_idx)
+
+    attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
+        self.config._attn_implementation, eager_attention_forward  # noqa: F821
+    )
+
+    attn_output, attn_weights = attention_interface(
+        self,
+        query_states,
+        key_states,
+        value_states,
+        attention_mask,
+        dropout=0.0 if not self.training else self.attention_dropout,
+        scaling=self.scaling,
+        **kwargs,
+    )
+
+    attn_output = attn_output.reshape(*input_shape, -1).contiguous()
+    attn_output = self.o_proj(attn_output)
+    return attn_output, attn_weights
+
+
+@functools.cache
+def _sdpa_functions() -> tuple | None:
+    """``(ALL_ATTENTION_FUNCTIONS, sdpa_attention_forward, use_gqa_in_sdpa)`` of the installed transformers, or
+    ``None`` where it has not all three."""
+    try:
+        from transformers.integrations import sdpa_attention
+        from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+    except ImportError:
+        return None
+    forward = getattr(sdpa_attention, "sdpa_attention_forward", None)
+    gqa = getattr(sdpa_attention, "use_gqa_in_sdpa", None)
+    return None if forward is None or gqa is None else (ALL_ATTENTION_FUNCTIONS, forward, gqa)
+
+
+#: What a decoder layer passes its attention that transformers' SDPA path ignores without a cache or a mask.
+_ATTENTION_KWARGS = frozenset({"position_embeddings", "attention_mask", "past_key_values", "position_ids",
+                               "use_cache", "cache_position"})
+
+
+def _one_node_attention(module: nn.Module, x: torch.Tensor, kwargs: dict[str, Any], projs: tuple,
+                        recipe: tuple | None) -> torch.Tensor | None:
+    """The attention's output from :func:`._attention.self_attention` (one autograd node) where that is what its
+    Llama code computes here: the configured interface is transformers' ``sdpa_attention_forward``, no cache,
+    no mask, no dropout, causal, more than one query, the output projection a plain linear, ``cos``/``sin``
+    plain tensors without grad, GQA done by SDPA itself where heads are shared (``use_gqa_in_sdpa``), and
+    accel's RoPE kernel takes the shapes; else ``None`` (the model's code runs)."""
+    if (x.dim() != 3 or x.shape[1] < 2 or not kwargs.keys() <= _ATTENTION_KWARGS
+            or kwargs.get("attention_mask") is not None or kwargs.get("past_key_values") is not None):
+        return None
+    pe = kwargs.get("position_embeddings")
+    if type(pe) is not tuple or len(pe) != 2:
+        return None
+    cos, sin = pe
+    if type(cos) is not torch.Tensor or type(sin) is not torch.Tensor or cos.requires_grad or sin.requires_grad:
+        return None
+    attrs = module.__dict__
+    o_proj = attrs["_modules"].get("o_proj")
+    if ((attrs.get("training") and attrs.get("attention_dropout")) or not attrs.get("is_causal", True)
+            or o_proj is None or not _plain_linear(x, o_proj)):
+        return None
+    functions, sdpa_forward, use_gqa = _sdpa_functions()
+    config = attrs.get("config")
+    if config is None or functions.get_interface(config._attn_implementation, None) is not sdpa_forward:
+        return None
+    head_dim, groups = attrs.get("head_dim"), attrs.get("num_key_value_groups", 1)
+    weights = [p.__dict__["_parameters"] for p in (*projs, o_proj)]
+    hq, hk = weights[0]["weight"].shape[0], weights[1]["weight"].shape[0]
+    if type(head_dim) is not int or hq % head_dim or hk % head_dim or weights[2]["weight"].shape[0] != hk:
+        return None
+    b, s = x.shape[0], x.shape[1]
+    # stand-ins of q and k as the attention's code lays them out (allocated, never written), for the decisions
+    q_like = x.new_empty((b, s, hq)).view(b, s, -1, head_dim).transpose(1, 2)
+    k_like = x.new_empty((b, s, hk)).view(b, s, -1, head_dim).transpose(1, 2)
+    if groups > 1 and not use_gqa(None, k_like, k_like):
+        return None  # the model's code repeats k and v per head group
+    if not (rope_reference.accepts(q_like, k_like, cos, sin, 1) and accel_takes(ROPE_OP, q_like, k_like, cos, sin, 1)):
+        return None
+    return self_attention(x, cos, sin, tuple(w["weight"] for w in weights), tuple(w["bias"] for w in weights),
+                          head_dim=head_dim, scaling=attrs["scaling"], enable_gqa=groups > 1, recompute=recipe)
 
 
 class _SharedProjections:

@@ -517,6 +517,10 @@ _ALLOWED_MORE = {"aten::sub": 2, "aten::ne": 1, "aten::cumsum": 1, "aten::select
 #: inside the GEMMs (addmm_: one per MLP, two per attention, 2 layers; autograd's engine adds out of place: fewer
 #: aten::add).
 _ALLOWED_MORE_MLP = {"aten::new_empty": 2, "aten::addmm_": 6}
+#: Llama's attention as one node (:func:`accel.integrations._attention.self_attention`): stand-ins of q and k for
+#: the RoPE kernel's decision (new_empty and transpose, never written), and SDPA's output laid out again for the
+#: output projection's weight gradient in backward (one transpose per layer; its copy is not kept from forward).
+_ALLOWED_MORE_ATTENTION = {"aten::new_empty": 4, "aten::transpose": 6}
 _ALLOWED_MORE_GPT2 = {"aten::clone": 4, "aten::_unsafe_view": 4, "aten::expand": 1}
 
 
@@ -535,6 +539,9 @@ def test_a_patched_step_runs_no_aten_op_more_often_than_eager(family, request):
     more = {op: n - eager.get(op, 0) for op, n in taken.items()
             if not op.startswith("accel::") and n > eager.get(op, 0)}
     allowed = _ALLOWED_MORE | (_ALLOWED_MORE_GPT2 if family == "gpt2" else _ALLOWED_MORE_MLP)
+    if family == "llama":
+        allowed = {op: allowed.get(op, 0) + _ALLOWED_MORE_ATTENTION.get(op, 0)
+                   for op in allowed.keys() | _ALLOWED_MORE_ATTENTION.keys()}
     assert all(n <= allowed.get(op, 0) for op, n in more.items()), {op: n for op, n in more.items() if n > allowed.get(op, 0)}
     if family == "gpt2":
         assert taken.get("aten::cat", 0) < eager["aten::cat"]
@@ -891,6 +898,140 @@ def test_the_attentions_projections_run_as_one_node_and_step_aside_for_a_hooked_
     with torch.no_grad():  # no gradient to sum: the modules run
         model(**inputs)
     assert calls == [3]
+
+
+# ------------------------------------------------------------------ Llama's attention as one autograd node
+def _one_node_calls(monkeypatch) -> list:
+    """Record each call of the one-node attention (:func:`accel.integrations._attention.self_attention`)."""
+    calls = []
+    real = hf.self_attention
+
+    def counting(*args, **kwargs):
+        calls.append(kwargs["enable_gqa"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(hf, "self_attention", counting)
+    return calls
+
+
+def _train_step(model, inputs, *, one_node: bool = True, monkeypatch=None):
+    if not one_node:
+        monkeypatch.setattr(hf, "_one_node_attention", lambda *args: None)
+    model.train()  # a training call: no KV cache (patch's loss), the attention's fast path applies
+    try:
+        return _loss_and_grads(model, inputs)
+    finally:
+        if not one_node:
+            monkeypatch.undo()
+
+
+@pytest.mark.parametrize("kv_heads", [2, 4])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_llamas_attention_runs_as_one_node_with_the_bits_of_the_attention_it_replaces(kv_heads, dtype,
+                                                                                      cpu_kernels, monkeypatch):
+    """A training step runs each Llama attention as one node (grouped heads through SDPA's ``enable_gqa``, and
+    without groups); its loss and every gradient are bit for bit those of the same patched model with the
+    attention's own code (q/k/v as one node, accel's RoPE, SDPA, o_proj), and close to the unpatched model's."""
+    cfg = transformers.LlamaConfig(**{**_DECODER, "num_key_value_heads": kv_heads})
+    torch.manual_seed(0)
+    ref = transformers.LlamaForCausalLM(cfg).to(dtype)
+    model = copy.deepcopy(ref)
+    hf.patch(model)
+    inputs = _inputs("llama")
+    calls = _one_node_calls(monkeypatch)
+    out, grads = _train_step(model, inputs)
+    assert calls == [kv_heads != 4] * cfg.num_hidden_layers
+    base_out, base_grads = _train_step(model, inputs, one_node=False, monkeypatch=monkeypatch)
+    assert len(calls) == cfg.num_hidden_layers  # the second step ran the attention's own code
+    assert torch.equal(out.loss, base_out.loss) and grads.keys() == base_grads.keys()
+    assert all(torch.equal(grads[n], base_grads[n]) for n in grads), [n for n in grads
+                                                                       if not torch.equal(grads[n], base_grads[n])]
+    ref.train()
+    ref_out, ref_grads = _loss_and_grads(ref, inputs)
+    tol = {"rtol": 1e-4, "atol": 1e-6} if dtype == torch.float32 else {"rtol": 2e-2, "atol": 2e-2}
+    torch.testing.assert_close(out.loss, ref_out.loss, **tol)
+    for name in ref_grads:
+        torch.testing.assert_close(grads[name], ref_grads[name], **tol, msg=name)
+
+
+@pytest.mark.parametrize("case", ["mask", "cache", "dropout", "eager_attention", "hooked_o_proj", "no_grad"])
+def test_the_one_node_attention_steps_aside_where_the_attentions_code_computes_something_else(case, cpu_kernels,
+                                                                                              monkeypatch):
+    """A padding mask, a KV cache, attention dropout in training, another attention implementation, a hook on
+    the output projection, or no grad: the attention runs its own code (the hook fires), and the step matches
+    the unpatched model's."""
+    extra = {"attention_dropout": 0.5} if case == "dropout" else {}
+    cfg = transformers.LlamaConfig(**{**_DECODER, **extra})
+    if case == "eager_attention":
+        cfg._attn_implementation = "eager"
+    torch.manual_seed(0)
+    ref = transformers.LlamaForCausalLM(cfg)
+    model = copy.deepcopy(ref)
+    hf.patch(model)
+    inputs = dict(_inputs("llama"))
+    if case == "mask":
+        inputs["attention_mask"] = torch.ones_like(inputs["input_ids"])
+        inputs["attention_mask"][1, :2] = 0
+    if case == "cache":
+        inputs["use_cache"] = True
+    fired = []
+    if case == "hooked_o_proj":
+        for layer in model.model.layers:
+            layer.self_attn.o_proj.register_forward_hook(lambda m, a, y: fired.append(1))
+    calls = _one_node_calls(monkeypatch)
+    if case == "no_grad":
+        with torch.no_grad():
+            model.train()
+            out = model(**inputs)
+        assert calls == []
+        return
+    torch.manual_seed(1)
+    out, grads = _train_step(model, inputs)
+    assert calls == []
+    assert fired == ([1] * cfg.num_hidden_layers if case == "hooked_o_proj" else [])
+    ref.train()
+    torch.manual_seed(1)  # the same dropout draws
+    ref_out, ref_grads = _loss_and_grads(ref, inputs)
+    torch.testing.assert_close(out.loss, ref_out.loss, rtol=1e-5, atol=1e-6)
+    for name in ref_grads:
+        torch.testing.assert_close(grads[name], ref_grads[name], rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_the_one_node_attention_backward_twice_needs_retain_graph_and_refuses_double_backward(cpu_kernels,
+                                                                                             monkeypatch):
+    _, model = _build("llama")
+    hf.patch(model)
+    model.train()
+    ids = _inputs("llama")["input_ids"]
+    calls = _one_node_calls(monkeypatch)
+
+    def loss_of():
+        return model.model(input_ids=ids, use_cache=False).last_hidden_state.float().pow(2).mean()
+
+    loss = loss_of()
+    assert len(calls) == _DECODER["num_hidden_layers"]
+    first = torch.autograd.grad(loss, list(model.model.parameters()), retain_graph=True)
+    second = torch.autograd.grad(loss, list(model.model.parameters()))
+    assert all(torch.equal(a, b) for a, b in zip(first, second))  # the retained graph gives the same gradients
+    with pytest.raises(RuntimeError, match="retain_graph=True"):
+        torch.autograd.grad(loss, list(model.model.parameters()), allow_unused=True)
+    loss = loss_of()
+    with pytest.raises(RuntimeError, match="double backward"):
+        torch.autograd.grad(loss, list(model.model.parameters()), create_graph=True)
+
+
+def test_the_one_node_attention_is_verified_as_llamas_code():
+    """Llama's and Gemma's attention compile to the pattern's bytecode; Qwen3's (q/k norms) and Mistral's
+    (sliding window) do not and keep the attention's own code."""
+    from transformers.models.gemma.modeling_gemma import GemmaAttention
+    from transformers.models.llama.modeling_llama import LlamaAttention
+    from transformers.models.mistral.modeling_mistral import MistralAttention
+    from transformers.models.qwen3.modeling_qwen3 import Qwen3Attention
+
+    pattern = hf._llama_attention_forward
+    assert hf._same_code(LlamaAttention.forward, pattern) and hf._same_code(GemmaAttention.forward, pattern)
+    assert not hf._same_code(Qwen3Attention.forward, pattern)
+    assert not hf._same_code(MistralAttention.forward, pattern)
 
 
 # ------------------------------------------------------------------ residual adds fused into the RMSNorms
