@@ -17,6 +17,8 @@ Phi-3), T5LayerNorm
 Mistral, Qwen2/3,      layer's input norm, the model's final norm,      unhooked (else the layer's own code)
 Gemma)                 the layer's post-attention norm)
 ``*Attention``         ``accel::rope`` (q and k in one call)            HF's ``apply_rotary_pos_emb`` semantics
+(Llama's code: Llama,  and the whole block as one autograd node         in a training call with SDPA, no cache,
+Gemma)                 (:mod:`._attention`)                             mask or dropout (else the copied code)
 ``*ForCausalLM``,      accel's chunked ``linear_cross_entropy`` (the    when ``labels`` are given; logits are then
 ``GPT2LMHeadModel``    logits are never stored; the loss in fp32)       ``None`` unless ``return_logits=True``
 ``nn.LayerNorm``       ``aten::native_layer_norm`` (no patch needed)    GPT-2, BERT: already routes
@@ -81,7 +83,7 @@ if TYPE_CHECKING:
     # differently (LOAD_ATTR, not LOAD_METHOD), and _llama_attention_forward's bytecode must be theirs
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-from accel import _compat
+from accel import _caches, _compat
 from accel._once import warn_once
 from accel.errors import FeatureUnavailableError, IntegrationWarning
 from accel.kernels.core.slot import dispatch_key, live_slot
@@ -891,7 +893,7 @@ def _llama_attention_forward(self, hidden_states, position_embeddings=None, atte
     return attn_output, attn_weights
 
 
-@functools.cache
+@_caches.detection_cache
 def _sdpa_functions() -> tuple | None:
     """``(ALL_ATTENTION_FUNCTIONS, sdpa_attention_forward, use_gqa_in_sdpa)`` of the installed transformers, or
     ``None`` where it has not all three."""
