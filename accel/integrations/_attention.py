@@ -27,19 +27,13 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from accel.kernels.core.autograd import below_autograd, first_order, shared_input_backward
+from accel.kernels.core.autograd import below_autograd, first_order, keeps_graph, shared_input_backward
 from accel.kernels.ops.rope import op as rope_ops
 
 __all__ = ["self_attention"]
 
 _ROPE = rope_ops.rope._opoverload
 _ROPE_BACKWARD = rope_ops.rope_backward._opoverload
-
-
-def _keep_graph() -> bool:
-    """Whether the running backward keeps its graph (``retain_graph=True``): then SDPA's graph is kept too."""
-    keep = getattr(torch._C._autograd, "_get_current_graph_task_keep_graph", None)
-    return True if keep is None else keep()
 
 
 class _SelfAttention(torch.autograd.Function):
@@ -75,7 +69,7 @@ class _SelfAttention(torch.autograd.Function):
         if graph is None:
             raise RuntimeError("accel.integrations.transformers: backward through a patched attention a second "
                                "time, after its graph was freed. Pass retain_graph=True to the first backward.")
-        if not _keep_graph():
+        if not keeps_graph():  # a kept graph keeps SDPA's too
             ctx.graph = None
         o, q, k, v = graph
         wq, wk, wv, wo, cos, sin = ctx.saved_tensors[:6]

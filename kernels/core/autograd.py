@@ -21,7 +21,7 @@ from .slot import SLOTS, dispatch_key
 from .state import STATE
 
 __all__ = ["BACKWARD_OF", "below_autograd", "check_training", "declare_backward", "eager_autograd",
-           "orphaned_forwards", "refuse_without_autograd"]
+           "keeps_graph", "orphaned_forwards", "refuse_without_autograd"]
 
 
 def refuse_without_autograd(op: Op) -> None:
@@ -146,6 +146,16 @@ def eager_autograd(op: Any, setup_context: Callable, backward: Callable) -> Call
 
     call.function = _Eager  # type: ignore[attr-defined]
     return call
+
+
+def keeps_graph() -> bool:
+    """Whether the backward running now keeps its graph (``retain_graph=True``, or ``create_graph=True`` which
+    implies it): then a saved tensor may be read by a later backward and must not be written or freed by this
+    one. ``True`` outside a backward (torch's own answer), and where this torch lacks
+    ``_get_current_graph_task_keep_graph``: the safe answer for a caller deciding whether to reuse a saved
+    tensor's memory."""
+    keep = getattr(torch._C._autograd, "_get_current_graph_task_keep_graph", None)
+    return True if keep is None else bool(keep())
 
 
 def first_order(what: str, instead: str) -> Callable:

@@ -5,7 +5,8 @@ registered ``accel::swiglu_backward`` kernel has the variant (:func:`accel.kerne
 backward_with_product`), one kernel gives both gradients and writes the product over the gradient it read, so
 ``accel::swiglu`` runs once per layer (the forward), not twice. Checked here: the variant's three outputs against
 the reference, bit for bit against the forward kernel's product, on contiguous and strided halves, with
-poisoned outputs; the MLP's output and every gradient equal to the composition through the same kernels, with
+poisoned outputs; written over ``a`` and ``b`` (consume) with the same bits, which the MLP does to its own ``gate``
+and ``up`` unless the graph is kept; the MLP's output and every gradient equal to the composition through the same kernels, with
 one forward SwiGLU call; a variant that raises falls back to the two-step path with one warning and the same
 gradients; verify mode and a cond that declines take the two-step path.
 """
@@ -37,7 +38,7 @@ SCRIPT = textwrap.dedent("""
     from accel.kernels.ops.swiglu.mlp import swiglu_mlp
     _launch.poison_outputs = True          # an unwritten output stays NaN
     tuning.MIN_NUMEL["triton"] = 0         # tiny interpreter shapes must route
-    report = {"numerics": [], "mlp": {}}
+    report = {"numerics": [], "consume": [], "mlp": {}}
     g = torch.Generator().manual_seed(0)
 
     def same(x, y):
@@ -69,6 +70,12 @@ SCRIPT = textwrap.dedent("""
                 grads_as_bwd_kernel=all(same(x, y) for x, y in zip((da, db), sw_impl.swiglu_backward(dy, a, b))),
                 product_as_fwd_kernel=same(into, sw_impl.swiglu(a, b)),
                 product_near_reference=bool(torch.allclose(into.float(), sw_ref.swiglu(a, b).float(), **tol))))
+            if a.is_contiguous():  # consume: the gradients written over a and b, the same bits
+                a2, b2, into2 = a.clone(), b.clone(), dy.clone()
+                ca, cb = sw_impl.swiglu_backward_product(into2, a2, b2, consume=True)
+                report["consume"].append(dict(
+                    dtype=str(dtype), over_inputs=ca is a2 and cb is b2,
+                    same_bits=same(ca, da) and same(cb, db) and same(into2, into)))
 
     names = sw_impl.register(["cpu"])
 
@@ -107,6 +114,29 @@ SCRIPT = textwrap.dedent("""
             warnings=[str(w.message)[:200] for w in caught])
 
     run("fused")
+
+    def saved_gate_up(retain):
+        # the node's own gate and up (the saved [2, 7, 48] tensors, seen through a pack hook) after backward:
+        # written over by their gradients unless the graph is kept, and a second backward then gives the same
+        kept = []
+        ls = leaves(3)
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: (kept.append(t), t)[1], lambda t: t):
+            y = swiglu_mlp(*ls)
+        own = [t for t in kept if t.shape == (2, 7, 48)]
+        before_bwd = [t.clone() for t in own]
+        dy = torch.randn(y.shape, generator=torch.Generator().manual_seed(1)).to(y.dtype)
+        y.backward(dy, retain_graph=retain)
+        first = [t.grad.clone() for t in ls]
+        out = dict(count=len(own), unchanged=[same(t, c) for t, c in zip(own, before_bwd)],
+                   grads_as_fused=[same(f, w) for f, w in zip(first, report_grads["fused"])])
+        if retain:
+            y.backward(dy)
+            out["second_adds_the_same"] = [same(t.grad, f + f) for t, f in zip(ls, first)]
+        return out
+
+    report_grads = {"fused": grads(swiglu_mlp, leaves(3))[1:]}
+    report["mlp"]["consumed"] = saved_gate_up(False)
+    report["mlp"]["retained"] = saved_gate_up(True)
 
     from accel.kernels.ops.swiglu.linear import swiglu_linear
 
@@ -162,7 +192,7 @@ SCRIPT = textwrap.dedent("""
     # last: the fail-safe denies these shapes to the kernel from then on
     original = dict(sw_op.WITH_PRODUCT)
 
-    def boom(*args):
+    def boom(*args, **kw):
         raise RuntimeError("injected launch failure")
 
     def raising():
@@ -174,8 +204,8 @@ SCRIPT = textwrap.dedent("""
 
     run("raising", raising, restore)
 
-    def three(*args):  # writes the product, then fails the output check (three outputs)
-        return (*original[next(iter(original))][0](*args), args[0])
+    def three(*args, **kw):  # writes the product (and, consuming, the gradients over gate and up), then fails
+        return (*original[next(iter(original))][0](*args, **kw), args[0])  # the output check (three outputs)
 
     # a fresh shape: "raising" denied the first one to the kernel
     def bigger(seed):
@@ -228,6 +258,24 @@ def test_a_raising_variant_falls_back_to_two_steps_with_one_warning(report):
     assert raising["equal"] == [True] * 5, raising
     assert raising["failed"] == 1 and raising["fwd_calls"] == 2, raising  # the product recomputed by accel::swiglu
     assert len(raising["warnings"]) == 1 and "injected launch failure" in raising["warnings"][0]
+
+
+def test_consume_writes_the_same_gradients_over_the_inputs(report):
+    rows = report["consume"]
+    assert len(rows) == 3, rows  # the contiguous case of each dtype
+    assert all(r["over_inputs"] and r["same_bits"] for r in rows), rows
+
+
+def test_the_mlp_backward_writes_its_gradients_over_its_own_gate_and_up(report):
+    consumed = report["mlp"]["consumed"]
+    assert consumed["count"] == 2 and consumed["unchanged"] == [False, False], consumed
+    assert consumed["grads_as_fused"] == [True] * 4, consumed
+
+
+def test_a_kept_graph_keeps_gate_and_up_for_the_second_backward(report):
+    retained = report["mlp"]["retained"]
+    assert retained["count"] == 2 and retained["unchanged"] == [True, True], retained
+    assert retained["grads_as_fused"] == [True] * 4 and retained["second_adds_the_same"] == [True] * 4, retained
 
 
 def test_verify_mode_takes_the_two_step_path(report):

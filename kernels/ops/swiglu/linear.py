@@ -46,23 +46,32 @@ class _SwiGLULinear(torch.autograd.Function):
 
 
 def down_backward(grad_out: torch.Tensor, rows: torch.Tensor, weight: torch.Tensor, gate: torch.Tensor,
-                  up: torch.Tensor, need_w: bool, need_inputs: bool, swiglu: Callable, swiglu_backward: Callable
+                  up: torch.Tensor, need_w: bool, need_inputs: bool, swiglu: Callable, swiglu_backward: Callable,
+                  *, again: Callable[[], tuple[torch.Tensor, torch.Tensor]] | None = None
                   ) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
     """``(grad_weight, grad_gate, grad_up)`` of ``F.linear(swiglu(gate, up), weight)`` for ``grad_out``
     (``rows``: its ``[-1, out]`` view; ``None`` for what is not needed): the weight's gradient from the
     product, the two others from the SwiGLU backward of ``grad_out @ weight``. Where a kernel has the variant
     (:func:`.op.backward_with_product`), one launch gives both gradients and the product; else the product
     is recomputed by ``swiglu`` and freed before ``swiglu_backward`` allocates its two gradients. The same
-    bits either way."""
+    bits either way.
+
+    ``again``: given, ``gate`` and ``up`` are the caller's own and dead after this call, and the variant writes
+    the two gradients over them (no two new buffers of their size); ``again()`` gives them once more, bit for
+    bit, for the case where the variant failed after it may have written them.
+    """
     width = gate.shape[-1]
     grad_w = grad_gate = grad_up = grad_product = None
     if need_inputs:
         grad_product = grad_out.matmul(weight)
-        grads, written = swiglu_ops.backward_with_product(grad_product, gate, up) if need_w else (None, False)
+        grads, written = (swiglu_ops.backward_with_product(grad_product, gate, up, consume=again is not None)
+                          if need_w else (None, False))
         if grads is not None:  # the kernel wrote silu(gate) * up over grad_product
             return rows.t().mm(grad_product.reshape(-1, width)), *grads
-        if written:  # the variant failed after it may have written: the gradient again
+        if written:  # the variant failed after it may have written: its inputs again
             grad_product = grad_out.matmul(weight)
+            if again is not None:
+                gate, up = again()
     if need_w:  # the product is a temporary: freed before swiglu_backward allocates its two gradients
         grad_w = rows.t().mm(swiglu(gate, up).reshape(-1, width))
     if need_inputs:

@@ -8,7 +8,10 @@ recomputed in backward (``accel::swiglu`` once more), and so, where the caller s
 backward anyway). HF Llama (8192 tokens, d 2048, MLP 5632, bf16): 88 MiB of product and 32 MiB of ``x`` per
 layer not kept. Where the registered SwiGLU backward kernel has the variant (:func:`.op.backward_with_product`:
 the Triton kernel), the product comes out of the backward kernel itself, written over the gradient it
-consumed: one elementwise pass for both (HF Llama on the H200: ``swiglu_fwd`` ran twice per layer).
+consumed: one elementwise pass for both (HF Llama on the H200: ``swiglu_fwd`` ran twice per layer). That
+kernel also writes ``grad_gate`` and ``grad_up`` over ``gate`` and ``up``, the node's own tensors, unless the
+backward keeps its graph (``retain_graph=True``): two buffers of their size (88 MiB each for HF Llama)
+fewer at the backward's peak.
 
 Same arithmetic as the modules' own but for one sum: each matmul, the SwiGLU and its backward are the ops
 autograd would run, in its order; the gradient of ``x`` is ``grad_gate @ gate_w`` with ``grad_up @ up_w``
@@ -25,7 +28,7 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
-from accel.kernels.core.autograd import below_autograd, first_order, shared_input_backward
+from accel.kernels.core.autograd import below_autograd, first_order, keeps_graph, shared_input_backward
 
 from .linear import down_backward
 
@@ -40,23 +43,29 @@ def _swiglu_backward(g: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> tuple
     return below_autograd(torch.ops.accel.swiglu_backward.default, g, a, b)
 
 
+def _projections(x: torch.Tensor, gate_w: torch.Tensor, up_w: torch.Tensor, gate_b: torch.Tensor | None,
+                 up_b: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``gate`` and ``up`` as the forward computed them (the same ops, so the same bits)."""
+    return F.linear(x, gate_w, gate_b), F.linear(x, up_w, up_b)
+
+
 class _SwiGLUMLP(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, gate_w, up_w, down_w, gate_b, up_b, down_b, recompute, *recompute_from):
-        gate = F.linear(x, gate_w, gate_b)
-        up = F.linear(x, up_w, up_b)
+        gate, up = _projections(x, gate_w, up_w, gate_b, up_b)
         out = F.linear(_swiglu(gate, up), down_w, down_b)
         ctx.recompute = recompute
         ctx.biases = (gate_b is not None, up_b is not None, down_b is not None)
         ctx.x_shape = x.shape
-        ctx.save_for_backward(gate, up, gate_w, up_w, down_w, *((x,) if recompute is None else recompute_from))
+        ctx.save_for_backward(gate, up, gate_w, up_w, down_w, gate_b, up_b,
+                              *((x,) if recompute is None else recompute_from))
         return out
 
     @staticmethod
     @first_order("swiglu_mlp", "accel.integrations.transformers.patch(model, mlp_recompute=False) runs the MLP "
                  "as modules.")  # its SwiGLU parts run below autograd
     def backward(ctx, grad_out):
-        gate, up, gate_w, up_w, down_w, *held = ctx.saved_tensors
+        gate, up, gate_w, up_w, down_w, gate_b, up_b, *held = ctx.saved_tensors
         need = ctx.needs_input_grad
         grads: list = [None] * (8 + len(held) - (ctx.recompute is None))
         rows = grad_out.reshape(-1, grad_out.shape[-1])
@@ -64,8 +73,11 @@ class _SwiGLUMLP(torch.autograd.Function):
         if need[6] and ctx.biases[2]:
             grads[6] = rows.sum(0)
         inputs = need[0] or need[1] or need[2] or need[4] or need[5]
+        x_again = (lambda: held[0]) if ctx.recompute is None else (lambda: ctx.recompute(*held))
+        # gate and up are this node's own: without a kept graph, their memory takes their gradients
+        again = None if keeps_graph() else (lambda: _projections(x_again(), gate_w, up_w, gate_b, up_b))
         grads[3], grad_gate, grad_up = down_backward(grad_out, rows, down_w, gate, up, need[3], inputs, _swiglu,
-                                                     _swiglu_backward)
+                                                     _swiglu_backward, again=again)
         if not inputs:
             return tuple(grads)
         del gate, up
@@ -73,7 +85,7 @@ class _SwiGLUMLP(torch.autograd.Function):
         # the gate and up projections read one input: their weight gradients, and x's summed inside the GEMM
         grad_x, (grads[1], grads[2]), (grads[4], grads[5]) = shared_input_backward(
             (gg, gu), (gate_w, up_w), (need[1], need[2]), (need[4] and ctx.biases[0], need[5] and ctx.biases[1]),
-            need[0], lambda: held[0] if ctx.recompute is None else ctx.recompute(*held))
+            need[0], x_again)
         if grad_x is not None:
             grads[0] = grad_x.reshape(ctx.x_shape)
         return tuple(grads)

@@ -14,6 +14,8 @@ that variant. Autograd saves ``a`` and ``b``
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from accel.kernels.core import plans
@@ -73,10 +75,11 @@ def _backward(ctx, grad_out):
 swiglu.register_autograd(_backward, setup_context=_setup_context)
 
 
-#: An impl of ``accel::swiglu_backward`` -> ``(variant, forward)``: ``variant(grad_out, a, b) -> (grad_a, grad_b)``
-#: also writes ``silu(a) * b`` over ``grad_out``, with the arithmetic of ``forward``, an impl of
+#: An impl of ``accel::swiglu_backward`` -> ``(variant, forward)``: ``variant(grad_out, a, b, consume=False) ->
+#: (grad_a, grad_b)`` also writes ``silu(a) * b`` over ``grad_out``, with the arithmetic of ``forward``, an impl of
 #: ``accel::swiglu`` (filled by the impl modules that have one: the Triton impl's
-#: :func:`.triton_impl.swiglu_backward_product`, whose product is :func:`.triton_impl.swiglu`'s bits).
+#: :func:`.triton_impl.swiglu_backward_product`, whose product is :func:`.triton_impl.swiglu`'s bits);
+#: ``consume=True`` (only for contiguous ``a`` and ``b``) writes the two gradients over ``a`` and ``b``.
 WITH_PRODUCT: dict = {}
 
 
@@ -96,7 +99,7 @@ def _first_taking(qualname: str, device_type: str, args: tuple) -> tuple:
     return slot, None, None
 
 
-def backward_with_product(grad_out: torch.Tensor, a: torch.Tensor, b: torch.Tensor
+def backward_with_product(grad_out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *, consume: bool = False
                           ) -> tuple[tuple[torch.Tensor, torch.Tensor] | None, bool]:
     """``(grads, written)``: ``grads`` is ``(grad_a, grad_b)`` of ``silu(a) * b`` with ``silu(a) * b`` written
     over ``grad_out``, where the override of ``accel::swiglu_backward`` that the router would pick for
@@ -110,6 +113,9 @@ def backward_with_product(grad_out: torch.Tensor, a: torch.Tensor, b: torch.Tens
     Args:
         grad_out: ``[..., N]``, contiguous: the caller's own temporary (overwritten); ``a``, ``b``: as for
             :func:`swiglu_backward`.
+        consume: where ``a`` and ``b`` are contiguous, the gradients are written over them (the caller's own,
+            dead after: no two new ``[..., N]`` buffers) and ``grads`` is ``(a, b)``; ``written`` then also
+            means that ``a`` and ``b`` may have been written.
 
     ``None`` also with grad mode on (a backward recorded for double backward), under ``torch.compile``, a
     ``torch.func`` transform or a ``TorchDispatchMode`` (which would not see the op), inside one of the op's
@@ -135,6 +141,8 @@ def backward_with_product(grad_out: torch.Tensor, a: torch.Tensor, b: torch.Tens
     inside = slot.inside
     inside.on = True
     try:
+        if consume and a.is_contiguous() and b.is_contiguous():
+            return ov.run_in_place((grad_out, a, b), functools.partial(variant, consume=True)), True
         return ov.run_in_place((grad_out, a, b), variant), True
     finally:
         inside.on = False

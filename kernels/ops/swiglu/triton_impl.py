@@ -82,8 +82,10 @@ def plan_bwd(grad_out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *,
     kernel = _kernels().swiglu_bwd_product if product else _kernels().swiglu_bwd
     plan = launch(kernel, _config("swiglu_bwd", a, m, n), m, n, strides)
 
-    def run(grad_out, a, b):
-        da, db = empty_like(a), empty_like(b)
+    def run(grad_out, a, b, consume=False):
+        # consume: the gradients over a and b (contiguous, so laid out as empty_like's), which each program reads
+        # before it writes them
+        da, db = (a, b) if consume else (empty_like(a), empty_like(b))
         plan(grad_out, a, b, da, db)
         return da, db
 
@@ -95,11 +97,13 @@ swiglu_backward.plan = plan_bwd  # type: ignore[attr-defined]
 _PRODUCT_PLANS: dict = {}
 
 
-def swiglu_backward_product(grad_out: torch.Tensor, a: torch.Tensor,
-                            b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def swiglu_backward_product(grad_out: torch.Tensor, a: torch.Tensor, b: torch.Tensor,
+                            consume: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`swiglu_backward`, and ``silu(a) * b`` written over ``grad_out`` (which must be the caller's own
     temporary, laid out as the cond of ``accel::swiglu_backward`` accepts: the caller asks that cond first,
-    :func:`.op.backward_with_product`). The launch is kept per argument signature."""
+    :func:`.op.backward_with_product`). ``consume``: the two gradients are written over ``a`` and ``b``
+    (contiguous, the caller's own and dead after) and returned as them. The launch is kept per argument
+    signature."""
     sig = signature((grad_out, a, b))
     key = None if sig is None else (table.GENERATION, sig)  # a re-tune (new generation) plans again
     run = _PRODUCT_PLANS.get(key) if key is not None else None
@@ -109,7 +113,7 @@ def swiglu_backward_product(grad_out: torch.Tensor, a: torch.Tensor,
             if len(_PRODUCT_PLANS) >= MAX_ENTRIES:
                 _PRODUCT_PLANS.clear()
             _PRODUCT_PLANS[key] = run
-    return run(grad_out, a, b)
+    return run(grad_out, a, b, consume)
 
 
 op.WITH_PRODUCT[swiglu_backward] = (swiglu_backward_product, swiglu)
