@@ -1,4 +1,4 @@
-"""Whole models, one training step (forward, backward, AdamW step), per mode, each model x mode in its own process.
+"""Whole models, one training step (forward, backward, optimizer step), per mode, each model x mode in its own process.
 
 Models (bf16 on a GPU; ``--quick``: tiny versions in fp32 on whatever device there is, for a smoke test):
 
@@ -26,7 +26,11 @@ Per run: the median ms per step over ``--steps`` (default 20, at least 15) steps
 5) steps, each step timed from its start to a device synchronise after the optimizer step; the peak memory
 (``torch.cuda.max_memory_allocated`` over the whole run, weights and optimizer state included); the loss of
 the first step (every mode starts from the same seed, weights and batch) and every step's loss (the curve,
-``losses``). The same fixed batch is used every step.
+``losses``). The same fixed batch is used every step. ``--optimizer``: ``adamw`` (the default; fused on CUDA,
+two state tensors per parameter) or ``sgd`` (SGD with momentum 0.9, fused on CUDA: one state tensor per
+parameter, so every mode's peak is one parameter-sized copy lower; issue 22's table of peaks matches this
+basis: its eager, Liger and ``torch.compile`` peaks are ours under AdamW less 0.96-0.98 GiB, and HF Llama's
+parameters take 0.95 GiB in bf16).
 
 Usage::
 
@@ -66,6 +70,7 @@ MODES = ("eager", "accel", "liger", "compile", "accel_compile")
 PATCH_ROLES = ("norms", "mlp", "rope", "loss")
 #: the fewest back-to-back steps (after the timed ones) that ``ms_pipelined`` is reported from
 PIPELINED_MIN_STEPS = 10
+OPTIMIZERS = ("adamw", "sgd")
 #: Liger-Kernel's patch function per model (``None``: Liger has none).
 LIGER = {"hf_llama": "apply_liger_kernel_to_llama", "qwen3": "apply_liger_kernel_to_qwen3", "titan_llama": None,
          "vit_b16": None, "gpt2": None}
@@ -289,7 +294,8 @@ def profile_steps(step: Callable[[], Any], steps: int, device) -> dict[str, Any]
 def run_one(model_name: str, mode: str, *, quick: bool, steps: int, warmup: int, device_spec: str | None,
             eager_ms: float | None, loss_chunk: int | None = None, curve_steps: int = 50,
             compile_backend: str = "inductor", profile: int = 0, mlp_recompute: bool = True,
-            trace: bool = False, host_profile: int = 0, patch_roles: tuple[str, ...] = PATCH_ROLES) -> dict[str, Any]:
+            trace: bool = False, host_profile: int = 0, patch_roles: tuple[str, ...] = PATCH_ROLES,
+            optimizer: str = "adamw") -> dict[str, Any]:
     """One model x mode in this process: the JSON-ready result (``skipped`` with a reason where it cannot run).
 
     Runs ``max(warmup + steps, curve_steps)`` training steps on the fixed batch: the ``steps`` after ``warmup``
@@ -349,7 +355,11 @@ def run_one(model_name: str, mode: str, *, quick: bool, steps: int, warmup: int,
     if mode in ("compile", "accel_compile"):
         base["compile_backend"] = compile_backend
     fused = device.type == "cuda"
-    opt = torch.optim.AdamW(bench.model.parameters(), lr=1e-4, fused=fused)
+    if optimizer == "sgd":
+        opt = torch.optim.SGD(bench.model.parameters(), lr=1e-4, momentum=0.9, fused=fused)
+        base["optimizer"] = optimizer
+    else:
+        opt = torch.optim.AdamW(bench.model.parameters(), lr=1e-4, fused=fused)
 
     def sync():
         if device.type == "cuda":
@@ -721,7 +731,8 @@ def drive(models: list[str], modes: list[str], out: Path, *, quick: bool, steps:
           device_spec: str | None, timeout: float, loss_chunk: int | None = None, curve_steps: int = 50,
           compile_backend: str = "inductor", eager_from: Path | None = None,
           profile: int = 0, mlp_recompute: bool = True, trace: bool = False,
-          host_profile: int = 0, patch_roles: tuple[str, ...] = PATCH_ROLES) -> list[dict[str, Any]]:
+          host_profile: int = 0, patch_roles: tuple[str, ...] = PATCH_ROLES,
+          optimizer: str = "adamw") -> list[dict[str, Any]]:
     """Each model x mode in a fresh process (eager first); one JSON line per run appended to ``out``.
 
     A mode that cannot run is a ``skipped`` line with the reason, never left out: Liger for a model it has no
@@ -734,7 +745,8 @@ def drive(models: list[str], modes: list[str], out: Path, *, quick: bool, steps:
     if eager_from is not None and eager_from.exists():
         for line in eager_from.read_text().splitlines():
             row = json.loads(line) if line.strip() else {}
-            if row.get("mode") == "eager" and row.get("ms") and row.get("loss_chunk") is None:
+            if (row.get("mode") == "eager" and row.get("ms") and row.get("loss_chunk") is None
+                    and row.get("optimizer", "adamw") == optimizer):
                 earlier[row["model"]] = row
     results = []
     for model in models:
@@ -760,6 +772,7 @@ def drive(models: list[str], modes: list[str], out: Path, *, quick: bool, steps:
             cmd += ["--host-profile", str(host_profile)] if host_profile else []
             cmd += [] if mlp_recompute else ["--no-mlp-recompute"]
             cmd += [] if tuple(patch_roles) == PATCH_ROLES else ["--patch-roles", ",".join(patch_roles)]
+            cmd += [] if optimizer == "adamw" else ["--optimizer", optimizer]
             began = time.time()
             try:
                 proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
@@ -792,12 +805,12 @@ def drive(models: list[str], modes: list[str], out: Path, *, quick: bool, steps:
 
 
 def load_results(path: Path) -> list[dict[str, Any]]:
-    """The JSON lines of ``path`` (a results file of :func:`drive`), the last line per (model, mode, loss_chunk)."""
+    """The JSON lines of ``path`` (a results file of :func:`drive`), the last line per (model, mode, loss_chunk, optimizer)."""
     rows: dict[tuple, dict[str, Any]] = {}
     for line in path.read_text().splitlines():
         if line.strip():
             row = json.loads(line)
-            rows[(row.get("model"), row.get("mode"), row.get("loss_chunk"))] = row
+            rows[(row.get("model"), row.get("mode"), row.get("loss_chunk"), row.get("optimizer"))] = row
     return list(rows.values())
 
 
@@ -814,7 +827,7 @@ def plot(results: list[dict[str, Any]], png: Path) -> Path:
     import matplotlib.pyplot as plt
 
     models = [m for m in MODELS if any(r.get("model") == m for r in results)]
-    plain = [r for r in results if r.get("loss_chunk") is None]
+    plain = [r for r in results if r.get("loss_chunk") is None and r.get("optimizer") is None]
     fig, axes = plt.subplots(1, 1 + len(models), figsize=(5 * (1 + len(models)), 4.2), squeeze=False)
     bars = axes[0][0]
     width = 0.8 / len(MODES)
@@ -885,6 +898,8 @@ def main(argv: list[str] | None = None) -> int:
                         f"(default all; e.g. loss alone under accel.compile leaves the rest to Inductor)")
     p.add_argument("--no-mlp-recompute", action="store_true",
                    help="accel modes: patch(mlp_recompute=False), the SwiGLU product saved for backward")
+    p.add_argument("--optimizer", choices=OPTIMIZERS, default="adamw",
+                   help="the step's optimizer: adamw (default) or sgd with momentum 0.9 (one state per parameter)")
     p.add_argument("--plot", type=Path, metavar="JSONL", help="write a PNG of a results file (bar chart of the "
                                                               "speedups, loss curves per model): --png FILE")
     p.add_argument("--png", type=Path, help="the PNG --plot writes (default: the results file with .png)")
@@ -919,7 +934,7 @@ def main(argv: list[str] | None = None) -> int:
               quick=args.quick, steps=args.steps, warmup=args.warmup, device_spec=args.device, timeout=args.timeout,
               loss_chunk=args.loss_chunk, curve_steps=args.curve_steps, compile_backend=args.compile_backend,
               eager_from=args.eager_from, profile=args.profile, mlp_recompute=not args.no_mlp_recompute, trace=args.trace,
-              host_profile=args.host_profile, patch_roles=roles)
+              host_profile=args.host_profile, patch_roles=roles, optimizer=args.optimizer)
         return 0
     if args.model is None or args.mode is None:
         p.error("give --model and --mode (one run), or --all")
@@ -928,7 +943,7 @@ def main(argv: list[str] | None = None) -> int:
                          device_spec=args.device, eager_ms=args.eager_ms, loss_chunk=args.loss_chunk,
                          curve_steps=args.curve_steps, compile_backend=args.compile_backend,
                          profile=args.profile, mlp_recompute=not args.no_mlp_recompute, trace=args.trace,
-                         host_profile=args.host_profile, patch_roles=roles)
+                         host_profile=args.host_profile, patch_roles=roles, optimizer=args.optimizer)
     print("RESULT " + json.dumps(result), flush=True)
     return 1 if "error" in result else 0
 

@@ -63,3 +63,16 @@ def test_the_driver_names_a_peer_without_a_patch_function_as_skipped_without_a_p
     rm.drive(["gpt2"], ["liger"], out, quick=True, steps=1, warmup=0, device_spec="cpu", timeout=60)
     assert json.loads(out.read_text()) == {"model": "gpt2", "mode": "liger", "quick": True,
                                            "skipped": "Liger-Kernel has no patch function for gpt2"}
+
+
+@needs
+def test_the_sgd_optimizer_steps_the_same_first_loss_to_another_curve_and_is_kept_apart_from_adamw(tmp_path):
+    rm = _module()
+    runs = {name: rm.run_one("hf_llama", "eager", quick=True, steps=1, warmup=0, device_spec="cpu", eager_ms=None,
+                             curve_steps=3, optimizer=name) for name in rm.OPTIMIZERS}
+    assert runs["sgd"]["optimizer"] == "sgd" and "optimizer" not in runs["adamw"]
+    assert runs["sgd"]["losses"][0] == runs["adamw"]["losses"][0]  # the same weights and batch
+    assert runs["sgd"]["losses"][1:] != runs["adamw"]["losses"][1:]  # each optimizer took its own step
+    out = tmp_path / "r.jsonl"
+    out.write_text("".join(json.dumps(r) + "\n" for r in runs.values()))
+    assert len(rm.load_results(out)) == 2
