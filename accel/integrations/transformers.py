@@ -660,7 +660,9 @@ def _plain_linear(x: torch.Tensor, *projs: Any) -> bool:
     """Whether calling ``F.linear`` with each of ``projs``' parameters is what calling it on ``x`` does: an
     ``nn.Linear`` itself, no hook of any kind (its own, global, or accelerate's offload hook and replaced
     ``forward``), its weight in ``x``'s dtype and on its device, and no autocast (whose cast the recomputing
-    backward would not repeat). Read from the modules' ``__dict__`` and ``_parameters`` (this runs on every
+    backward would not repeat), and weight and bias plain tensors (a subclass's ``__torch_function__``, a
+    fake-quantised weight say, changes what ``F.linear`` computes, and the fused backward's GEMMs on the raw
+    values would not follow it). Read from the modules' ``__dict__`` and ``_parameters`` (this runs on every
     MLP call: ``hasattr`` and ``Module.__getattr__`` cost more than the checks)."""
     if _global_hooks() or torch.is_autocast_enabled(_device_type(x)):
         return False
@@ -668,8 +670,10 @@ def _plain_linear(x: torch.Tensor, *projs: Any) -> bool:
     for proj in projs:
         if type(proj) is not nn.Linear or _hooked(proj):
             return False
-        weight = proj.__dict__["_parameters"].get("weight")
-        if weight is None or weight.dtype != dtype or weight.device != device:
+        params = proj.__dict__["_parameters"]
+        weight, bias = params.get("weight"), params.get("bias")
+        if (type(weight) not in _PLAIN_TENSORS or weight.dtype != dtype or weight.device != device
+                or (bias is not None and type(bias) not in _PLAIN_TENSORS)):
             return False
     return True
 

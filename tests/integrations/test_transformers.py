@@ -848,6 +848,8 @@ def test_plain_linear_sees_every_kind_of_hook_and_a_foreign_weight():
         lambda p: p.register_forward_pre_hook(lambda *a: None),
         lambda p: p.register_full_backward_hook(lambda *a: None),
         lambda p: p.register_full_backward_pre_hook(lambda *a: None),
+        lambda p: setattr(p, "weight", nn.Parameter(p.weight.detach().as_subclass(_FakeQuant))),
+        lambda p: setattr(p, "bias", nn.Parameter(p.bias.detach().as_subclass(_FakeQuant))),
     ]
     for change in changed:
         fresh = [nn.Linear(8, 8) for _ in range(3)]
@@ -866,6 +868,41 @@ def test_plain_linear_sees_every_kind_of_hook_and_a_foreign_weight():
     assert not hf._plain_linear(x, projs[0], Subclass(8, 8))
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert not hf._plain_linear(x, *projs)
+
+
+class _FakeQuant(torch.Tensor):
+    """A weight whose ``F.linear`` rounds it to multiples of 1/64 first, with a straight-through gradient (fake
+    quantisation, as quantisation-aware training does): ``F.linear`` on it is not ``F.linear`` on its values."""
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.nn.functional.linear:
+            x, w, *rest = args
+            w = w.as_subclass(torch.Tensor)
+            return func(x, w + (torch.round(w * 64) / 64 - w).detach(), *rest, **kwargs)
+        return super().__torch_function__(func, types, args, kwargs)
+
+
+def test_a_model_with_tensor_subclass_weights_trains_as_its_own_code_does(cpu_kernels, monkeypatch):
+    """Fake-quantised attention and MLP weights (a ``torch.Tensor`` subclass overriding ``F.linear``): the
+    fused nodes, whose backward GEMMs read the raw values, step aside, and the loss and gradients are the
+    unpatched model's."""
+    calls = _one_node_calls(monkeypatch)
+    ref, model = _build("llama")
+    hf.patch(model)
+    for m in (ref, model):
+        for layer in m.model.layers:
+            for lin in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj,
+                        layer.self_attn.o_proj, layer.mlp.gate_proj, layer.mlp.up_proj, layer.mlp.down_proj):
+                lin.weight = nn.Parameter(lin.weight.detach().as_subclass(_FakeQuant))
+    inputs = _inputs("llama")
+    ref_out, ref_grads = _loss_and_grads(ref, inputs)
+    out, grads = _loss_and_grads(model, inputs)
+    assert calls == []
+    torch.testing.assert_close(out.loss, ref_out.loss, rtol=1e-5, atol=1e-6)
+    for name in ref_grads:
+        torch.testing.assert_close(grads[name], ref_grads[name], rtol=1e-4, atol=1e-6, msg=name)
 
 
 @pytest.mark.parametrize("family", ["llama", "qwen2", "qwen3"])
