@@ -449,7 +449,8 @@ def accel_takes(op: str, *args: Any) -> bool:
     live overrides of ``op`` at the arguments' dispatch key (their ``cond``, the tuning table, a shape that
     failed before), as the call would get it. Under ``torch.compile`` (the arguments are fake tensors, and a
     call into the registry would break the graph): a live override at that key is enough, and its ``cond``
-    decides at run time inside the opaque op.
+    decides at run time inside the opaque op. Eager under a ``torch.func`` transform (grad, vmap), where
+    accel's autograd nodes cannot run: ``False``.
 
     Args:
         op: the accel op's qualified name (``"accel::swiglu"``).
@@ -457,13 +458,16 @@ def accel_takes(op: str, *args: Any) -> bool:
 
     Returns:
         ``True`` where a kernel takes the call, else ``False`` (no registration at this device's key, all
-        of them off, or every ``cond`` declines). A declined call counts in the override's ``declined``.
+        of them off, every ``cond`` declines, or a ``torch.func`` transform runs). A declined call counts in
+        the override's ``declined``.
     """
     slot = live_slot(op, _device_type(args[0]))
     if slot is None:
         return False
     if torch.compiler.is_compiling():
         return True
+    if _transforms_active():
+        return False
     for ov in slot.live:
         if ov.take(args, {}) is not None:
             return True

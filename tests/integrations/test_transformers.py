@@ -905,6 +905,24 @@ def test_a_model_with_tensor_subclass_weights_trains_as_its_own_code_does(cpu_ke
         torch.testing.assert_close(grads[name], ref_grads[name], rtol=1e-4, atol=1e-6, msg=name)
 
 
+def test_torch_func_grad_of_a_patched_model_is_the_unpatched_models(cpu_kernels):
+    """Under ``torch.func.grad`` (where accel's autograd nodes cannot run) every replacement runs the model's own
+    code: the gradients are the unpatched model's."""
+    from torch.func import functional_call, grad
+
+    ref, model = _build("llama")
+    hf.patch(model)
+    ids = _inputs("llama")["input_ids"]
+    results = []
+    for m in (ref, model):
+        params = {k: v.detach() for k, v in m.named_parameters()}
+        results.append(grad(lambda p, m=m: functional_call(m, p, (ids,), {"labels": ids, "use_cache": False})
+                            .loss)(params))
+    assert results[0].keys() == results[1].keys()
+    for name in results[0]:
+        torch.testing.assert_close(results[1][name], results[0][name], rtol=1e-4, atol=1e-6, msg=name)
+
+
 @pytest.mark.parametrize("family", ["llama", "qwen2", "qwen3"])
 def test_the_attentions_projections_run_as_one_node_and_step_aside_for_a_hooked_projection(family, cpu_kernels,
                                                                                          monkeypatch):
