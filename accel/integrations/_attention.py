@@ -27,7 +27,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from accel.kernels.core.autograd import below_autograd, first_order, keeps_graph, shared_input_backward
+from accel.kernels.core.autograd import below_autograd, direct_apply, first_order, keeps_graph, shared_input_backward
 from accel.kernels.ops.rope import op as rope_ops
 
 __all__ = ["self_attention"]
@@ -99,6 +99,9 @@ class _SelfAttention(torch.autograd.Function):
         return tuple(out)
 
 
+_APPLY = direct_apply(_SelfAttention)  # the node without autograd.Function.apply's Python wrapper
+
+
 def self_attention(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, weights: tuple, biases: tuple, *,
                    head_dim: int, scaling: float, enable_gqa: bool,
                    recompute: tuple[Callable[..., torch.Tensor], tuple[torch.Tensor, ...]] | None = None,
@@ -125,4 +128,4 @@ def self_attention(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, weight
             refusal of double backward (``create_graph=True``: the backward's ops are not recorded).
     """
     fn, tensors = (None, ()) if recompute is None else recompute
-    return _SelfAttention.apply(x, cos, sin, head_dim, scaling, enable_gqa, fn, *weights, *biases, *tensors)
+    return _APPLY(x, cos, sin, head_dim, scaling, enable_gqa, fn, *weights, *biases, *tensors)

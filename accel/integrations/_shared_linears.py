@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 import torch
 import torch.nn.functional as F
 
-from accel.kernels.core.autograd import first_order, shared_input_backward
+from accel.kernels.core.autograd import direct_apply, first_order, shared_input_backward
 
 __all__ = ["shared_input_linears"]
 
@@ -52,6 +52,9 @@ class _SharedInputLinears(torch.autograd.Function):
         return tuple(out)
 
 
+_APPLY = direct_apply(_SharedInputLinears)  # the node without autograd.Function.apply's Python wrapper
+
+
 def shared_input_linears(x: torch.Tensor, weights: Sequence[torch.Tensor],
                          biases: Sequence[torch.Tensor | None], *,
                          recompute: tuple[Callable[..., torch.Tensor], tuple[torch.Tensor, ...]] | None = None,
@@ -80,4 +83,4 @@ def shared_input_linears(x: torch.Tensor, weights: Sequence[torch.Tensor],
         raise ValueError(f"shared_input_linears: {len(weights)} weights and {len(biases)} biases. Pass one bias "
                          f"(or None) per weight, at least one weight.")
     fn, tensors = (None, ()) if recompute is None else recompute
-    return _SharedInputLinears.apply(x, len(weights), fn, *weights, *biases, *tensors)
+    return _APPLY(x, len(weights), fn, *weights, *biases, *tensors)

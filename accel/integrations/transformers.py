@@ -86,6 +86,7 @@ if TYPE_CHECKING:
 from accel import _caches, _compat
 from accel._once import warn_once
 from accel.errors import FeatureUnavailableError, IntegrationWarning
+from accel.kernels.core.autograd import decide
 from accel.kernels.core.slot import dispatch_key, live_slot
 from accel.kernels.ops.add_rms_norm_hf import op as add_rms_norm_ops
 from accel.kernels.ops.rms_norm_hf import op as rms_norm_ops
@@ -461,6 +462,13 @@ def accel_takes(op: str, *args: Any) -> bool:
         of them off, every ``cond`` declines, or a ``torch.func`` transform runs). A declined call counts in
         the override's ``declined``.
     """
+    return bool(_decision(op, *args))
+
+
+def _decision(op: str, *args: Any) -> Any:
+    """:func:`accel_takes`'s answer as the registry gives it (:func:`accel.kernels.core.autograd.decide`): the
+    decided call (an ``Answer``, which the op's ``answer=`` argument runs without routing the call again),
+    ``True`` or ``False``."""
     slot = live_slot(op, _device_type(args[0]))
     if slot is None:
         return False
@@ -468,10 +476,7 @@ def accel_takes(op: str, *args: Any) -> bool:
         return True
     if _transforms_active():
         return False
-    for ov in slot.live:
-        if ov.take(args, {}) is not None:
-            return True
-    return False
+    return decide(slot, args)
 
 
 # -------------------------------------------------------------------------------------- verification
@@ -583,9 +588,9 @@ def _build_rms_norm(cls: type, variant: str | None) -> tuple[type | None, str | 
             if y is not None:  # (its recipe kept where it was made)
                 return y
         if (args or kwargs or not (mixed_ok or hidden_states.dtype == weight.dtype)
-                or not accel_takes(RMS_NORM_OP, hidden_states, weight, eps, unit)):
+                or not (answer := _decision(RMS_NORM_OP, hidden_states, weight, eps, unit))):
             return forward(self, hidden_states, *args, **kwargs)  # the model's own code
-        y = rms_norm_ops.rms_norm(hidden_states, weight, eps, unit)
+        y = rms_norm_ops.rms_norm(hidden_states, weight, eps, unit, answer=answer)
         if torch.is_grad_enabled() and not torch.compiler.is_compiling():
             # how to make y again: a consumer that keeps this instead of y recomputes it in backward (where
             # norm_recompute allows; the attention's projections read the entry either way)
@@ -1291,9 +1296,9 @@ def _fused_add_norm(norm: nn.Module, h: torch.Tensor, residual: torch.Tensor,
     if (type(weight) not in _PLAIN_TENSORS or type(h) is not torch.Tensor or type(residual) is not torch.Tensor
             or h.shape != residual.shape or h.dtype != residual.dtype
             or not (type(norm).accel_mixed_ok or h.dtype == weight.dtype)
-            or not accel_takes(ADD_RMS_NORM_OP, h, residual, weight, eps, unit)):
+            or not (answer := _decision(ADD_RMS_NORM_OP, h, residual, weight, eps, unit))):
         return None
-    s, y = add_rms_norm_ops.add_rms_norm(h, residual, weight, eps, unit)
+    s, y = add_rms_norm_ops.add_rms_norm(h, residual, weight, eps, unit, answer=answer)
     grad = torch.is_grad_enabled()
     if grad:
         _keep_recipe(y, _RecomputeNorm(eps, unit), (s, weight), norm.__dict__.get("accel_norm_recompute", True))

@@ -8,6 +8,7 @@ with :func:`declare_backward`); this module knows no op by name.
 from __future__ import annotations
 
 import functools
+import threading
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -16,11 +17,12 @@ import torch
 
 from accel.errors import KernelRegistrationError, KernelRegistrationWarning
 
+from . import plans
 from .op import Op
-from .slot import SLOTS, dispatch_key
+from .slot import SLOTS, Slot, dispatch_key
 from .state import STATE
 
-__all__ = ["BACKWARD_OF", "below_autograd", "check_training", "declare_backward", "eager_autograd",
+__all__ = ["BACKWARD_OF", "Answer", "below_autograd", "check_training", "decide", "declare_backward", "direct_apply", "eager_autograd",
            "keeps_graph", "orphaned_forwards", "refuse_without_autograd"]
 
 
@@ -102,6 +104,45 @@ def check_training(api: str) -> None:
 
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
+#: ``autograd.Function.apply`` below its Python wrapper (the C++ classmethod), where this torch has it.
+_C_APPLY = torch._C._FunctionBase.__dict__.get("apply")
+_wrapped = getattr(torch._C._functorch, "is_functorch_wrapped_tensor", None)
+_transforms = getattr(torch._C, "_are_functorch_transforms_active", None)
+
+
+def direct_apply(function: type[torch.autograd.Function]) -> Callable:
+    """``function.apply`` without its Python wrapper where the wrapper would do nothing: ``function`` has no
+    ``setup_context`` (the wrapper binds default arguments for one), no ``torch.func`` transform is active and no
+    tensor argument is a functorch wrapper (a tensor that escaped a transform, which the wrapper unwraps); in
+    any other case, and on a torch without these internals, ``function.apply`` itself.
+
+    Why: the wrapper's checks cost about 2 µs per call on this project's CPU host (8.7 against 6.9 µs for a
+    twelve-argument node; a patched HF Llama layer applies five nodes per forward:
+    ``benchmarks/model_host_cpu.py``).
+
+    Args:
+        function: an ``autograd.Function`` subclass with the old-style ``forward(ctx, *args)``.
+
+    Returns:
+        A function of ``function``'s positional arguments returning what ``function.apply`` returns.
+    """
+    apply = function.apply
+    if (_C_APPLY is None or _wrapped is None or _transforms is None
+            or function.setup_context is not torch.autograd.Function.setup_context):
+        return apply
+    direct = _C_APPLY.__get__(None, function)
+    tensor, wrapped, transforms = torch.Tensor, _wrapped, _transforms
+
+    def run(*args: Any) -> Any:
+        if transforms():
+            return apply(*args)
+        for a in args:
+            if isinstance(a, tensor) and wrapped(a):
+                return apply(*args)
+        return direct(*args)
+
+    run.__doc__ = f"{function.__name__}.apply (:func:`accel.kernels.core.autograd.direct_apply`)."
+    return run
 
 
 def eager_autograd(op: Any, setup_context: Callable, backward: Callable) -> Callable:
@@ -125,7 +166,12 @@ def eager_autograd(op: Any, setup_context: Callable, backward: Callable) -> Call
     """
 
     def forward(ctx, *args):
-        output = below_autograd(op, *args)  # grad mode is off inside an autograd.Function's forward
+        answer = _PENDING.answer  # set by answered() just before apply: this call's decided kernel
+        if answer is None:
+            output = below_autograd(op, *args)  # grad mode is off inside an autograd.Function's forward
+        else:
+            _PENDING.answer = None
+            output = answer(*args)
         setup_context(ctx, args, output)
         return output
 
@@ -136,16 +182,74 @@ def eager_autograd(op: Any, setup_context: Callable, backward: Callable) -> Call
     _Eager = type(f"Eager_{op.name().replace('::', '_')}", (torch.autograd.Function,),
                   {"forward": staticmethod(forward), "backward": staticmethod(run_backward), "__module__": __name__})
 
+    apply = direct_apply(_Eager)
+
     def call(*args):
         if (torch.compiler.is_compiling() or torch._C._functorch.peek_interpreter_stack() is not None
                 or any(isinstance(a, torch.Tensor) and type(a) not in _PLAIN for a in args)):
             return op(*args)
         if not torch.is_grad_enabled():
             return below_autograd(op, *args)
-        return _Eager.apply(*args)
+        return apply(*args)
+
+    def answered(answer, *args):
+        """``call(*args)`` where ``answer`` is :func:`decide`'s :class:`Answer` for these arguments, decided just
+        now: the same node and formula, its forward running ``answer`` instead of routing the call again."""
+        if type(answer) is not Answer:
+            return call(*args)
+        if not torch.is_grad_enabled():
+            return answer(*args)
+        _PENDING.answer = answer
+        try:
+            return apply(*args)
+        finally:
+            _PENDING.answer = None
 
     call.function = _Eager  # type: ignore[attr-defined]
+    call.answered = answered  # type: ignore[attr-defined]
     return call
+
+
+class _Pending(threading.local):
+    answer: Any = None
+
+
+#: The :class:`Answer` an ``eager_autograd`` call hands its Function's forward (per thread: set just before the
+#: Function is applied, taken by its forward).
+_PENDING = _Pending()
+
+
+class Answer:
+    """``op(*args)`` decided ahead of the call (:func:`decide`): the override's function for these arguments, run
+    as accel's router runs it (inside the slot's guard, booked as routed, ATen's result where it raises), without
+    routing the call again. Valid for the arguments it was decided for, at once (nothing in between may change
+    them, the registry or the tuning tables)."""
+
+    __slots__ = ("fn", "ov", "slot")
+
+    def __init__(self, slot: Slot, ov: Any, fn: Callable) -> None:
+        self.slot, self.ov, self.fn = slot, ov, fn
+
+    def __call__(self, *args: Any) -> Any:
+        return self.slot.run_guarded(self.ov, args, {}, self.fn)
+
+
+def decide(slot: Slot, args: tuple) -> Answer | bool:
+    """How ``slot``'s live overrides answer ``op(*args)`` when eager code calls it now (not compiling, no
+    ``torch.func`` transform: the caller checks both), in the router's order: an :class:`Answer` where an
+    override takes the call and the op's call below autograd would reach accel's router directly
+    (:func:`below_autograd`'s conditions: no torch dispatch or function mode, no profiler, plain tensors);
+    ``True`` where one takes it but the call must go through the dispatcher; ``False`` where none takes it
+    (each override counts it as declined). The eager call of an op (``eager_autograd``'s ``answered``) then runs
+    the answer instead of routing the call a second time: the signature, memo lookup and router, about 3 µs per
+    call on this project's CPU host (``benchmarks/model_host_cpu.py``)."""
+    for ov in slot.live:
+        fn = ov.take(args, {})
+        if fn is not None:
+            if fn is plans.FALLBACK or slot.direct is None or slot.inside.on or not _direct_ok(args):
+                return True
+            return Answer(slot, ov, fn)
+    return False
 
 
 def keeps_graph() -> bool:
@@ -254,16 +358,23 @@ def _direct_slot(op: Any, args: tuple) -> Any:
     dispatcher (:func:`below_autograd`), or ``None`` where the dispatcher must run: a torch dispatch or function
     mode, the profiler (which records the op's call there), a ``torch.func`` transform, a JIT trace, a tensor
     subclass, or no accel router at that key. Called with grad mode off and not compiling."""
-    if (torch._C._len_torch_dispatch_stack() or torch._C._is_torch_function_mode_enabled()
-            or torch._C._autograd._profiler_enabled() or torch._C._functorch.peek_interpreter_stack() is not None
-            or torch._C._get_tracing_state() is not None or not args or type(args[0]) not in _PLAIN):
+    if not _direct_ok(args):
         return None
-    for a in args:
-        if isinstance(a, torch.Tensor) and type(a) not in _PLAIN:
-            return None
     name = _NAMES.get(op)
     if name is None:
         name = _NAMES.setdefault(op, op.name())
     key = dispatch_key(args[0].device.type)
     slot = SLOTS.get((name, key)) if key is not None else None
     return slot if slot is not None and slot.direct is not None else None
+
+
+def _direct_ok(args: tuple) -> bool:
+    """Whether the dispatcher would do nothing but call the backend kernel for ``args`` (:func:`_direct_slot`)."""
+    if (torch._C._len_torch_dispatch_stack() or torch._C._is_torch_function_mode_enabled()
+            or torch._C._autograd._profiler_enabled() or torch._C._functorch.peek_interpreter_stack() is not None
+            or torch._C._get_tracing_state() is not None or not args or type(args[0]) not in _PLAIN):
+        return False
+    for a in args:
+        if isinstance(a, torch.Tensor) and type(a) not in _PLAIN:
+            return False
+    return True

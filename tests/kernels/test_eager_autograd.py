@@ -190,3 +190,119 @@ def test_the_backward_formulas_op_call_takes_the_same_direct_path(counted, monke
     y2 = torch.ops.accel.rms_norm_hf(x2, w2, 1e-6, False)[0]  # the custom op's own autograd: dispatched
     y2.backward(torch.ones_like(y2))
     assert torch.equal(x.grad, x2.grad) and torch.equal(w.grad, w2.grad)
+
+
+class _Scale(torch.autograd.Function):
+    """``x * k`` whose forward counts the tensors it sees unwrapped (a functorch wrapper is not a plain leaf)."""
+
+    seen: list = []
+
+    @staticmethod
+    def forward(ctx, x, k):
+        _Scale.seen.append(torch._C._functorch.is_functorch_wrapped_tensor(x))
+        ctx.k = k
+        return x * k
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * ctx.k, None
+
+
+class _WithSetup(torch.autograd.Function):
+    @staticmethod
+    def forward(x, k=2.0):
+        return x * k
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.k = inputs[1]
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * ctx.k, None
+
+
+def test_direct_apply_gives_apply_s_outputs_gradients_and_node():
+    from accel.kernels.core.autograd import direct_apply
+
+    runs = []
+    for apply in (_Scale.apply, direct_apply(_Scale)):
+        x = torch.arange(4.0, requires_grad=True)
+        y = apply(x, 3.0)
+        y.sum().backward()
+        runs.append((y.detach(), x.grad, type(y.grad_fn).__name__))
+    assert torch.equal(runs[0][0], runs[1][0]) and torch.equal(runs[0][1], runs[1][1])
+    assert runs[0][2] == runs[1][2] == "_ScaleBackward"
+
+
+def test_direct_apply_leaves_transforms_escaped_wrappers_and_setup_context_to_apply():
+    from accel.kernels.core.autograd import direct_apply
+
+    apply = direct_apply(_Scale)
+    # under torch.func.grad: apply's own path, which refuses a Function without setup_context (not the C++
+    # apply, which would record a node the transform never sees)
+    with pytest.raises(RuntimeError, match="setup_context"):
+        torch.func.grad(lambda x: apply(x, 3.0).sum())(torch.arange(3.0))
+    # a tensor that escaped a transform is still a (dead) functorch wrapper: apply unwraps it first
+    leaked = []
+    torch.func.grad(lambda x: leaked.append(x * 1) or (x * x).sum())(torch.arange(3.0))
+    assert torch._C._functorch.is_functorch_wrapped_tensor(leaked[0])
+    _Scale.seen.clear()
+    out = apply(leaked[0], 2.0)
+    assert _Scale.seen == [False] and torch.equal(out, torch.arange(3.0) * 2)
+    # a Function with setup_context: apply binds its default arguments, so it is apply itself
+    assert direct_apply(_WithSetup) == _WithSetup.apply
+
+
+@pytest.fixture
+def cpu_norm():
+    """``accel::rms_norm_hf``'s reference registered at the CPU key as a kernel, wrapped to count its calls."""
+    import accel.kernels as ak
+    from accel.kernels.ops.rms_norm_hf import reference
+
+    calls = []
+
+    def impl(*args):
+        calls.append(args)
+        return reference.rms_norm_hf(*args)
+
+    name = ak.register("accel::rms_norm_hf", impl=impl, backends=["cpu"], dsl="triton", name="test_decide.cpu")
+    try:
+        yield name, calls
+    finally:
+        ak.unregister(name)
+
+
+def test_a_decided_call_runs_its_answer_once_with_the_op_s_node_and_gradients(cpu_norm):
+    import accel.kernels as ak
+    from accel.kernels.core.autograd import Answer, decide
+    from accel.kernels.core.slot import live_slot
+
+    name, calls = cpu_norm
+    slot = live_slot("accel::rms_norm_hf", "cpu")
+    runs = []
+    for decided in (False, True):
+        x, w = _norm_leaves(torch.float32)
+        calls.clear()
+        answer = decide(slot, (x, w, 1e-6, False)) if decided else None
+        assert decided is False or type(answer) is Answer
+        y = rn_op.rms_norm(x, w, 1e-6, False, answer=answer)
+        y.backward(torch.ones_like(y))
+        assert len(calls) == 1  # the kernel ran once: the decided call was not routed again
+        runs.append((y.detach(), x.grad, w.grad, type(y.grad_fn).__name__))
+    (y0, gx0, gw0, node0), (y1, gx1, gw1, node1) = runs
+    assert torch.equal(y0, y1) and torch.equal(gx0, gx1) and torch.equal(gw0, gw1)
+    assert node0 == node1 == "Eager_accel_rms_norm_hfBackward"
+    assert {o.name: o.routed for o in ak.overrides()}[name] == 2
+
+
+def test_decide_says_true_not_an_answer_where_the_call_must_pass_the_dispatcher(cpu_norm):
+    from accel.kernels.core.autograd import decide
+    from accel.kernels.core.slot import live_slot
+
+    slot = live_slot("accel::rms_norm_hf", "cpu")
+    x, w = _norm_leaves(torch.float32)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        assert decide(slot, (x, w, 1e-6, False)) is True  # the profiler records the op at the dispatcher
+        rn_op.rms_norm(x, w, 1e-6, False, answer=True)
+    assert any(e.name == "accel::rms_norm_hf" for e in prof.events())

@@ -17,6 +17,8 @@ input gradient is ``grad_sum`` itself, with no kernel.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from accel.kernels.core.autograd import below_autograd, eager_autograd
@@ -89,7 +91,7 @@ _add_rms_norm_hf = eager_autograd(torch.ops.accel.add_rms_norm_hf.default, _setu
 
 
 def add_rms_norm(input: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float,
-                 unit_offset: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+                 unit_offset: bool = False, *, answer: Any = None) -> tuple[torch.Tensor, torch.Tensor]:
     """``(input + residual, rms_norm(input + residual))`` with the model's rounding (``accel::add_rms_norm_hf``'s
     ``sum`` and ``y``): a decoder layer's ``h = residual + h; residual = h; h = norm(h)`` in one op.
 
@@ -100,6 +102,8 @@ def add_rms_norm(input: torch.Tensor, residual: torch.Tensor, weight: torch.Tens
             input's dtype).
         eps: added to the mean square.
         unit_offset: Gemma's ``1 + weight`` in fp32, one cast at the end; else Llama's rounding.
+        answer: what :func:`accel.kernels.core.autograd.decide` gave for exactly these arguments just now (its
+            ``Answer`` runs without routing the call again), or ``None``.
 
     Returns:
         ``(sum, y)``: ``sum`` the input's dtype and layout (the next residual), ``y`` the normalised ``sum``.
@@ -117,5 +121,8 @@ def add_rms_norm(input: torch.Tensor, residual: torch.Tensor, weight: torch.Tens
         >>> add_rms_norm(torch.tensor([[1.0, 4.0]]), torch.tensor([[2.0, 0.0]]), torch.ones(2), 0.0)
         (tensor([[3., 4.]]), tensor([[0.8485, 1.1314]]))
     """
-    s, y, _ = _add_rms_norm_hf(input, residual, weight, eps, unit_offset)
+    if answer is None:
+        s, y, _ = _add_rms_norm_hf(input, residual, weight, eps, unit_offset)
+    else:
+        s, y, _ = _add_rms_norm_hf.answered(answer, input, residual, weight, eps, unit_offset)
     return s, y

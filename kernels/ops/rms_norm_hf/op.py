@@ -12,6 +12,8 @@ autograd of Hugging Face's module keeps an fp32 copy of the input and four more 
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from accel.kernels.core.autograd import below_autograd, eager_autograd
@@ -77,7 +79,8 @@ rms_norm_hf.register_autograd(_backward, setup_context=_setup_context)
 _rms_norm_hf = eager_autograd(torch.ops.accel.rms_norm_hf.default, _setup_context, _backward)
 
 
-def rms_norm(input: torch.Tensor, weight: torch.Tensor, eps: float, unit_offset: bool = False) -> torch.Tensor:
+def rms_norm(input: torch.Tensor, weight: torch.Tensor, eps: float, unit_offset: bool = False, *,
+             answer: Any = None) -> torch.Tensor:
     """The normalised ``input`` with the model's rounding (``accel::rms_norm_hf``'s ``y``).
 
     Args:
@@ -86,6 +89,8 @@ def rms_norm(input: torch.Tensor, weight: torch.Tensor, eps: float, unit_offset:
             result has the input's dtype).
         eps: added to the mean square.
         unit_offset: Gemma's ``1 + weight`` in fp32, one cast at the end; else Llama's rounding.
+        answer: what :func:`accel.kernels.core.autograd.decide` gave for exactly these arguments just now (its
+            ``Answer`` runs without routing the call again), or ``None``.
 
     Example:
         >>> import torch
@@ -93,4 +98,6 @@ def rms_norm(input: torch.Tensor, weight: torch.Tensor, eps: float, unit_offset:
         >>> rms_norm(torch.tensor([[3.0, 4.0]]), torch.ones(2), 0.0)
         tensor([[0.8485, 1.1314]])
     """
-    return _rms_norm_hf(input, weight, eps, unit_offset)[0]
+    if answer is None:
+        return _rms_norm_hf(input, weight, eps, unit_offset)[0]
+    return _rms_norm_hf.answered(answer, input, weight, eps, unit_offset)[0]

@@ -15,6 +15,8 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
+from accel.kernels.core.autograd import direct_apply
+
 from . import op as swiglu_ops
 
 __all__ = ["down_backward", "swiglu_linear"]
@@ -43,6 +45,9 @@ class _SwiGLULinear(torch.autograd.Function):
         grad_w, grad_gate, grad_up = down_backward(grad_out, rows, weight, gate, up, need_w, need_gate or need_up,
                                                    swiglu_ops.swiglu, torch.ops.accel.swiglu_backward)
         return (grad_gate if need_gate else None), (grad_up if need_up else None), grad_w, grad_b
+
+
+_APPLY = direct_apply(_SwiGLULinear)  # the node without autograd.Function.apply's Python wrapper
 
 
 def down_backward(grad_out: torch.Tensor, rows: torch.Tensor, weight: torch.Tensor, gate: torch.Tensor,
@@ -97,4 +102,4 @@ def swiglu_linear(gate: torch.Tensor, up: torch.Tensor, weight: torch.Tensor,
         RuntimeError: what ``accel::swiglu`` raises for ``gate``/``up`` (shapes, dtypes or devices differ);
             ``F.linear``'s own errors for ``weight``/``bias``.
     """
-    return _SwiGLULinear.apply(gate, up, weight, bias)
+    return _APPLY(gate, up, weight, bias)

@@ -28,7 +28,7 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
-from accel.kernels.core.autograd import below_autograd, first_order, keeps_graph, shared_input_backward
+from accel.kernels.core.autograd import below_autograd, direct_apply, first_order, keeps_graph, shared_input_backward
 
 from .linear import down_backward
 
@@ -91,6 +91,9 @@ class _SwiGLUMLP(torch.autograd.Function):
         return tuple(grads)
 
 
+_APPLY = direct_apply(_SwiGLUMLP)  # the node without autograd.Function.apply's Python wrapper
+
+
 def swiglu_mlp(x: torch.Tensor, gate_weight: torch.Tensor, up_weight: torch.Tensor, down_weight: torch.Tensor,
                gate_bias: torch.Tensor | None = None, up_bias: torch.Tensor | None = None,
                down_bias: torch.Tensor | None = None, *,
@@ -117,4 +120,4 @@ def swiglu_mlp(x: torch.Tensor, gate_weight: torch.Tensor, up_weight: torch.Tens
             (``create_graph=True``: the backward's ops are not recorded).
     """
     fn, tensors = (None, ()) if recompute is None else recompute
-    return _SwiGLUMLP.apply(x, gate_weight, up_weight, down_weight, gate_bias, up_bias, down_bias, fn, *tensors)
+    return _APPLY(x, gate_weight, up_weight, down_weight, gate_bias, up_bias, down_bias, fn, *tensors)
