@@ -27,7 +27,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from accel.kernels.core.autograd import below_autograd, direct_apply, first_order, keeps_graph, shared_input_backward
+from accel.kernels.core.autograd import (below_autograd, direct_apply, first_order, graph_grad, keeps_graph,
+                                        shared_input_backward)
 from accel.kernels.ops.rope import op as rope_ops
 
 __all__ = ["self_attention"]
@@ -82,7 +83,7 @@ class _SelfAttention(torch.autograd.Function):
             [rows], [wo], [need[10]], [need[14] and has_bias[3]], True,
             lambda: o.transpose(1, 2).reshape(b, s, -1))
         grad_o = grad_attn.view(b, s, -1, ctx.head_dim).transpose(1, 2)
-        grad_q, grad_k, grad_v = torch.autograd.grad(o, (q, k, v), grad_o, retain_graph=ctx.graph is not None)
+        grad_q, grad_k, grad_v = graph_grad(o, (q, k, v), grad_o, ctx.graph is not None)
         graph = o = q = k = v = None  # SDPA's saved tensors go with its graph
         grad_q, grad_k = below_autograd(_ROPE_BACKWARD, grad_q, grad_k, cos, sin, 1)
         heads = [g.transpose(1, 2).reshape(b * s, -1) for g in (grad_q, grad_k, grad_v)]

@@ -306,3 +306,18 @@ def test_decide_says_true_not_an_answer_where_the_call_must_pass_the_dispatcher(
         assert decide(slot, (x, w, 1e-6, False)) is True  # the profiler records the op at the dispatcher
         rn_op.rms_norm(x, w, 1e-6, False, answer=True)
     assert any(e.name == "accel::rms_norm_hf" for e in prof.events())
+
+
+def test_graph_grad_is_autograd_grad_bit_for_bit_and_frees_the_graph_unless_kept():
+    from accel.kernels.core.autograd import graph_grad
+
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, h, 6, 4, generator=g).requires_grad_() for h in (4, 2, 2))
+    o = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    grad = torch.randn(o.shape, generator=g)
+    want = torch.autograd.grad(o, (q, k, v), grad, retain_graph=True)
+    got = graph_grad(o, (q, k, v), grad, True)
+    assert all(torch.equal(a, b) for a, b in zip(want, got))
+    graph_grad(o, (q, k, v), grad, False)
+    with pytest.raises(RuntimeError, match="second time"):
+        graph_grad(o, (q, k, v), grad, False)

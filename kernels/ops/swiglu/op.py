@@ -88,8 +88,12 @@ def _first_taking(qualname: str, device_type: str, args: tuple) -> tuple:
     key that takes ``args`` (the router's choice), or ``(slot, None, None)``; ``slot`` ``None`` where none is
     live or a kernel registered above accel's router answers the key instead."""
     slot = live_slot(qualname, device_type)
-    shadowed = getattr(slot.path, "shadowed_by", None) if slot is not None else None
-    if slot is None or slot.reentered() or (shadowed is not None and shadowed(slot) is not None):
+    if slot is None or slot.reentered():
+        return None, None, None
+    # a router that is called without the dispatcher anyway (accel's own ops: no other library registers a
+    # kernel above it) needs no look at the key's kernel, a torch.library.get_kernel per call
+    shadowed = getattr(slot.path, "shadowed_by", None) if slot.direct is None else None
+    if shadowed is not None and shadowed(slot) is not None:
         return None, None, None
     sig = plans.signature(args)
     for ov in slot.live:
