@@ -49,3 +49,25 @@ def test_eager_autograd_host_benchmark_times_the_three_paths(tmp_path):
     bad = subprocess.run([sys.executable, str(EAGER), "--calls", "0"], capture_output=True, text=True, timeout=120,
                          check=False)
     assert bad.returncode == 2 and "--calls 0: need at least 1" in bad.stderr
+
+
+MODEL = SCRIPT.with_name("model_host_cpu.py")
+
+
+@pytest.mark.once
+def test_model_host_benchmark_times_both_modes_with_accel_s_ops_routed(tmp_path):
+    pytest.importorskip("transformers", reason="transformers is not installed: the benchmark builds an HF Llama")
+    out = subprocess.run([sys.executable, str(MODEL), "--steps", "2", "--repeat", "1", "--json", "--out", str(tmp_path)],
+                         capture_output=True, text=True, timeout=300, check=False)
+    assert out.returncode == 0, out.stderr[-2000:]
+    report = json.loads(out.stdout)
+    assert [r["what"] for r in report["rows"]] == ["forward", "forward + backward", "one decoder layer, forward"]
+    assert all(r["eager_us"] > 0 and r["accel_us"] > 0 for r in report["rows"])
+    # the accel mode ran accel's ops (each layer's fused add + norm, RoPE, SwiGLU, the loss), not the model's code
+    routed = report["routed"]
+    assert routed["add_rms_norm_hf_fwd.triton"] > 0 and routed["rope_fwd.triton"] > 0
+    assert routed["swiglu_fwd.triton"] > 0 and routed["linear_cross_entropy_fwd.triton"] > 0
+    assert (tmp_path / "model_host_cpu.md").read_text().startswith("# Patched HF Llama's host time")
+    bad = subprocess.run([sys.executable, str(MODEL), "--steps", "0"], capture_output=True, text=True, timeout=120,
+                         check=False)
+    assert bad.returncode == 2 and "need at least 1" in bad.stderr
