@@ -113,8 +113,8 @@ _transforms = getattr(torch._C, "_are_functorch_transforms_active", None)
 def direct_apply(function: type[torch.autograd.Function]) -> Callable:
     """``function.apply`` without its Python wrapper where the wrapper would do nothing: ``function`` has no
     ``setup_context`` (the wrapper binds default arguments for one), no ``torch.func`` transform is active and no
-    tensor argument is a functorch wrapper (a tensor that escaped a transform, which the wrapper unwraps); in
-    any other case, and on a torch without these internals, ``function.apply`` itself.
+    tensor argument is a functorch wrapper (a tensor that escaped a transform, which the wrapper unwraps); under
+    ``torch.compile``, in any other case, and on a torch without these internals, ``function.apply`` itself.
 
     Why: the wrapper's checks cost about 2 µs per call on this project's CPU host (8.7 against 6.9 µs for a
     twelve-argument node; a patched HF Llama layer applies five nodes per forward:
@@ -133,8 +133,10 @@ def direct_apply(function: type[torch.autograd.Function]) -> Callable:
     direct = _C_APPLY.__get__(None, function)
     tensor, wrapped, transforms = torch.Tensor, _wrapped, _transforms
 
+    compiling = torch.compiler.is_compiling
+
     def run(*args: Any) -> Any:
-        if transforms():
+        if compiling() or transforms():  # (torch.compile traces Function.apply, not the C++ classmethod)
             return apply(*args)
         for a in args:
             if isinstance(a, tensor) and wrapped(a):
@@ -234,7 +236,7 @@ class Answer:
         return self.slot.run_guarded(self.ov, args, {}, self.fn)
 
 
-def decide(slot: Slot, args: tuple) -> Answer | bool:
+def decide(slot: Slot, args: tuple, answer: bool = True) -> Answer | bool:
     """How ``slot``'s live overrides answer ``op(*args)`` when eager code calls it now (not compiling, no
     ``torch.func`` transform: the caller checks both), in the router's order: an :class:`Answer` where an
     override takes the call and the op's call below autograd would reach accel's router directly
@@ -242,11 +244,13 @@ def decide(slot: Slot, args: tuple) -> Answer | bool:
     ``True`` where one takes it but the call must go through the dispatcher; ``False`` where none takes it
     (each override counts it as declined). The eager call of an op (``eager_autograd``'s ``answered``) then runs
     the answer instead of routing the call a second time: the signature, memo lookup and router, about 3 µs per
-    call on this project's CPU host (``benchmarks/model_host_cpu.py``)."""
+    call on this project's CPU host (``benchmarks/model_host_cpu.py``). ``answer=False``: ``True`` in place of an
+    ``Answer`` (a decision alone, for arguments that are stand-ins of the call's)."""
     for ov in slot.live:
         fn = ov.take(args, {})
         if fn is not None:
-            if fn is plans.FALLBACK or slot.direct is None or slot.inside.on or not _direct_ok(args):
+            if (not answer or fn is plans.FALLBACK or slot.direct is None or slot.inside.on
+                    or not _direct_ok(args)):
                 return True
             return Answer(slot, ov, fn)
     return False

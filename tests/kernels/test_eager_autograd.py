@@ -321,3 +321,23 @@ def test_graph_grad_is_autograd_grad_bit_for_bit_and_frees_the_graph_unless_kept
     graph_grad(o, (q, k, v), grad, False)
     with pytest.raises(RuntimeError, match="second time"):
         graph_grad(o, (q, k, v), grad, False)
+
+
+class _Double(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * 2
+
+
+def test_direct_apply_under_torch_compile_is_the_traced_function_apply():
+    from accel.kernels.core.autograd import direct_apply
+
+    apply = direct_apply(_Double)
+    f = torch.compile(lambda x: apply(x) + 1, backend="eager", fullgraph=True)  # fullgraph: no break at the call
+    x = torch.arange(3.0, requires_grad=True)
+    f(x).sum().backward()
+    assert torch.equal(x.grad, torch.full((3,), 2.0))
