@@ -956,25 +956,15 @@ def _one_node_attention(module: nn.Module, x: torch.Tensor, kwargs: dict[str, An
     if type(head_dim) is not int or hq % head_dim or hk % head_dim or weights[2]["weight"].shape[0] != hk:
         return None
     b, s = x.shape[0], x.shape[1]
-    # stand-ins of q and k as the attention's code lays them out, for the decisions (never written)
-    q_like, k_like = _stand_in(x, b, s, hq, head_dim), _stand_in(x, b, s, hk, head_dim)
+    # stand-ins of q and k as the attention's code lays them out (allocated, never written), for the decisions
+    q_like = x.new_empty((b, s, hq)).view(b, s, -1, head_dim).transpose(1, 2)
+    k_like = x.new_empty((b, s, hk)).view(b, s, -1, head_dim).transpose(1, 2)
     if groups > 1 and not use_gqa(None, k_like, k_like):
         return None  # the model's code repeats k and v per head group
     if not (rope_reference.accepts(q_like, k_like, cos, sin, 1) and accel_takes(ROPE_OP, q_like, k_like, cos, sin, 1)):
         return None
     return self_attention(x, cos, sin, tuple(w["weight"] for w in weights), tuple(w["bias"] for w in weights),
                           head_dim=head_dim, scaling=attrs["scaling"], enable_gqa=groups > 1, recompute=recipe)
-
-
-def _stand_in(x: torch.Tensor, b: int, s: int, width: int, head_dim: int) -> torch.Tensor:
-    """A ``[b, width // head_dim, s, head_dim]`` tensor laid out as ``F.linear(x, w).view(b, s, -1, head_dim)
-    .transpose(1, 2)`` is (a ``[b, s, width]`` linear output's heads), of ``x``'s dtype and device, for a decision
-    on that layout: a view of ``x``'s own memory where ``x`` is contiguous and holds that many elements (no
-    allocation; ``x``'s address, which the memo's 16-byte alignment reads, is a fresh buffer's like the linear
-    output's), else allocated and never written."""
-    if width <= x.shape[-1] and x.is_contiguous():
-        return x.as_strided((b, width // head_dim, s, head_dim), (s * width, head_dim, width, 1))
-    return x.new_empty((b, s, width)).view(b, s, -1, head_dim).transpose(1, 2)
 
 
 class _SharedProjections:
