@@ -22,8 +22,8 @@ from .op import Op
 from .slot import SLOTS, Slot, dispatch_key
 from .state import STATE
 
-__all__ = ["BACKWARD_OF", "Answer", "below_autograd", "check_training", "decide", "declare_backward", "direct_apply", "eager_autograd", "graph_grad",
-           "keeps_graph", "orphaned_forwards", "refuse_without_autograd"]
+__all__ = ["BACKWARD_OF", "Answer", "below_autograd", "check_training", "decide", "declare_backward", "direct_apply",
+           "eager_autograd", "graph_grad", "keeps_graph", "orphaned_forwards", "refuse_without_autograd"]
 
 
 def refuse_without_autograd(op: Op) -> None:
@@ -197,7 +197,7 @@ def eager_autograd(op: Any, setup_context: Callable, backward: Callable) -> Call
     def answered(answer, *args):
         """``call(*args)`` where ``answer`` is :func:`decide`'s :class:`Answer` for these arguments, decided just
         now: the same node and formula, its forward running ``answer`` instead of routing the call again."""
-        if type(answer) is not Answer:
+        if type(answer) is not Answer or not answer.holds(args):
             return call(*args)
         if not torch.is_grad_enabled():
             return answer(*args)
@@ -227,10 +227,17 @@ class Answer:
     routing the call again. Valid for the arguments it was decided for, at once (nothing in between may change
     them, the registry or the tuning tables)."""
 
-    __slots__ = ("fn", "ov", "slot")
+    __slots__ = ("args", "fn", "ov", "slot")
 
-    def __init__(self, slot: Slot, ov: Any, fn: Callable) -> None:
-        self.slot, self.ov, self.fn = slot, ov, fn
+    def __init__(self, slot: Slot, ov: Any, fn: Callable, args: tuple) -> None:
+        self.slot, self.ov, self.fn, self.args = slot, ov, fn, args
+
+    def holds(self, args: tuple) -> bool:
+        """Whether this answer is for ``args`` (the same objects) and its override is still live at its slot (not
+        disabled or unregistered since the decision)."""
+        mine = self.args
+        return (len(args) == len(mine) and all(a is b for a, b in zip(args, mine))
+                and self.ov in self.slot.live)
 
     def __call__(self, *args: Any) -> Any:
         return self.slot.run_guarded(self.ov, args, {}, self.fn)
@@ -241,7 +248,9 @@ def decide(slot: Slot, args: tuple, answer: bool = True) -> Answer | bool:
     ``torch.func`` transform: the caller checks both), in the router's order: an :class:`Answer` where an
     override takes the call and the op's call below autograd would reach accel's router directly
     (:func:`below_autograd`'s conditions: no torch dispatch or function mode, no profiler, plain tensors);
-    ``True`` where one takes it but the call must go through the dispatcher; ``False`` where none takes it
+    ``True`` where one takes it but the call must go through the dispatcher (and where planning failed or one of
+    the slot's impls is running: the routed call then gets ATen's, or the next override's, answer, as the router
+    gives it); ``False`` where none takes it
     (each override counts it as declined). The eager call of an op (``eager_autograd``'s ``answered``) then runs
     the answer instead of routing the call a second time: the signature, memo lookup and router, about 3 µs per
     call on this project's CPU host (``benchmarks/model_host_cpu.py``). ``answer=False``: ``True`` in place of an
@@ -252,7 +261,7 @@ def decide(slot: Slot, args: tuple, answer: bool = True) -> Answer | bool:
             if (not answer or fn is plans.FALLBACK or slot.direct is None or slot.inside.on
                     or not _direct_ok(args)):
                 return True
-            return Answer(slot, ov, fn)
+            return Answer(slot, ov, fn, args)
     return False
 
 
@@ -301,7 +310,9 @@ def graph_grad(output: torch.Tensor, inputs: tuple[torch.Tensor, ...], grad: tor
     """``torch.autograd.grad(output, inputs, grad, retain_graph=retain_graph)`` for a graph the caller built itself
     (``grad`` of ``output``'s shape and dtype; every input reached): the autograd engine's call without
     ``autograd.grad``'s argument handling, which costs about 14 µs per call on this project's CPU host (44 against
-    30 µs for one small SDPA's backward); ``autograd.grad`` itself on a torch without that entry point.
+    30 µs for one small SDPA's backward); ``autograd.grad`` itself on a torch without that entry point. Not a
+    ``__torch_function__`` call: a mode or subclass that intercepts ``autograd.grad`` does not see it (the
+    caller's graph is its own node's, made of plain tensors).
 
     Returns:
         The gradients of ``inputs``, in order.

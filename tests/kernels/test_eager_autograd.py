@@ -341,3 +341,26 @@ def test_direct_apply_under_torch_compile_is_the_traced_function_apply():
     x = torch.arange(3.0, requires_grad=True)
     f(x).sum().backward()
     assert torch.equal(x.grad, torch.full((3,), 2.0))
+
+
+def test_an_answer_for_other_arguments_or_a_disabled_override_is_ignored_and_the_call_routed(cpu_norm):
+    import accel.kernels as ak
+    from accel.kernels.core.autograd import decide
+    from accel.kernels.core.slot import live_slot
+
+    name, calls = cpu_norm
+    slot = live_slot("accel::rms_norm_hf", "cpu")
+    x, w = _norm_leaves(torch.float32)
+    answer = decide(slot, (x, w, 1e-6, False))
+    other, _ = _norm_leaves(torch.float32)
+    calls.clear()
+    y = rn_op.rms_norm(other, w, 1e-6, False, answer=answer)  # routed: the kernel sees `other`
+    assert len(calls) == 1 and calls[0][0] is other
+    ak.disable(name=name)
+    try:
+        calls.clear()
+        z = rn_op.rms_norm(x, w, 1e-6, False, answer=answer)  # disabled since: the op's default kernel answers
+        assert calls == [] and torch.allclose(z, rn_op.rms_norm(x, w, 1e-6, False))
+    finally:
+        ak.enable(name=name)
+    assert y.shape == other.shape

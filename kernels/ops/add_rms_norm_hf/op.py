@@ -103,7 +103,8 @@ def add_rms_norm(input: torch.Tensor, residual: torch.Tensor, weight: torch.Tens
         eps: added to the mean square.
         unit_offset: Gemma's ``1 + weight`` in fp32, one cast at the end; else Llama's rounding.
         answer: what :func:`accel.kernels.core.autograd.decide` gave for exactly these arguments just now (its
-            ``Answer`` runs without routing the call again), or ``None``.
+            ``Answer`` runs without routing the call again; one for other arguments, or whose override is no
+            longer live, is ignored and the call routed), or ``None``.
 
     Returns:
         ``(sum, y)``: ``sum`` the input's dtype and layout (the next residual), ``y`` the normalised ``sum``.
