@@ -86,7 +86,8 @@ if TYPE_CHECKING:
 from accel import _caches, _compat
 from accel._once import warn_once
 from accel.errors import FeatureUnavailableError, IntegrationWarning
-from accel.kernels.core.autograd import decide
+from accel.kernels.core.autograd import decide, decision_epoch
+from accel.kernels.core.plans import signature
 from accel.kernels.core.slot import dispatch_key, live_slot
 from accel.kernels.ops.add_rms_norm_hf import op as add_rms_norm_ops
 from accel.kernels.ops.rms_norm_hf import op as rms_norm_ops
@@ -955,16 +956,44 @@ def _one_node_attention(module: nn.Module, x: torch.Tensor, kwargs: dict[str, An
     hq, hk = weights[0]["weight"].shape[0], weights[1]["weight"].shape[0]
     if type(head_dim) is not int or hq % head_dim or hk % head_dim or weights[2]["weight"].shape[0] != hk:
         return None
-    b, s = x.shape[0], x.shape[1]
-    # stand-ins of q and k as the attention's code lays them out (allocated, never written), for the decisions
-    q_like = x.new_empty((b, s, hq)).view(b, s, -1, head_dim).transpose(1, 2)
-    k_like = x.new_empty((b, s, hk)).view(b, s, -1, head_dim).transpose(1, 2)
-    if groups > 1 and not use_gqa(None, k_like, k_like):
-        return None  # the model's code repeats k and v per head group
-    if not (rope_reference.accepts(q_like, k_like, cos, sin, 1) and accel_takes(ROPE_OP, q_like, k_like, cos, sin, 1)):
+    if not _rope_takes(x, cos, sin, hq, hk, head_dim, groups, use_gqa):
         return None
     return self_attention(x, cos, sin, tuple(w["weight"] for w in weights), tuple(w["bias"] for w in weights),
                           head_dim=head_dim, scaling=attrs["scaling"], enable_gqa=groups > 1, recompute=recipe)
+
+
+#: The one-node attention's positive decisions (:func:`_rope_takes`): per key, the registry's decision epoch.
+_ROPE_TAKES: dict[tuple, tuple] = {}
+
+
+def _rope_takes(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, hq: int, hk: int, head_dim: int,
+                groups: int, use_gqa: Callable) -> bool:
+    """Whether the attention's q and k, as its code lays them out from ``x`` (``[B, H, S, D]`` views of the
+    projections' ``[B, S, H * D]`` outputs), go to accel's RoPE kernel with ``cos`` and ``sin`` (and SDPA does
+    GQA itself where heads are shared). Decided on stand-ins of q and k (allocated, never written) and kept
+    per shape, dtype, device and ``cos``/``sin`` signature while the registry's decision epoch holds
+    (:func:`accel.kernels.core.autograd.decision_epoch`): a kept answer spares each layer's call the stand-ins
+    and the registry's lookup. Only a yes is kept, so every declined call is still counted."""
+    slot = live_slot(ROPE_OP, _device_type(x))
+    if slot is None:
+        return False
+    b, s = x.shape[0], x.shape[1]
+    pe = signature((cos, sin))
+    key = (b, s, x.dtype, x.device, hq, hk, head_dim, groups, pe)
+    epoch = None if pe is None else decision_epoch(slot)
+    if epoch is not None and _ROPE_TAKES.get(key) == epoch:
+        return True
+    q_like = x.new_empty((b, s, hq)).view(b, s, -1, head_dim).transpose(1, 2)
+    k_like = x.new_empty((b, s, hk)).view(b, s, -1, head_dim).transpose(1, 2)
+    if groups > 1 and not use_gqa(None, k_like, k_like):
+        return False  # the model's code repeats k and v per head group
+    if not (rope_reference.accepts(q_like, k_like, cos, sin, 1) and accel_takes(ROPE_OP, q_like, k_like, cos, sin, 1)):
+        return False
+    if epoch is not None:
+        if len(_ROPE_TAKES) >= 64:
+            _ROPE_TAKES.clear()
+        _ROPE_TAKES[key] = epoch
+    return True
 
 
 class _SharedProjections:

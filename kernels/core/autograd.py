@@ -17,12 +17,14 @@ import torch
 
 from accel.errors import KernelRegistrationError, KernelRegistrationWarning
 
+from accel.kernels.tuning import table
+
 from . import plans
 from .op import Op
 from .slot import SLOTS, Slot, dispatch_key
 from .state import STATE
 
-__all__ = ["BACKWARD_OF", "Answer", "below_autograd", "check_training", "decide", "declare_backward", "direct_apply",
+__all__ = ["BACKWARD_OF", "Answer", "below_autograd", "check_training", "decide", "decision_epoch", "declare_backward", "direct_apply",
            "eager_autograd", "graph_grad", "keeps_graph", "orphaned_forwards", "refuse_without_autograd"]
 
 
@@ -263,6 +265,20 @@ def decide(slot: Slot, args: tuple, answer: bool = True) -> Answer | bool:
                 return True
             return Answer(slot, ov, fn, args)
     return False
+
+
+def decision_epoch(slot: Slot) -> tuple | None:
+    """What :func:`decide`'s answer for one argument signature depends on besides that signature, as a value to
+    compare by ``==``: the slot's live overrides (the tuple itself, replaced whenever one is enabled, disabled,
+    registered or removed), the tuning tables' generation, and each live override's failure count (a failure
+    denies its shapes and empties its memo). A caller that kept a decision for a signature may reuse it while
+    the epoch is unchanged. ``None`` where a live override's ``cond`` is not cacheable (its answer may depend on
+    anything): nothing may be kept."""
+    live = slot.live
+    for ov in live:
+        if not ov.cacheable:
+            return None
+    return (live, table.GENERATION, tuple(ov.failed for ov in live))
 
 
 def keeps_graph() -> bool:

@@ -1009,6 +1009,50 @@ def test_llamas_attention_runs_as_one_node_with_the_bits_of_the_attention_it_rep
         torch.testing.assert_close(grads[name], ref_grads[name], **tol, msg=name)
 
 
+def test_the_one_node_attentions_kept_rope_decision_follows_the_registry(cpu_kernels, monkeypatch):
+    """With a cacheable cond on accel's RoPE, the attention decides on its stand-ins once per shape and reuses the
+    yes (no ``accepts`` call on later steps); disabling the RoPE override, or a change of the tuning tables,
+    takes effect at the next step (the kept yes is not reused), and the declined calls are counted."""
+    import accel.kernels as ak
+    from accel.kernels.ops.rope import reference as rp
+    from accel.kernels.tuning import table
+
+    ak.unregister(cpu_kernels.pop("accel::rope"))
+    verdict = {"take": True}
+
+    def cond(*args):
+        return verdict["take"]
+
+    cond.cacheable = True
+    cpu_kernels["accel::rope"] = ak.register("accel::rope", impl=rp.rope, backends=["cpu"], dsl="triton",
+                                             cond=cond, name="test_rope_cacheable.cpu")
+    _, model = _build("llama")
+    hf.patch(model)
+    inputs = _inputs("llama")
+    layers = _DECODER["num_hidden_layers"]
+    asked = []
+    accepts = rp.accepts
+    monkeypatch.setattr(rp, "accepts", lambda *a: asked.append(1) or accepts(*a))
+    calls = _one_node_calls(monkeypatch)
+    _train_step(model, inputs)
+    first = len(asked)
+    assert calls == [True] * layers and first >= 1
+    _train_step(model, inputs)
+    assert len(calls) == 2 * layers and len(asked) == first  # the kept yes: no stand-ins, no accepts
+    ak.disable(name="test_rope_cacheable.cpu")
+    _train_step(model, inputs)
+    assert len(calls) == 2 * layers  # the attention's own code ran
+    ak.enable(name="test_rope_cacheable.cpu")
+    _train_step(model, inputs)
+    assert len(calls) == 3 * layers
+    verdict["take"] = False
+    table.forget_floors()  # what a table change does: the memo of every cond and the kept decisions go
+    declined = {o.name: o.declined for o in ak.overrides()}["test_rope_cacheable.cpu"]
+    _train_step(model, inputs)
+    assert len(calls) == 3 * layers
+    assert {o.name: o.declined for o in ak.overrides()}["test_rope_cacheable.cpu"] > declined
+
+
 @pytest.mark.parametrize("case", ["mask", "cache", "dropout", "eager_attention", "hooked_o_proj", "no_grad"])
 def test_the_one_node_attention_steps_aside_where_the_attentions_code_computes_something_else(case, cpu_kernels,
                                                                                               monkeypatch):
