@@ -16,7 +16,6 @@ from typing import Any
 import torch
 
 from accel.errors import KernelRegistrationError, KernelRegistrationWarning
-
 from accel.kernels.tuning import table
 
 from . import plans
@@ -24,8 +23,9 @@ from .op import Op
 from .slot import SLOTS, Slot, dispatch_key
 from .state import STATE
 
-__all__ = ["BACKWARD_OF", "Answer", "below_autograd", "check_training", "decide", "decision_epoch", "declare_backward", "direct_apply",
-           "eager_autograd", "graph_grad", "keeps_graph", "orphaned_forwards", "refuse_without_autograd"]
+__all__ = ["BACKWARD_OF", "Answer", "below_autograd", "check_training", "decide", "decision_epoch", "declare_backward",
+           "direct_apply", "eager_autograd", "graph_grad", "keeps_graph", "orphaned_forwards",
+           "refuse_without_autograd"]
 
 
 def refuse_without_autograd(op: Op) -> None:
