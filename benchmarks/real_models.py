@@ -831,6 +831,7 @@ def plot(results: list[dict[str, Any]], png: Path) -> Path:
     fig, axes = plt.subplots(1, 1 + len(models), figsize=(5 * (1 + len(models)), 4.2), squeeze=False)
     bars = axes[0][0]
     width = 0.8 / len(MODES)
+    color = {mode: f"C{j}" for j, mode in enumerate(MODES)}  # one colour per mode in every panel
     for j, mode in enumerate(MODES):
         xs, ys = [], []
         for i, m in enumerate(models):
@@ -839,11 +840,13 @@ def plot(results: list[dict[str, Any]], png: Path) -> Path:
             if value:
                 xs.append(i + (j - len(MODES) / 2 + 0.5) * width)
                 ys.append(value)
-        bars.bar(xs, ys, width, label=mode)
+        if ys:  # a mode with no bar gets no legend entry
+            bars.bar(xs, ys, width, label=mode, color=color[mode])
     bars.axhline(1.0, color="k", lw=0.6)
     bars.set_xticks(range(len(models)), models, rotation=20)
     bars.set_ylabel("speedup vs eager (one training step)")
-    bars.legend(fontsize=7)
+    bars.set_ylim(0, 1.3 * max([p.get_height() for p in bars.patches] or [1.0]))  # room for the legend
+    bars.legend(fontsize=7, loc="upper left", ncol=3)
     missing = [f"{r['model']}/{r['mode']}: {'skipped' if 'skipped' in r else 'error'}" for r in plain
                if "ms" not in r]
     if missing:
@@ -851,7 +854,9 @@ def plot(results: list[dict[str, Any]], png: Path) -> Path:
     for ax, m in zip(axes[0][1:], models):
         for r in plain:
             if r.get("model") == m and r.get("losses"):
-                ax.plot(range(1, len(r["losses"]) + 1), r["losses"], label=r["mode"], lw=1)
+                ax.plot(range(1, len(r["losses"]) + 1), r["losses"], label=r["mode"], lw=1,
+                        color=color.get(r["mode"]))
+        ax.set_yscale("log")  # the curves part where the loss is small; a linear axis hides that
         ax.set_title(f"{m}: loss on the fixed batch")
         ax.set_xlabel("step")
         if ax.lines:
