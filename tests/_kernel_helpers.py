@@ -1,6 +1,6 @@
 """Shared pieces of the kernel-registry tests: both registry paths, a clean registry, a counting impl, a
 tuning table for routing tests on faked CUDA tensors, the CuTeDSL compile helpers, a script run in Triton's
-interpreter, and a dispatch mode logging the ops it sees."""
+interpreter (which may import this module), RoPE's rounding bound, and a dispatch mode logging the ops it sees."""
 
 import contextlib
 import json
@@ -10,11 +10,14 @@ import sys
 import warnings
 
 import pytest
+import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import accel.kernels as ak
 from accel import _compat
 from accel.kernels import core as kcore
+from accel.kernels.ops.rope import reference as rope_reference
+from accel.kernels.tuning import tolerance
 
 #: The registration paths this torch offers: accel's own router always, torch._native where present.
 PATHS = ["accel"] + (["native"] if _compat.native_dsl_registry() is not None else [])
@@ -195,10 +198,12 @@ def saved_storages(fn, *args, exclude=()):
 
 def interpreted_report(script: str, *argv: str, timeout: int = 600) -> dict:
     """Run ``script`` (``python -c``, with ``argv``) in a fresh process with ``TRITON_INTERPRET=1`` (and no
-    ``HELION_INTERPRET``) and return the JSON of its ``REPORT...`` stdout line; fails the test, with the
-    process's output tails, where it exits non-zero."""
+    ``HELION_INTERPRET``; ``tests/`` on its ``PYTHONPATH``) and return the JSON of its ``REPORT...`` stdout line;
+    fails the test, with the process's output tails, where it exits non-zero."""
     env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "HELION_INTERPRET")}
     env["TRITON_INTERPRET"] = "1"
+    # the script imports these helpers as the tests do
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, (os.path.dirname(__file__), env.get("PYTHONPATH"))))
     proc = subprocess.run([sys.executable, "-c", script, *argv], env=env, capture_output=True, text=True,
                           timeout=timeout, check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -216,3 +221,36 @@ class OpLog(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         self.ops.append(str(func))
         return func(*args, **(kwargs or {}))
+
+
+#: The unit roundoff of each dtype: half its epsilon, the largest relative error of one rounding.
+UNIT_ROUNDOFF = {torch.float32: 2.0 ** -24, torch.bfloat16: 2.0 ** -8, torch.float16: 2.0 ** -11}
+
+
+def rope_compare(out, ref, q, k, cos, sin, unsqueeze_dim: int, backward: bool) -> tuple[float, str | None]:
+    """``(max_abs_error, problem)`` of RoPE's kernel outputs ``out`` (q's, k's) against the reference's ``ref``,
+    as :func:`accel.kernels.tuning.tolerance.compare` gives them, with a wider bound where the products cancel.
+
+    Hugging Face's arithmetic (the reference) rounds its two products (``x * cos`` and ``rotate_half(x) * sin``;
+    backward ``g * cos`` and ``rotate_half_t(g * sin)``) to the input dtype one by one, the kernel rounds once in
+    fp32: where the products cancel, the results differ by up to those roundings of the products' absolute sum,
+    which an elementwise tolerance on the small result ignores. The bound is the dtype's tolerance plus two unit
+    roundoffs of that sum; a NaN (a poisoned, unwritten output) fails it.
+    """
+    c, s = cos.float().unsqueeze(unsqueeze_dim), sin.float().unsqueeze(unsqueeze_dim)
+    rtol, atol = tolerance.tolerance(q.dtype)
+    worst = 0.0
+    for i, (o, r, x) in enumerate(zip(out, ref, (q, k))):
+        if o.shape != r.shape or o.dtype != r.dtype:
+            return float("inf"), (f"output {i}: {list(o.shape)} {o.dtype} where the reference gives "
+                                   f"{list(r.shape)} {r.dtype}")
+        x = x.float()
+        terms = ((x * c).abs() + rope_reference.rotate_half_t(x * s).abs() if backward
+                 else (x * c).abs() + (rope_reference.rotate_half(x) * s).abs())
+        err = (o.float() - r.float()).abs()
+        worst = max(worst, float(err.max()))
+        bad = ~(err <= atol + rtol * r.float().abs() + 2 * UNIT_ROUNDOFF[q.dtype] * terms)
+        if bad.any():
+            return worst, f"output {i} {list(o.shape)} {o.dtype}: {int(bad.sum())} elements beyond the bound " \
+                          f"(max abs error {err.max():.3g})"
+    return worst, None

@@ -28,11 +28,10 @@ from accel.kernels.ops.swiglu import conditions as sw_conditions
 from accel.kernels.ops.swiglu import op as sw_op
 from accel.kernels.ops.swiglu import reference as sw_reference
 from accel.kernels.tuning import table as tuning
-from accel.kernels.tuning import tolerance
 
 from accel import _compat
 from _kernel_helpers import meta_floors  # noqa: F401 (fixture)
-from _kernel_helpers import interpreted_report
+from _kernel_helpers import interpreted_report, rope_compare
 
 
 @pytest.fixture(autouse=True)
@@ -251,16 +250,15 @@ SCRIPT = textwrap.dedent("""
     from accel.kernels.ops.swiglu import reference as sw_ref, triton_impl as sw_impl, op as sw_op
     from accel.kernels.ops.rope import reference as rope_ref, triton_impl as rope_impl, op as rope_op
     from accel.kernels.ops.rms_norm_hf import reference as rn_ref, triton_impl as rn_impl, op as rn_op
+    from _kernel_helpers import UNIT_ROUNDOFF, rope_compare
     _launch.poison_outputs = True          # unwritten outputs stay NaN and fail the comparison
     tuning.MIN_NUMEL["triton"] = 0         # tiny interpreter shapes must route
     torch.manual_seed(int(sys.argv[3]) if len(sys.argv) > 3 else 0)  # the same inputs every run
     report = {"numerics": [], "routing": {}}
 
-    def check(op, dtype, shape, out, ref):
-        err, problem = _tolerance.compare(out, ref)
+    def check(op, dtype, shape, out, ref, result=None):
+        err, problem = result or _tolerance.compare(out, ref)
         report["numerics"].append(dict(op=op, dtype=str(dtype), shape=list(shape), err=err, problem=problem))
-
-    UNIT_ROUNDOFF = {torch.float32: 2.0 ** -24, torch.bfloat16: 2.0 ** -8, torch.float16: 2.0 ** -11}
 
     def check_norm_bwd(op, dtype, shape, out, ref, dy, x, rstd):
         # dx as every output; dw is a sum over rows whose terms dy * x_hat each carry one rounding of x_hat
@@ -278,22 +276,6 @@ SCRIPT = textwrap.dedent("""
         bad = (err > bound) | ~torch.isfinite(dw.float()) if dw.shape == rdw.shape else torch.ones(1, dtype=torch.bool)
         report["numerics"].append(dict(op=op + ":dw", dtype=str(dtype), shape=list(shape), err=float(err.max()),
                                        problem=f"{int(bad.sum())} dw elements beyond the bound" if bad.any() else None))
-
-    def check_rope(op, dtype, q, k, cos, sin, ud, out, ref, backward):
-        # HF's arithmetic rounds its two products to the dtype one by one, the kernel rounds once in fp32:
-        # where they cancel, the two differ by up to that rounding of the products' absolute sum
-        c, s = cos.float().unsqueeze(ud), sin.float().unsqueeze(ud)
-        rtol, atol = _tolerance.tolerance(dtype)
-        for name, o, r, x in zip(("q", "k"), out, ref, (q, k)):
-            x = x.float()
-            terms = ((x * c).abs() + rope_ref.rotate_half_t(x * s).abs() if backward
-                     else (x * c).abs() + (rope_ref.rotate_half(x) * s).abs())
-            err = (o.float() - r.float()).abs() if o.shape == r.shape and o.dtype == r.dtype else None
-            bad = None if err is None else ~(err <= atol + rtol * r.float().abs() + 2 * UNIT_ROUNDOFF[dtype] * terms)
-            report["numerics"].append(dict(
-                op=op, tensor=name, dtype=str(dtype), shape=list(x.shape), err=float("inf") if err is None else
-                float(err.max()), problem=f"{list(o.shape)} {o.dtype} where the reference gives {list(r.shape)} "
-                f"{r.dtype}" if err is None else f"{int(bad.sum())} elements beyond the bound" if bad.any() else None))
 
     for dtype in (torch.float32, torch.bfloat16, torch.float16) if sys.argv[2] == "numerics" else ():
         for shape in ((1, 1), (7, 1000), (2, 3, 40), (3, 2500)):
@@ -314,10 +296,11 @@ SCRIPT = textwrap.dedent("""
                 q, k = torch.randn(b_, s, hq, d, dtype=dtype), torch.randn(b_, s, hk, d, dtype=dtype)
             cos, sin = torch.randn(bc, s, d, dtype=dtype), torch.randn(bc, s, d, dtype=dtype)
             out = rope_impl.rope(q, k, cos, sin, ud)
-            check_rope("rope", dtype, q, k, cos, sin, ud, out, rope_ref.rope(q, k, cos, sin, ud), False)
+            ref = rope_ref.rope(q, k, cos, sin, ud)
+            check("rope", dtype, q.shape, out, ref, rope_compare(out, ref, q, k, cos, sin, ud, False))
             check("rope_layout", dtype, q.shape, out[0].stride() == torch.empty_like(q).stride(), True)
-            check_rope("rope_bwd", dtype, q, k, cos, sin, ud, rope_impl.rope_backward(q, k, cos, sin, ud),
-                       rope_ref.rope_backward(q, k, cos, sin, ud), True)
+            out, ref = rope_impl.rope_backward(q, k, cos, sin, ud), rope_ref.rope_backward(q, k, cos, sin, ud)
+            check("rope_bwd", dtype, q.shape, out, ref, rope_compare(out, ref, q, k, cos, sin, ud, True))
         for shape in ((1, 8), (7, 1000), (2, 3, 40), (3, 5000)):
             x = torch.randn(shape, dtype=dtype) * 3
             w, dy = torch.randn(shape[-1], dtype=dtype), torch.randn(shape, dtype=dtype)
@@ -439,33 +422,6 @@ def _cuda_shapes():
             "rms_norm_hf": [(8192, 2048), (4, 2048, 8, 128), (33, 3000)]}
 
 
-UNIT_ROUNDOFF = {torch.float32: 2.0 ** -24, torch.bfloat16: 2.0 ** -8, torch.float16: 2.0 ** -11}
-
-
-def _rope_terms(q, k, cos, sin, backward):
-    """Per output the absolute sum of the two products Hugging Face's arithmetic rounds to the input dtype
-    one by one (the kernel rounds once, in fp32): where they cancel, the two results differ by up to that
-    rounding of the terms, which an elementwise tolerance on the (small) result ignores."""
-    c, s = cos.float().unsqueeze(1), sin.float().unsqueeze(1)
-    if backward:
-        return tuple((g.float() * c).abs() + rope_reference.rotate_half_t(g.float() * s).abs() for g in (q, k))
-    return tuple((x.float() * c).abs() + (rope_reference.rotate_half(x.float()) * s).abs() for x in (q, k))
-
-
-def _rope_problem(what, out, ref, terms, dtype):
-    """``None`` when every output is within the dtype's tolerance plus two roundings of its terms, else why not."""
-    rtol, atol = tolerance.tolerance(dtype)
-    for i, (o, r, t) in enumerate(zip(out, ref, terms)):
-        if o.shape != r.shape or o.dtype != r.dtype:
-            return f"{what} output {i}: {list(o.shape)} {o.dtype}, reference {list(r.shape)} {r.dtype}"
-        err = (o.float() - r.float()).abs()
-        bad = ~(err <= atol + rtol * r.float().abs() + 2 * UNIT_ROUNDOFF[dtype] * t)  # NaN (poisoned) fails too
-        if bad.any():
-            return f"{what} output {i} {list(o.shape)} {dtype}: {int(bad.sum())} elements beyond the bound " \
-                   f"(max abs error {err.max():.3g})"
-    return None
-
-
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16, torch.float16))
 def test_cuda_kernels_match_the_reference_with_poisoned_outputs(dtype):
@@ -490,11 +446,10 @@ def test_cuda_kernels_match_the_reference_with_poisoned_outputs(dtype):
             q = torch.randn(b_, s, hq, d, dtype=dtype, device=dev).transpose(1, 2)
             k = torch.randn(b_, s, hk, d, dtype=dtype, device=dev).transpose(1, 2)
             cos, sin = (torch.randn(1, s, d, dtype=dtype, device=dev) for _ in range(2))
-            bad.append(_rope_problem("rope", rope_impl.rope(q, k, cos, sin), rope_reference.rope(q, k, cos, sin),
-                                     _rope_terms(q, k, cos, sin, False), dtype))
-            bad.append(_rope_problem("rope_bwd", rope_impl.rope_backward(q, k, cos, sin),
-                                     rope_reference.rope_backward(q, k, cos, sin), _rope_terms(q, k, cos, sin, True),
-                                     dtype))
+            for backward, kernel, reference in ((False, rope_impl.rope, rope_reference.rope),
+                                                (True, rope_impl.rope_backward, rope_reference.rope_backward)):
+                bad.append(rope_compare(kernel(q, k, cos, sin), reference(q, k, cos, sin), q, k, cos, sin, 1,
+                                        backward)[1])
         for shape in _cuda_shapes()["rms_norm_hf"]:
             x = torch.randn(shape, dtype=dtype, device=dev) * 3
             w, dy = torch.randn(shape[-1], dtype=dtype, device=dev), torch.randn(shape, dtype=dtype, device=dev)
