@@ -200,7 +200,7 @@ def _rope(op: str, cfg: dict, shape: tuple, dt: str, source: str) -> Case:
     fn = k.rope_rows
     p = f"*{dt}"
     ints = ("S", "HQ", "HK", "HALF", "q_sb", "q_sh", "q_ss", "k_sb", "k_sh", "k_ss", "qo_sb", "qo_sh", "qo_ss",
-            "ko_sb", "ko_sh", "ko_ss", "c_sb", "c_ss")
+            "ko_sb", "ko_sh", "ko_ss", "c_sb", "c_ss", "s_sb", "s_ss")
     ptrs = ("Q", "K", "COS", "SIN", "QO", "KO")
     types = {**{a: p for a in ptrs}, **{a: "i32" for a in ints}}
     cx = dict(BLOCK_D=cfg["block_d"], BLOCK_HQ=cfg["block_hq"], BLOCK_HK=cfg["block_hk"], BACKWARD=op == "rope_bwd")

@@ -29,26 +29,31 @@ def _bhs(t: torch.Tensor, unsqueeze_dim: int) -> tuple[int, int, int]:
     return (st[0], st[1], st[2]) if unsqueeze_dim == 1 else (st[0], st[2], st[1])
 
 
-def launch(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, q_out: torch.Tensor, k_out: torch.Tensor,
-           unsqueeze_dim: int, backward: bool) -> LaunchPlan:
+def _rows(t: torch.Tensor) -> tuple[int, int]:
+    """``(batch, sequence)`` strides of a ``[B or 1, S, D]`` ``cos`` or ``sin`` (batch stride 0 where ``B`` is 1)."""
+    return (t.stride(0) if t.shape[0] > 1 else 0), t.stride(1)
+
+
+def launch(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, q_out: torch.Tensor,
+           k_out: torch.Tensor, unsqueeze_dim: int, backward: bool) -> LaunchPlan:
     """The launch for tensors shaped and strided like these (any device: only shapes and strides are read);
-    call it with ``(q, k, cos, sin, q_out, k_out)``. ``backward``: the adjoint rotation."""
+    call it with ``(q, k, cos, sin, q_out, k_out)``. ``cos`` and ``sin`` are read with their own strides (either
+    may be a strided view, such as one slice of a cache holding both). ``backward``: the adjoint rotation."""
     b, d = q.shape[0], q.shape[3]
     hq, hk = (q.shape[1], k.shape[1]) if unsqueeze_dim == 1 else (q.shape[2], k.shape[2])
     s = cos.shape[1]
     half = d // 2
     cfg = tuned_config("rope_bwd" if backward else "rope_fwd", DSL, q, q.numel() // d, d,
                        lambda n: _kernels().default_config(hq, hk, half))
-    c_sb = cos.stride(0) if cos.shape[0] > 1 else 0
     scalars = (s, hq, hk, half, *_bhs(q, unsqueeze_dim), *_bhs(k, unsqueeze_dim), *_bhs(q_out, unsqueeze_dim),
-               *_bhs(k_out, unsqueeze_dim), c_sb, cos.stride(1))
+               *_bhs(k_out, unsqueeze_dim), *_rows(cos), *_rows(sin))
     return LaunchPlan(_kernels().rope_rows, (b * s,), scalars, BLOCK_D=cfg["block_d"], BLOCK_HQ=cfg["block_hq"],
                       BLOCK_HK=cfg["block_hk"], BACKWARD=backward, num_warps=cfg["num_warps"])
 
 
 def _plan(q, k, cos, sin, unsqueeze_dim, backward) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
     meta_q, meta_k = torch.empty_like(q, device="meta"), torch.empty_like(k, device="meta")  # the outputs' strides
-    plan = launch(q, k, cos, meta_q, meta_k, unsqueeze_dim, backward)
+    plan = launch(q, k, cos, sin, meta_q, meta_k, unsqueeze_dim, backward)
 
     def run(q, k, cos, sin, unsqueeze_dim=1):
         q_out, k_out = empty_like(q), empty_like(k)

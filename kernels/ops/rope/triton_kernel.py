@@ -2,7 +2,8 @@
 a kernel first runs).
 
 Layout: ``q`` ``[B, Hq, S, D]`` and ``k`` ``[B, Hk, S, D]`` with any strides (unit on ``D``), passed as
-strides per dim; ``cos``/``sin`` ``[B or 1, S, D]`` (batch stride 0 for one shared row set). One program per
+strides per dim; ``cos``/``sin`` ``[B or 1, S, D]`` (unit on ``D``), each with its own batch and sequence strides
+(batch stride 0 for one shared row set): either may be a strided view of a larger cache. One program per
 token ``(b, s)``: it loads that token's ``cos``/``sin`` halves once (fp32) and rotates every head of ``q``
 and of ``k``, ``BLOCK_H`` heads at a time, each head as its two halves ``x1 = x[:D/2]``, ``x2 = x[D/2:]``::
 
@@ -44,7 +45,7 @@ def _rotate(X, Y, b, s, H, sb, sh, ss, ob, oh, o_s, c1, c2, s1, s2, d, d_ok, HAL
 
 @triton.jit
 def rope_rows(Q, K, COS, SIN, QO, KO, S, HQ, HK, HALF,
-              q_sb, q_sh, q_ss, k_sb, k_sh, k_ss, qo_sb, qo_sh, qo_ss, ko_sb, ko_sh, ko_ss, c_sb, c_ss,
+              q_sb, q_sh, q_ss, k_sb, k_sh, k_ss, qo_sb, qo_sh, qo_ss, ko_sb, ko_sh, ko_ss, c_sb, c_ss, s_sb, s_ss,
               BLOCK_D: tl.constexpr, BLOCK_HQ: tl.constexpr, BLOCK_HK: tl.constexpr, BACKWARD: tl.constexpr):
     """One token ``(b, s) = divmod(program_id, S)``: ``QO``/``KO`` from ``Q``/``K`` (``HALF = D / 2``)."""
     pid = tl.program_id(0).to(tl.int64)
@@ -52,11 +53,12 @@ def rope_rows(Q, K, COS, SIN, QO, KO, S, HQ, HK, HALF,
     s = pid % S
     d = tl.arange(0, BLOCK_D)
     d_ok = d < HALF
-    row = b * c_sb + s * c_ss
-    c1 = tl.load(COS + row + d, mask=d_ok, other=0.0).to(tl.float32)
-    c2 = tl.load(COS + row + HALF + d, mask=d_ok, other=0.0).to(tl.float32)
-    s1 = tl.load(SIN + row + d, mask=d_ok, other=0.0).to(tl.float32)
-    s2 = tl.load(SIN + row + HALF + d, mask=d_ok, other=0.0).to(tl.float32)
+    c_row = b * c_sb + s * c_ss
+    s_row = b * s_sb + s * s_ss
+    c1 = tl.load(COS + c_row + d, mask=d_ok, other=0.0).to(tl.float32)
+    c2 = tl.load(COS + c_row + HALF + d, mask=d_ok, other=0.0).to(tl.float32)
+    s1 = tl.load(SIN + s_row + d, mask=d_ok, other=0.0).to(tl.float32)
+    s2 = tl.load(SIN + s_row + HALF + d, mask=d_ok, other=0.0).to(tl.float32)
     _rotate(Q, QO, b, s, HQ, q_sb, q_sh, q_ss, qo_sb, qo_sh, qo_ss, c1, c2, s1, s2, d, d_ok, HALF, BLOCK_HQ, BACKWARD)
     _rotate(K, KO, b, s, HK, k_sb, k_sh, k_ss, ko_sb, ko_sh, ko_ss, c1, c2, s1, s2, d, d_ok, HALF, BLOCK_HK, BACKWARD)
 
