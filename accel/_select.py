@@ -2,9 +2,11 @@
 
 Exactly one backend is active per selection. The index of the device handed out: the
 argument's, else ``ACCEL_DEVICE``'s (when it names one), else ``LOCAL_RANK`` (torchrun's
-per-node rank) on backends with one device per process (CUDA, ROCm, XPU), else none (the
-current device, index 0 unless the program changed it). Results are cached per
-``(spec, ACCEL_DEVICE, LOCAL_RANK)``; :func:`accel.clear_cache` forgets them.
+per-node rank) on backends with one device per process (CUDA, ROCm, XPU), unless a
+visible-devices variable binds the process to one device (:func:`bound_device`: index 0),
+else none (the current device, index 0 unless the program changed it). Results are cached
+per ``(spec, ACCEL_DEVICE, LOCAL_RANK)``; :func:`accel.clear_cache` forgets them (and the
+probes that read the visible-devices variables).
 """
 
 from __future__ import annotations
@@ -27,8 +29,8 @@ from accel.errors import (
     UnknownBackendError,
 )
 
-__all__ = ["device", "backend", "selection", "Selection", "ENV_VAR", "LOCAL_RANK_VAR", "hidden_devices", "index_value",
-           "local_rank_index", "parse_index", "per_rank_devices", "split_spec"]
+__all__ = ["device", "backend", "selection", "Selection", "ENV_VAR", "LOCAL_RANK_VAR", "bound_device", "hidden_devices",
+           "index_value", "local_rank_index", "parse_index", "per_rank_devices", "split_spec", "visible_entries"]
 
 #: The environment variable that picks the backend when no argument is given.
 ENV_VAR = "ACCEL_DEVICE"
@@ -225,13 +227,63 @@ def local_rank_index(raw: str | None) -> int | None:
     return rank
 
 
+def visible_entries(value: str) -> tuple[str, ...]:
+    """The devices a visible-devices variable's ``value`` names, in order (``"3"`` -> ``("3",)``,
+    ``"GPU-8f2c...,1"`` -> two entries).
+
+    The list is read as the CUDA runtime reads ``CUDA_VISIBLE_DEVICES`` (HIP and Level Zero
+    read theirs alike): comma-separated indices, UUIDs (``GPU-...``, ``MIG-...``) or, for
+    ``ZE_AFFINITY_MASK``, ``device.subdevice``; it ends at the first empty or negative entry
+    (``""`` and ``"-1"`` name none; ``"0,-1,2"`` names ``0`` only). CUDA C Programming Guide,
+    "CUDA Environment Variables".
+    """
+    entries: list[str] = []
+    for item in value.split(","):
+        item = item.strip()
+        if not item or item.startswith("-"):
+            break
+        entries.append(item)
+    return tuple(entries)
+
+
+def bound_device(b: Backend, count: int) -> tuple[str, str] | None:
+    """``(variable, value)`` of the visible-devices variable that binds this process to one device of
+    backend ``b``, or ``None``.
+
+    A launcher that gives each process one GPU (Slurm ``--gpus-per-task=1``, a Kubernetes device
+    plugin) sets ``CUDA_VISIBLE_DEVICES=3`` (``HIP_VISIBLE_DEVICES``, ``ROCR_VISIBLE_DEVICES``, a GPU
+    UUID) and may leave ``LOCAL_RANK=3``: that rank then names the node's GPU, not an index among this
+    process's visible ones, and the process's device is index 0. Each variable filters the devices
+    (ROCm applies ``ROCR_VISIBLE_DEVICES``, then ``HIP_VISIBLE_DEVICES``), so one that names exactly
+    one device leaves at most one visible.
+
+    Args:
+        b: the backend (its :attr:`~accel.backends.Backend.visible_devices_env`).
+        count: the devices its probe sees. Only ``1`` can be bound: a variable naming one device while
+            more are visible did not take effect (it was set after the runtime counted the devices).
+    """
+    if count != 1:
+        return None
+    for var in b.visible_devices_env:
+        value = os.environ.get(var)
+        if value is not None and len(visible_entries(value)) == 1:
+            return var, value
+    return None
+
+
 def _rank_device(b: Backend, p: object, rank_raw: str | None, label: str) -> tuple[int | None, str]:
     """The index ``LOCAL_RANK`` gives on backend ``b`` (``None``: not set, or a shared device), and the
-    reason's suffix. ``p`` is ``b``'s probe result; ``label`` says where the backend came from."""
+    reason's suffix. ``p`` is ``b``'s probe result; ``label`` says where the backend came from. Where a
+    visible-devices variable binds the process to one device (:func:`bound_device`), index 0."""
     if rank_raw is None or not per_rank_devices(b):
         return None, ""
     rank = local_rank_index(rank_raw)
     count = p.device_count  # type: ignore[attr-defined]
+    bound = bound_device(b, count)
+    if bound is not None:
+        var, value = bound
+        return 0, (f"; index 0: {var}={value!r} binds this process to one device, so {LOCAL_RANK_VAR}={rank_raw!r} "
+                   f"is not an index here")
     if rank is not None and not rank < count:
         raise DeviceIndexError(
             f"accel.device: {LOCAL_RANK_VAR}={rank_raw!r} names device {rank} of backend {b.name!r} ({label}), "
@@ -322,8 +374,12 @@ def device(spec: object = None, /) -> torch.device:
     when a ``spec`` is given (taken as written: ``"cuda"`` stays the current device); else
     ``ACCEL_DEVICE``'s when it names one (``ACCEL_DEVICE=cuda:1`` wins over ``LOCAL_RANK``);
     else ``LOCAL_RANK`` (set by torchrun for each process on a node: process 1 gets
-    ``cuda:1``); else none, the current device (index 0 unless the program changed it). On
-    the CPU and MPS, whose one device every process shares, ``LOCAL_RANK`` is not read.
+    ``cuda:1``), except where the backend's visible-devices variable names exactly one
+    device (``CUDA_VISIBLE_DEVICES=3`` from Slurm ``--gpus-per-task=1`` or a Kubernetes device
+    plugin): that process's one device, index 0, whatever ``LOCAL_RANK`` says
+    (:func:`bound_device`; :func:`selection`'s reason says so); else none, the current device
+    (index 0 unless the program changed it). On the CPU and MPS, whose one device every
+    process shares, ``LOCAL_RANK`` is not read.
 
     Cached per ``(spec, ACCEL_DEVICE, LOCAL_RANK)``; a cached call costs well under 1 µs.
     :func:`accel.clear_cache` forgets the cache.
@@ -341,7 +397,8 @@ def device(spec: object = None, /) -> torch.device:
         UnknownBackendError: (a ``ValueError``) unknown name; the message lists valid names.
         BackendUnavailableError: (a ``RuntimeError``) the backend is not usable; lists every probe.
         DeviceIndexError: (a ``ValueError``) index outside ``0 .. device_count - 1``, the
-            ``LOCAL_RANK`` index included (more processes on the node than visible devices).
+            ``LOCAL_RANK`` index included (more processes on the node than visible devices,
+            where no visible-devices variable binds the process to one device).
         LocalRankError: (a ``ValueError``) ``LOCAL_RANK`` is read (no spec, an accelerator)
             and is not a non-negative integer.
         InvalidDeviceError: (a ``TypeError``) ``spec`` is not a device spec.
