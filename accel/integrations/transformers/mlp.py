@@ -1,0 +1,120 @@
+"""The MLP role: Hugging Face's gated MLPs (``down(act(gate(x)) * up(x))``, or Phi-3's ``gate_up_proj`` halves)
+on ``accel::swiglu``, where the activation computes SiLU.
+
+Where all three projections are plain ``nn.Linear`` and a kernel serves the SwiGLU, the whole MLP is one
+autograd node (:func:`accel.kernels.ops.swiglu.mlp.swiglu_mlp`); with a fused ``gate_up_proj`` the down
+projection alone (:func:`accel.kernels.ops.swiglu.linear.swiglu_linear`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from accel.kernels.ops.swiglu import op as swiglu_ops
+from accel.kernels.ops.swiglu.linear import swiglu_linear
+from accel.kernels.ops.swiglu.mlp import swiglu_mlp
+
+from .code import innermost, subclass
+from .guards import (accel_takes, device_type, instance_forward, live, outer_saved_tensor_hooks, plain_linear,
+                     transforms_active)
+from .handoff import RECIPES
+
+__all__ = ["OP", "build", "instance_reason", "is_silu"]
+
+OP = "accel::swiglu"
+
+#: The submodules (and the one method) each layout's forward uses.
+_NAMES = {"split": {"down_proj", "act_fn", "gate_proj", "up_proj"},
+          "fused": {"gate_up_proj", "chunk", "activation_fn", "down_proj"}}
+
+#: Activation classes verified to compute SiLU (the replacement checks the instance's per call).
+_SILU_TYPES: set[type] = {nn.SiLU}
+_NOT_SILU: set[type] = set()
+
+
+def is_silu(act: Any) -> bool:
+    """Whether ``act`` (an activation module) computes ``F.silu``: checked once per class on fp32 and bf16."""
+    cls = type(act)
+    if cls in _SILU_TYPES:
+        return True
+    if cls in _NOT_SILU or not isinstance(act, nn.Module):
+        return False
+    t = torch.linspace(-8.0, 8.0, 97)
+    try:
+        with torch.no_grad():
+            same = all(torch.equal(act(t.to(dt)), F.silu(t.to(dt))) for dt in (torch.float32, torch.bfloat16))
+    except Exception:  # noqa: BLE001 - an activation that cannot run on a CPU vector is not taken for SiLU
+        same = False
+    (_SILU_TYPES if same else _NOT_SILU).add(cls)
+    return same
+
+
+def instance_reason(module: nn.Module) -> str | None:
+    """Why this MLP is not replaced although its class is verified, or ``None``."""
+    act = getattr(module, "act_fn", getattr(module, "activation_fn", None))
+    if not is_silu(act):
+        return f"activation {type(act).__name__} is not SiLU: the gated MLP is not SwiGLU"
+    return instance_forward(module)
+
+
+def build(cls: type, variant: str | None) -> tuple[type | None, str | None]:
+    """``(accel subclass, None)``, or ``(None, reason)`` where the class's forward does not call the gated MLP's
+    modules (the subclass is still verified by behaviour before any replacement: :mod:`.verify`)."""
+    forward = getattr(cls, "forward", None)
+    inner = innermost(forward)
+    code = getattr(inner, "__code__", None)
+    if code is None or not _NAMES[variant] <= set(code.co_names):
+        return None, "its forward is not the gated MLP accel implements (it does not use " + \
+            ", ".join(sorted(_NAMES[variant])) + ")"
+    silu = _SILU_TYPES
+
+    def down(self, gate, up):
+        proj = self.down_proj
+        if self.__dict__.get("accel_mlp_recompute", True) and plain_linear(gate, proj):
+            return swiglu_linear(gate, up, proj.weight, proj.bias)  # the product is recomputed, not saved
+        return proj(swiglu_ops.swiglu(gate, up))
+
+    def fused(self, x, g, u, d) -> bool:
+        """Whether the whole MLP runs as one node (:func:`swiglu_mlp`): recompute on, three plain linears, eager,
+        no transform, and an accel kernel takes the SwiGLU of the gate F.linear will give (a stand-in of its
+        shape, dtype and device: allocated, never written)."""
+        if (not self.__dict__.get("accel_mlp_recompute", True) or torch.compiler.is_compiling()
+                or transforms_active() or live(OP, device_type(x)) is None
+                or outer_saved_tensor_hooks() or not plain_linear(x, g, u, d)):
+            return False
+        like = x.new_empty((*x.shape[:-1], g.out_features))
+        return accel_takes(OP, like, like)
+
+    if variant == "split":
+        def forward_accel(self, x, *args, **kwargs):
+            mods = self._modules
+            if args or kwargs or type(mods.get("act_fn")) not in silu:
+                return forward(self, x, *args, **kwargs)
+            g, u, d = mods.get("gate_proj"), mods.get("up_proj"), mods.get("down_proj")
+            if fused(self, x, g, u, d):
+                gp, up, dp = g._parameters, u._parameters, d._parameters
+                return swiglu_mlp(x, gp["weight"], up["weight"], dp["weight"], gp["bias"], up["bias"], dp["bias"],
+                                  recompute=RECIPES.recipe(x))
+            gate = self.gate_proj(x)
+            if not accel_takes(OP, gate, gate):  # (up has gate's shape, dtype and device)
+                return self.down_proj(self.act_fn(gate) * self.up_proj(x))  # the model's own code
+            up = self.up_proj(x)
+            if gate.shape != up.shape or gate.dtype != up.dtype:
+                return self.down_proj(self.act_fn(gate) * up)
+            return down(self, gate, up)
+    else:
+        def forward_accel(self, hidden_states, *args, **kwargs):
+            if args or kwargs or type(self.activation_fn) not in silu:
+                return forward(self, hidden_states, *args, **kwargs)
+            up_states = self.gate_up_proj(hidden_states)
+            gate, up = up_states.chunk(2, dim=-1)
+            if gate.shape != up.shape or not accel_takes(OP, gate, up):
+                return self.down_proj(up * self.activation_fn(gate))  # the model's own code
+            return down(self, gate, up)
+
+    forward_accel.__doc__ = forward.__doc__
+    return subclass(cls, "mlp", {"forward": forward_accel}), None
