@@ -11,7 +11,8 @@ not import with (Helion 1.5.1 with torch 2.9.1).
 .. note:: Asking for the arch and capabilities initialises the selected device's
    runtime (CUDA/HIP/XPU). Nothing here imports Triton, Helion or CuTeDSL into this
    process: versions come from package metadata, imports are tried in a subprocess
-   (cached on disk per Python, torch version and DSL version).
+   (cached on disk per Python, the versions of torch, the DSL, its requirements and
+   Triton, and the import path: :func:`accel._compat.versions.import_key`).
 """
 
 from __future__ import annotations
@@ -161,7 +162,7 @@ def dsl_imports(dsl: str, version: str | None = None) -> _compat.ImportCheck:
     """
     if version is None:
         version = dsl_versions()[dsl]
-    return _compat.import_check(DSL_MODULES[dsl], version)
+    return _compat.import_check(DSL_MODULES[dsl], version, dist=DSL_DISTRIBUTIONS[dsl])
 
 
 def dsl_status(dsl: str, installed: str | None, torch_version: str, cuda_version: str | None = None) -> dict[str, Any]:

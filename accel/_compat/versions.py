@@ -5,7 +5,8 @@ Availability is a metadata question (:func:`module_version`: no import, fast, sa
 Whether an installed DSL *works* with this torch is not: Helion 1.5.1 declares ``torch>=2.9`` yet fails to
 import with torch 2.9.1 (``ImportError: cannot import name 'IntelGPUError'``). :func:`import_check` answers
 that by importing the module in a fresh subprocess of this Python, never in the caller's process (a failed
-import can leave half-initialised modules behind), and caches the answer on disk.
+import can leave half-initialised modules behind), and caches the answer on disk, keyed by everything the answer
+depends on (:func:`import_key`).
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["IMPORT_TIMEOUT_S", "ImportCheck", "checked_version", "import_cache_dir", "import_check",
-           "module_version"]
+__all__ = ["IMPORT_TIMEOUT_S", "ImportCheck", "checked_version", "import_cache_dir", "import_check", "import_key",
+           "module_version", "requirement_versions"]
 
 
 def module_version(dist_or_module: str) -> str | None:
@@ -59,7 +60,12 @@ def checked_version(dist: str, raw: str | None, minimum: Any, hint: str = "") ->
 IMPORT_TIMEOUT_S = 180.0
 
 #: Version of the on-disk record :func:`import_check` writes; a record of another version is rewritten.
-_IMPORT_FORMAT = 1
+#: 2: the key holds the versions of the distributions the import depends on and the import path.
+_IMPORT_FORMAT = 2
+
+#: Distributions whose version is part of every import check's key, installed or not: torch, and each Triton a
+#: DSL imports (Helion and CuTeDSL's torch integration import Triton without always declaring it).
+_ALWAYS_KEYED = ("torch", "triton", "pytorch-triton-rocm", "pytorch-triton-xpu")
 
 #: Run as ``python -c`` in the checking subprocess: the caller's ``sys.path``, then the import; one marked
 #: JSON line on stdout says how it went (the module may print anything else).
@@ -83,7 +89,7 @@ class ImportCheck:
 
     Attributes:
         module: the import name (``"helion"``, ``"cutlass"``).
-        version: its distribution's installed version, part of the cache key (``None``: no metadata).
+        version: its distribution's installed version, one part of the cache key (``None``: no metadata).
         ok: ``True`` it imports, ``False`` it raised (or the process died), ``None`` undecided (the
             import did not finish within the timeout).
         error: ``""`` when ``ok``; else the exception as ``"<Type>: <message>"`` or how the process ended.
@@ -105,13 +111,53 @@ def import_cache_dir() -> Path:
     return Path(platformdirs.user_cache_dir("accel")) / "dsl-imports"
 
 
-def _import_key(module: str, version: str | None) -> list[str | None]:
+def requirement_versions(dist: str) -> dict[str, str | None]:
+    """``{name: installed version or None}`` of the distributions ``dist`` requires (its metadata's
+    ``Requires-Dist`` whose markers hold here, extras left out) and of those every import depends on
+    (torch and Triton), names normalised as in PEP 503. Metadata only: nothing is imported.
+
+    Example:
+        >>> from accel._compat import versions
+        >>> versions.requirement_versions("accel-not-installed")["torch"] is not None
+        True
+    """
+    from importlib.metadata import PackageNotFoundError, requires
+
+    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.utils import canonicalize_name
+
+    names = {canonicalize_name(n) for n in _ALWAYS_KEYED}
+    try:
+        declared = requires(dist) or []
+    except PackageNotFoundError:
+        declared = []
+    for line in declared:
+        try:
+            req = Requirement(line)
+        except InvalidRequirement:
+            continue  # a malformed line in someone's metadata: its version cannot be keyed, the rest still is
+        if req.marker is None or req.marker.evaluate({"extra": ""}):
+            names.add(canonicalize_name(req.name))
+    return {name: module_version(name) for name in sorted(names)}
+
+
+def import_key(module: str, version: str | None, dist: str | None = None) -> list[Any]:
+    """Everything :func:`import_check`'s answer for ``module`` depends on, as a JSON-ready list:
+    ``[python executable, torch version, module, version, {distribution: version}, import path]``.
+
+    The distributions are those :func:`requirement_versions` lists for ``dist`` (default ``module``): an
+    upgrade of any of them (``pip install -U triton``) asks again. The import path is this process's
+    ``sys.path`` with each entry made absolute (``""`` is the working directory): the checking subprocess
+    imports from exactly that path (so ``PYTHONPATH``, a virtual environment's site-packages and the working
+    directory are in it), and a module found elsewhere is another answer.
+    """
     import torch
 
-    return [sys.executable, torch.__version__, module, version]
+    path = [os.path.abspath(p) if isinstance(p, str) else repr(p) for p in sys.path]
+    return [sys.executable, torch.__version__, module, version, requirement_versions(dist or module), path]
 
 
-def _read_record(path: Path, key: list[str | None]) -> dict[str, Any] | None:
+def _read_record(path: Path, key: list[Any]) -> dict[str, Any] | None:
     """The cached answer at ``path`` for ``key``; ``None`` when absent, unreadable, corrupt or for another key
     (a hash collision or a record of an older format), so that the caller checks again and rewrites it."""
     try:
@@ -124,7 +170,7 @@ def _read_record(path: Path, key: list[str | None]) -> dict[str, Any] | None:
     return data
 
 
-def _write_record(path: Path, key: list[str | None], ok: bool, error: str) -> None:
+def _write_record(path: Path, key: list[Any], ok: bool, error: str) -> None:
     """Write the answer atomically (a concurrent reader sees the old record or the new one, never half)."""
     text = json.dumps({"format": _IMPORT_FORMAT, "key": key, "ok": ok, "error": error}, indent=1)
     try:
@@ -138,19 +184,23 @@ def _write_record(path: Path, key: list[str | None], ok: bool, error: str) -> No
         return
 
 
-def import_check(module: str, version: str | None, *, timeout: float = IMPORT_TIMEOUT_S,
+def import_check(module: str, version: str | None, *, dist: str | None = None, timeout: float = IMPORT_TIMEOUT_S,
                  cache_dir: Path | None = None) -> ImportCheck:
     """Whether ``import <module>`` works with the running torch, decided in a fresh subprocess.
 
     The subprocess is ``sys.executable`` with this process's ``sys.path`` and environment, so it imports
-    what this process would. Answers are cached on disk per (Python executable, torch version, module,
-    ``version``): installing another version of the module, or of torch, asks again. A corrupt cache
-    record is ignored and rewritten; an import that timed out is not cached.
+    what this process would. Answers are cached on disk, keyed by :func:`import_key`: the Python
+    executable, torch's version, the module and ``version``, the versions of the distributions ``dist``
+    requires and of Triton, and the import path. Installing another version of any of them, or importing
+    from another path, asks again. One record per (Python executable, module) is kept, the latest key's.
+    A corrupt cache record is ignored and rewritten; an import that timed out is not cached.
 
     Args:
         module: import name, e.g. ``"helion"``.
         version: the module's installed distribution version (from :func:`module_version`), the part of
             the cache key that changes when the package is upgraded.
+        dist: the module's distribution, whose requirements are keyed (``"nvidia-cutlass-dsl"`` for
+            ``cutlass``; default ``module``).
         timeout: seconds the subprocess may take.
         cache_dir: where the answers live (default :func:`import_cache_dir`).
 
@@ -160,8 +210,9 @@ def import_check(module: str, version: str | None, *, timeout: float = IMPORT_TI
     .. note:: Side effects: may start a subprocess that imports ``module`` (and torch), for up to
        ``timeout`` seconds; writes one small JSON file under ``cache_dir``. Nothing is imported here.
     """
-    key = _import_key(module, version)
-    digest = hashlib.sha256(json.dumps(key).encode()).hexdigest()[:24]
+    key = import_key(module, version, dist)
+    # one file per (executable, module), holding the latest key: a changed key rewrites it, never adds files
+    digest = hashlib.sha256(json.dumps([key[0], key[2]]).encode()).hexdigest()[:24]
     path = (cache_dir if cache_dir is not None else import_cache_dir()) / f"{module}-{digest}.json"
     hit = _read_record(path, key)
     if hit is not None:

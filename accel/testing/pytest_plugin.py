@@ -106,8 +106,8 @@ def dsl_skip_reason(dsl: str) -> str | None:
         <version>: <Type>: <message>"``, or ``None`` (it imports, or the import check did not finish in
         time: then the test runs and shows what happens).
 
-    .. note:: May start a subprocess that imports the DSL (once per Python, torch and DSL version:
-       the answer is cached on disk).
+    .. note:: May start a subprocess that imports the DSL (once per Python, import path and versions
+       of torch, the DSL, its requirements and Triton: the answer is cached on disk).
     """
     import torch
 

@@ -1,5 +1,6 @@
 """DSL compatibility is a real import with this torch, in a subprocess, cached on disk per (Python, torch
-version, DSL, DSL version): ``accel info`` / ``doctor`` say "installed, does not import with torch ...".
+version, DSL, DSL version, the versions of the distributions it requires and of Triton, the import path):
+``accel info`` / ``doctor`` say "installed, does not import with torch ...".
 
 The DSLs here are fake packages (a module and its ``.dist-info``) on a temporary ``sys.path`` entry: one
 raises on import the way Helion 1.5.1 does with torch 2.9.1, one imports.
@@ -32,7 +33,7 @@ def site(tmp_path, monkeypatch):
     cache = tmp_path / "cache"
     monkeypatch.setattr(versions, "import_cache_dir", lambda: cache)
 
-    def install(name: str, version: str, body: str) -> None:
+    def install(name: str, version: str, body: str, requires: tuple[str, ...] = ()) -> None:
         pkg = root / name
         pkg.mkdir(exist_ok=True)
         (pkg / "__init__.py").write_text(body)
@@ -42,7 +43,8 @@ def site(tmp_path, monkeypatch):
             old.rmdir()
         info = root / f"{name}-{version}.dist-info"
         info.mkdir()
-        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+                                       + "".join(f"Requires-Dist: {r}\n" for r in requires))
 
     install.root, install.cache = root, cache
     return install
@@ -94,6 +96,58 @@ def test_the_answer_is_cached_and_keyed_by_the_dsl_version(site, monkeypatch):
     # the key also holds this Python and this torch
     record = json.loads(next(site.cache.glob("accelfake_cached-*.json")).read_text())
     assert record["key"][:3] == [__import__("sys").executable, torch.__version__, "accelfake_cached"]
+
+
+#: A DSL that imports its dependency (as Helion imports Triton): whether it imports is the dependency's doing.
+USES_DEP = "import accelfake_dep\n"
+
+
+def test_an_upgraded_requirement_asks_again(site, monkeypatch):
+    """``pip install -U <a requirement>`` that fixes (or breaks) the import: the DSL's own version is unchanged,
+    the verdict is not kept."""
+    calls = _spawns(monkeypatch)
+    site("accelfake_dsl", "1.0", USES_DEP, requires=("accelfake_dep>=1", "accelfake_absent; extra == 'docs'"))
+    site("accelfake_dep", "1.0", BROKEN)
+    before = _compat.import_check("accelfake_dsl", "1.0")
+    assert (before.ok, before.cached) == (False, False) and "IntelGPUError" in before.error
+    assert _compat.import_check("accelfake_dsl", "1.0").cached  # nothing changed: the cache answers
+    site("accelfake_dep", "1.1", FINE)  # the upgrade that fixes it
+    after = _compat.import_check("accelfake_dsl", "1.0")
+    assert (after.ok, after.error, after.cached) == (True, "", False) and len(calls) == 2
+    record = json.loads(next(site.cache.glob("accelfake_dsl-*.json")).read_text())
+    assert record["key"][4]["accelfake-dep"] == "1.1"
+    assert "accelfake-absent" not in record["key"][4]  # an extra's requirement is not the import's
+    assert _compat.import_check("accelfake_dsl", "1.0").cached
+
+
+def test_an_upgraded_triton_asks_again_though_the_dsl_does_not_declare_it(site, monkeypatch):
+    """Triton's version keys every check (Helion imports it); a fake distribution stands in for it here."""
+    calls = _spawns(monkeypatch)
+    monkeypatch.setattr(versions, "_ALWAYS_KEYED", (*versions._ALWAYS_KEYED, "accelfake_dep"))
+    site("accelfake_dsl_tri", "1.0", USES_DEP)  # declares nothing
+    site("accelfake_dep", "3.5.1", BROKEN)
+    assert _compat.import_check("accelfake_dsl_tri", "1.0").ok is False
+    site("accelfake_dep", "3.6.0", FINE)
+    again = _compat.import_check("accelfake_dsl_tri", "1.0")
+    assert (again.ok, again.cached) == (True, False) and len(calls) == 2
+    record = json.loads(next(site.cache.glob("accelfake_dsl_tri-*.json")).read_text())
+    assert record["key"][4]["triton"] == _compat.module_version("triton")
+
+
+def test_another_import_path_asks_again(site, monkeypatch, tmp_path):
+    """The same module and versions found on another ``sys.path`` (``PYTHONPATH``, another working directory)."""
+    calls = _spawns(monkeypatch)
+    site("accelfake_where", "1.0", FINE)
+    assert _compat.import_check("accelfake_where", "1.0").ok is True
+    other = tmp_path / "other"
+    (other / "accelfake_where").mkdir(parents=True)
+    (other / "accelfake_where" / "__init__.py").write_text(BROKEN)
+    monkeypatch.syspath_prepend(str(other))
+    there = _compat.import_check("accelfake_where", "1.0")
+    assert (there.ok, there.cached) == (False, False) and len(calls) == 2
+    record = json.loads(next(site.cache.glob("accelfake_where-*.json")).read_text())
+    assert record["key"][5][0] == str(other)
+    assert len(list(site.cache.glob("accelfake_where-*.json"))) == 1  # the record was rewritten, not added to
 
 
 @pytest.mark.parametrize("junk", ["{not json", "[]", '{"format": 1, "key": ["x"], "ok": true, "error": ""}',
@@ -195,3 +249,10 @@ def test_accel_import_and_kernel_availability_import_no_dsl():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[] 0"
+
+
+def test_versions_docstring_examples_run():
+    import doctest
+
+    result = doctest.testmod(versions, optionflags=doctest.ELLIPSIS)
+    assert result.failed == 0 and result.attempted > 0
