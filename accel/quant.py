@@ -358,8 +358,9 @@ def _finite_part(x: torch.Tensor, xt: torch.Tensor, name: str, nonfinite: str) -
     bad = torch.nonzero(torch.isnan(x) | torch.isinf(x))[0].tolist()
     first = x.detach()[tuple(bad)].item()
     counted = ", ".join(f"{n} {what}" for n, what in ((n_nan, "NaN"), (n_inf, "inf")) if n)
-    fix = ("NaN has no value to saturate to; find where it came from (torch.isnan) or replace it "
-           "(torch.nan_to_num) before quantizing." if n_nan else
+    fix = ("Pass finite values (and ±inf only with nonfinite='saturate'). NaN has no value to saturate to, so "
+           "it is refused in both modes: find where it came from (torch.isnan) or replace it (torch.nan_to_num) "
+           "before quantizing." if n_nan else
            "Pass finite values, or nonfinite='saturate' to store ±inf as the format's largest magnitude.")
     raise NonFiniteInputError(
         f"quantize({name}): x (shape {tuple(x.shape)}, {x.dtype}) holds {counted} of {x.numel()} values "

@@ -52,6 +52,19 @@ def test_nan_is_refused_when_saturating_too(fmt):
         q.quantize(_x(math.nan), fmt, nonfinite="saturate")
 
 
+@pytest.mark.parametrize("mode", ["error", "saturate"])
+def test_the_nan_message_says_what_input_is_accepted(mode):
+    x = _x(math.nan)
+    x[0, 0] = math.inf  # NaN and inf together: the NaN decides the advice
+    with pytest.raises(NonFiniteInputError) as info:
+        q.quantize(x, "mxfp8", nonfinite=mode)
+    msg = str(info.value)
+    assert "holds 1 NaN, 1 inf of 64 values" in msg
+    assert msg.endswith("Nothing was quantized. Pass finite values (and ±inf only with nonfinite='saturate'). NaN "
+                        "has no value to saturate to, so it is refused in both modes: find where it came from "
+                        "(torch.isnan) or replace it (torch.nan_to_num) before quantizing."), msg
+
+
 @pytest.mark.parametrize("fmt", FLAVOURS, ids=_ids)
 @pytest.mark.parametrize("sign", [1.0, -1.0])
 def test_saturate_stores_inf_as_the_largest_magnitude(fmt, sign):
