@@ -25,6 +25,10 @@ transformers = pytest.importorskip("transformers", reason="transformers is not i
 
 from accel.errors import FeatureUnavailableError
 from accel.integrations import transformers as hf
+from accel.integrations.transformers import attention as hf_attention
+from accel.integrations.transformers import decoder_layer as hf_layer
+from accel.integrations.transformers import guards as hf_guards
+from accel.integrations.transformers.handoff import HANDOFFS, RECIPES
 from _kernel_helpers import saved_storages
 
 pytestmark = pytest.mark.cpu
@@ -68,8 +72,7 @@ EXPECTED = {
 }
 #: Why a decoder layer whose residual adds accel does not fuse is left (Phi-3's dropout on each branch, Gemma 2/3's
 #: norms after the attention and the MLP).
-LAYER_LEFT = ("its forward is not the Llama decoder layer accel implements (pre-norm attention and MLP, each added "
-              "to its residual; compared as bytecode)")
+LAYER_LEFT = "its modules are not a pre-norm layer's (input_layernorm, mlp, post_attention_layernorm, self_attn): it holds "
 
 
 def _is_accel(module) -> bool:
@@ -208,7 +211,8 @@ def test_report_names_each_replacement_and_what_is_left(family):
     if fused_adds:
         assert report.replaced[f"{prefix}DecoderLayer"] == {"op": "accel::add_rms_norm_hf", "count": n_layers}
     else:
-        left[f"{prefix}DecoderLayer"] = {"count": n_layers, "reason": LAYER_LEFT}
+        layer = report.left.pop(f"{prefix}DecoderLayer")
+        assert layer["count"] == n_layers and layer["reason"].startswith(LAYER_LEFT), layer
     assert report.left == left
     assert json.loads(json.dumps(report.as_dict()))["replaced"] == report.replaced
     assert str(report).startswith(f"{lm} ({family}):")
@@ -324,9 +328,22 @@ def test_a_patched_model_pickles_and_saves_under_its_own_architecture(tmp_path):
 
 
 def _hook_works() -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec("torchvision") is not None
+    """Whether transformers' patch hook runs here with a class registered (5.17's lists every transformers
+    module, importing image-processor aliases that need torchvision; later releases do not)."""
+    try:
+        import transformers.monkey_patching as mp
+    except ImportError:
+        return False
+    key = "^AccelHookProbeNoSuchClass$"
+    mp.register_patch_mapping({key: torch.nn.Identity})
+    try:
+        with mp.apply_patches():
+            pass
+        return True
+    except Exception:  # noqa: BLE001 - whatever the hook raises, it does not work here
+        return False
+    finally:
+        mp.unregister_patch_mapping([key])
 
 
 @pytest.fixture
@@ -341,7 +358,12 @@ def working_hook(monkeypatch):
                 monkeypatch.delitem(sys.modules, name)
 
 
-@pytest.mark.skipif(_hook_works(), reason="torchvision is installed: transformers' hook works here")
+needs_hook_module = pytest.mark.skipif(importlib.util.find_spec("transformers.monkey_patching") is None,
+                                       reason="transformers.monkey_patching is new in 5.17")
+
+
+@needs_hook_module
+@pytest.mark.skipif(_hook_works(), reason="transformers' patch hook works here")
 def test_enable_refuses_a_hook_that_fails_here_and_leaves_no_class_patched():
     from transformers.models.llama import modeling_llama
 
@@ -353,6 +375,7 @@ def test_enable_refuses_a_hook_that_fails_here_and_leaves_no_class_patched():
     assert get_patch_mapping() == {}
 
 
+@needs_hook_module
 def test_enable_builds_patched_models_through_transformers_hook_and_disable_undoes_it(working_hook):
     cfg = _configs()["llama"][1]
     try:
@@ -435,9 +458,9 @@ def test_is_sharded_asks_the_dtensor_class_resolved_once(monkeypatch):
 
     plain = torch.zeros(2)
     monkeypatch.setattr(_compat, "dtensor_class", lambda: FakeDTensor)
-    assert hf._is_sharded(plain.as_subclass(FakeDTensor)) and not hf._is_sharded(plain)
+    assert hf_guards.is_sharded(plain.as_subclass(FakeDTensor)) and not hf_guards.is_sharded(plain)
     monkeypatch.setattr(_compat, "dtensor_class", lambda: None)  # torch without DTensor
-    assert not hf._is_sharded(plain.as_subclass(FakeDTensor))
+    assert not hf_guards.is_sharded(plain.as_subclass(FakeDTensor))
 
 
 def test_chunk_rows_are_bounded_below_for_matmul_efficiency_and_above_in_memory():
@@ -801,7 +824,7 @@ def test_the_recipe_does_not_travel_with_the_norm_output(cpu_kernels):
     out.loss.backward()
     del out, last
     gc.collect()
-    assert not hf._RECIPES
+    assert len(RECIPES) == 0
 
 
 def _saved_bytes_and_grads(model, inputs):
@@ -839,8 +862,8 @@ def test_plain_linear_sees_every_kind_of_hook_and_a_foreign_weight():
     """The MLP's fast path is taken only for projections that ``F.linear`` stands in for exactly."""
     x = torch.randn(2, 8)
     projs = [nn.Linear(8, 8) for _ in range(3)]
-    assert hf._plain_linear(x, *projs)
-    assert not hf._plain_linear(x.to(torch.bfloat16), *projs)  # weight in another dtype
+    assert hf_guards.plain_linear(x, *projs)
+    assert not hf_guards.plain_linear(x.to(torch.bfloat16), *projs)  # weight in another dtype
     changed = [
         lambda p: setattr(p, "_hf_hook", object()),               # accelerate's offload hook
         lambda p: setattr(p, "forward", lambda t: t),              # a replaced forward
@@ -854,20 +877,20 @@ def test_plain_linear_sees_every_kind_of_hook_and_a_foreign_weight():
     for change in changed:
         fresh = [nn.Linear(8, 8) for _ in range(3)]
         change(fresh[2])
-        assert not hf._plain_linear(x, *fresh)
+        assert not hf_guards.plain_linear(x, *fresh)
     handle = torch.nn.modules.module.register_module_forward_hook(lambda *a: None)
     try:
-        assert not hf._plain_linear(x, *projs)
+        assert not hf_guards.plain_linear(x, *projs)
     finally:
         handle.remove()
-    assert hf._plain_linear(x, *projs)
+    assert hf_guards.plain_linear(x, *projs)
 
     class Subclass(nn.Linear):
         pass
 
-    assert not hf._plain_linear(x, projs[0], Subclass(8, 8))
+    assert not hf_guards.plain_linear(x, projs[0], Subclass(8, 8))
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        assert not hf._plain_linear(x, *projs)
+        assert not hf_guards.plain_linear(x, *projs)
 
 
 class _FakeQuant(torch.Tensor):
@@ -931,13 +954,13 @@ def test_the_attentions_projections_run_as_one_node_and_step_aside_for_a_hooked_
     modules (the hook fires), and either way the loss and gradients match the unpatched model's (Qwen2: biases;
     Qwen3: q/k norms on the projections' outputs)."""
     calls = []
-    real = hf.shared_input_linears
+    real = hf_attention.shared_input_linears
 
     def counting(*args, **kwargs):
         calls.append(len(args[1]))
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(hf, "shared_input_linears", counting)
+    monkeypatch.setattr(hf_attention, "shared_input_linears", counting)
     ref, model = _build(family)
     hf.patch(model)
     fired = []
@@ -959,19 +982,19 @@ def test_the_attentions_projections_run_as_one_node_and_step_aside_for_a_hooked_
 def _one_node_calls(monkeypatch) -> list:
     """Record each call of the one-node attention (:func:`accel.integrations._attention.self_attention`)."""
     calls = []
-    real = hf.self_attention
+    real = hf_attention.self_attention
 
     def counting(*args, **kwargs):
         calls.append(kwargs["enable_gqa"])
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(hf, "self_attention", counting)
+    monkeypatch.setattr(hf_attention, "self_attention", counting)
     return calls
 
 
 def _train_step(model, inputs, *, one_node: bool = True, monkeypatch=None):
     if not one_node:
-        monkeypatch.setattr(hf, "_one_node_attention", lambda *args: None)
+        monkeypatch.setattr(hf_attention, "_one_node_attention", lambda *args: None)
     model.train()  # a training call: no KV cache (patch's loss), the attention's fast path applies
     try:
         return _loss_and_grads(model, inputs)
@@ -1119,18 +1142,83 @@ def test_the_one_node_attention_backward_twice_needs_retain_graph_and_refuses_do
         torch.autograd.grad(loss, list(model.model.parameters()), create_graph=True)
 
 
-def test_the_one_node_attention_is_verified_as_llamas_code():
-    """Llama's and Gemma's attention compile to the pattern's bytecode; Qwen3's (q/k norms) and Mistral's
-    (sliding window) do not and keep the attention's own code."""
-    from transformers.models.gemma.modeling_gemma import GemmaAttention
-    from transformers.models.llama.modeling_llama import LlamaAttention
-    from transformers.models.mistral.modeling_mistral import MistralAttention
-    from transformers.models.qwen3.modeling_qwen3 import Qwen3Attention
+def test_the_one_node_attention_is_verified_by_behaviour():
+    """Llama's, Gemma's and Mistral's attention run as one node (verified on a tiny instance, where it ran and
+    matched); Qwen3's (q/k norms: modules the one-node path does not compute) keeps the rest of accel's
+    attention without it."""
+    for family, one_node in (("llama", True), ("gemma", True), ("mistral", True), ("qwen3", False)):
+        _, model = _build(family)
+        hf.patch(model)
+        attn = model.model.layers[0].self_attn
+        assert _is_accel(attn) and type(attn).accel_one_node is one_node, family
 
-    pattern = hf._llama_attention_forward
-    assert hf._same_code(LlamaAttention.forward, pattern) and hf._same_code(GemmaAttention.forward, pattern)
-    assert not hf._same_code(Qwen3Attention.forward, pattern)
-    assert not hf._same_code(MistralAttention.forward, pattern)
+
+@pytest.fixture
+def fresh_verdicts():
+    from accel.integrations.transformers import verify
+
+    verify.forget()
+    yield verify
+    verify.forget()
+
+
+def test_a_class_whose_code_computes_something_else_keeps_it_and_says_so_once(fresh_verdicts, monkeypatch):
+    """The MLP's forward edited (the activation on the up projection, not the gate): the replacement, run on a
+    tiny instance, differs from the class's own outputs, so the class is left with that reason, said once as an
+    IntegrationWarning naming the class, the role and the transformers version; the other roles stay."""
+    from accel.errors import IntegrationWarning
+    from transformers.models.llama import modeling_llama
+
+    def edited(self, x):
+        return self.down_proj(self.gate_proj(x) * self.act_fn(self.up_proj(x)))
+
+    monkeypatch.setattr(modeling_llama.LlamaMLP, "forward", edited)
+    fresh_verdicts._SAID.clear()
+    _, model = _build("llama")
+    with pytest.warns(IntegrationWarning, match=rf"LlamaMLP keeps its own code \(mlp role.*transformers "
+                                                 rf"{transformers.__version__}") as seen:
+        hf.patch(model)
+        hf.patch(_build("llama")[1])  # said once
+    assert sum("LlamaMLP" in str(w.message) for w in seen) == 1
+    r = hf.report(model)
+    assert "differs from the class's own on a tiny instance" in r.left["LlamaMLP"]["reason"]
+    assert {"LlamaRMSNorm", "LlamaAttention", "LlamaDecoderLayer"} <= set(r.replaced)
+
+
+def test_verification_leaves_the_random_state_and_the_model_untouched(fresh_verdicts):
+    _, model = _build("llama")
+    state = torch.random.get_rng_state()
+    params = {n: p.detach().clone() for n, p in model.named_parameters()}
+    hf.patch(model)
+    assert torch.equal(torch.random.get_rng_state(), state)
+    assert all(torch.equal(p, params[n]) for n, p in model.named_parameters())
+
+
+def test_roles_are_verified_with_the_models_own_config_kinds(fresh_verdicts):
+    """A Llama with attention and MLP biases is verified on a tiny Llama with biases (its own kinds), and gets
+    every role; the verdict is kept per config kind."""
+    cls, cfg = _configs()["llama"]
+    biased = cls(type(cfg)(**{**_DECODER, "attention_bias": True, "mlp_bias": True})).eval()
+    hf.patch(biased)
+    assert {"LlamaAttention", "LlamaMLP", "LlamaDecoderLayer", "LlamaForCausalLM"} <= set(hf.report(biased).replaced)
+    keys = {k[1] for k in fresh_verdicts._VERDICTS if k[0].__name__ == "LlamaMLP"}
+    assert len(keys) == 1 and "attention_bias', True" in next(iter(keys))[1]
+
+
+def test_a_kernelized_module_is_left_to_its_kernel_and_the_report_says_why():
+    """The kernels package's kernelize (and use_kernels=True) sets ``forward`` on the instance, so a class swap
+    underneath would do nothing: such a module is not replaced, and one kernelized after patch is no longer
+    reported as replaced."""
+    _, model = _build("llama")
+    norm = model.model.norm
+    norm.forward = norm.forward  # what kernelize leaves: an instance attribute
+    hf.patch(model)
+    r = hf.report(model)
+    assert not _is_accel(norm) and r.replaced["LlamaRMSNorm"]["count"] == 4
+    assert "forward is set on the instance" in r.left["LlamaRMSNorm"]["reason"]
+    mlp = model.model.layers[0].mlp
+    mlp.forward = lambda x: x
+    assert "replaced, but its forward is set on the instance" in hf.report(model).left["LlamaMLP"]["reason"]
 
 
 # ------------------------------------------------------------------ residual adds fused into the RMSNorms
@@ -1158,7 +1246,7 @@ def test_residual_adds_fuse_into_the_norms_that_read_them_with_the_same_bits(dty
     assert after["accel::rms_norm_hf"] - before["accel::rms_norm_hf"] == 1
     with torch.no_grad():
         assert torch.equal(got, _hidden(ref, ids))
-    assert hf._HANDOFFS == {}
+    assert len(HANDOFFS) == 0
 
 
 def _scaled_in_place(module, args, out):
@@ -1183,7 +1271,7 @@ def test_a_layer_output_changed_before_the_next_norm_is_normalised_again(hook, c
         got = _hidden(model, ids)
         assert torch.equal(got, _hidden(ref, ids))
     assert _routed(cpu_kernels)["accel::rms_norm_hf"] - before == 2  # layer 0's and layer 1's input norms
-    assert hf._HANDOFFS == {}
+    assert len(HANDOFFS) == 0
 
 
 def test_a_hooked_norm_is_called_as_a_module_and_an_unconsumed_handoff_dies_with_its_tensor(cpu_kernels):
@@ -1203,10 +1291,10 @@ def test_a_hooked_norm_is_called_as_a_module_and_an_unconsumed_handoff_dies_with
     pe = model.model.rotary_emb(h, torch.arange(12)[None])
     with torch.no_grad():
         out = last(h, position_embeddings=pe)  # its output's norm is handed off, and never called
-    assert len(hf._HANDOFFS) == 1
+    assert len(HANDOFFS) == 1
     del out
     gc.collect()
-    assert hf._HANDOFFS == {}
+    assert len(HANDOFFS) == 0
 
 
 def test_each_layer_is_linked_to_the_norm_after_it_through_copies_and_unpatch_drops_the_links():
@@ -1263,7 +1351,7 @@ def test_checkpointed_layers_never_take_an_output_handed_off_in_another_autograd
     assert grads.keys() == ref_grads.keys()
     for name in ref_grads:
         torch.testing.assert_close(grads[name], ref_grads[name], rtol=1e-4, atol=1e-6, msg=name)
-    assert hf._HANDOFFS == {}
+    assert len(HANDOFFS) == 0
 
 
 def test_inference_mode_and_sharded_or_subclass_weights_keep_the_models_own_add(cpu_kernels):
@@ -1272,17 +1360,17 @@ def test_inference_mode_and_sharded_or_subclass_weights_keep_the_models_own_add(
     ids = _inputs("llama")["input_ids"]
     with torch.inference_mode():  # inference tensors have no version counter: nothing is handed off
         assert torch.equal(_hidden(model, ids), _hidden(ref, ids))
-    assert hf._HANDOFFS == {}
+    assert len(HANDOFFS) == 0
 
     class _Sharded(torch.Tensor):  # stands in for FSDP2's DTensor weight of a layer not running
         pass
 
     norm = model.model.layers[1].input_layernorm
     h = torch.randn(2, 3, _DECODER["hidden_size"])
-    assert hf._fused_add_norm(norm, h, h) is not None
+    assert hf_layer.fused_add_norm(norm, h, h) is not None
     saved = norm.weight
     norm._parameters["weight"] = nn.Parameter(saved.detach().as_subclass(_Sharded))
     try:
-        assert hf._fused_add_norm(norm, h, h) is None
+        assert hf_layer.fused_add_norm(norm, h, h) is None
     finally:
         norm._parameters["weight"] = saved

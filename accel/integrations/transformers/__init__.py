@@ -72,7 +72,7 @@ from .families import EXPECTED, FAMILIES, OPS, ROLES, ROUTES, TESTED, family_of,
 from .guards import accel_takes, dispatch_keys
 from .hub import disable, enable, enabled
 from .report import PatchReport, check_module, report
-from .verify import LOCK, ROLE_MODULES, configs, verdict
+from .verify import LOCK, ROLE_MODULES, built, configs, verdict
 
 __all__ = ["EXPECTED", "FAMILIES", "OPS", "ROLES", "ROUTES", "TESTED", "PatchReport", "accel_takes", "disable",
            "enable", "enabled", "patch", "report", "unpatch"]
@@ -235,7 +235,7 @@ def __getattr__(name: str) -> type:
             for class_name, (role, variant) in classes.items():
                 if class_name == wanted:
                     cls = getattr(importlib.import_module(module_name), class_name)
-                    accel_cls, why = verdict(cls, role, variant)
+                    accel_cls, why = built(cls, role, variant)
                     if accel_cls is not None:
                         return accel_cls
                     raise AttributeError(f"accel.integrations.transformers: {class_name} has no accel class here: "

@@ -7,7 +7,7 @@ dims, rotary variants, layer types; only sizes shrunk), else from :data:`.famili
 answered by their CPU references (:func:`.guards.forcing`), a copy with the family's verified norms and the
 role's class replaced runs beside the unpatched copy:
 
-- a training call with labels: the loss and every parameter's gradient;
+- a training call with labels and no cache: the loss and every parameter's gradient;
 - an evaluation call with left padding and ``use_cache=True``: the logits; then one more token with the cache
   passed back under each name the release accepts (``past_key_values``, and ``cache`` from 5.25 on): the logits.
 
@@ -48,6 +48,8 @@ ROLE_MODULES = {"rms_norm": norm, "mlp": mlp, "attention": attention, "decoder_l
 LOCK = threading.RLock()
 #: (class, config key) -> (accel subclass or None, reason it is None).
 _VERDICTS: dict[tuple, tuple[type | None, str | None]] = {}
+#: class -> (accel subclass or None, reason), before any verification.
+_BUILT: dict[type, tuple[type | None, str | None]] = {}
 #: config key -> (tiny model, its unpatched results).
 _TINY: dict[tuple, tuple[nn.Module, dict[str, torch.Tensor]]] = {}
 _SAID: set = set()
@@ -72,7 +74,7 @@ def verdict(cls: type, role: str, variant: str | None, config: Any = None) -> tu
         found = _VERDICTS.get(key)
         if found is None:
             try:
-                found = ROLE_MODULES[role].build(cls, variant)
+                found = built(cls, role, variant)
                 if found[0] is not None and role != "rms_norm":
                     why = _check(cls, role, found[0], family, config)
                     if why is not None:
@@ -86,6 +88,20 @@ def verdict(cls: type, role: str, variant: str | None, config: Any = None) -> tu
                           f"{OPS[role]} not used) on transformers {transformers_version()}: {found[1]}. Tested "
                           f"releases: {', '.join(TESTED)}; report(model) lists every role.",
                           IntegrationWarning, stacklevel=4)
+        return found
+
+
+def built(cls: type, role: str, variant: str | None) -> tuple[type | None, str | None]:
+    """The role's accel subclass of ``cls`` (one per class, whatever configs it is verified with: pickle finds
+    it by name), or ``(None, reason)`` where the class's code does not have the role's shape."""
+    with LOCK:
+        found = _BUILT.get(cls)
+        if found is None:
+            try:
+                found = ROLE_MODULES[role].build(cls, variant)
+            except Exception as exc:  # noqa: BLE001 - a class accel cannot build for is left as it is, with the reason
+                found = (None, f"could not be verified ({type(exc).__name__}: {exc})")
+            _BUILT[cls] = found
         return found
 
 
@@ -171,7 +187,7 @@ def _run(model: nn.Module) -> dict[str, torch.Tensor]:
     with _quiet():
         model.train()
         model.zero_grad(set_to_none=True)
-        loss = model(input_ids=ids, labels=labels).loss
+        loss = model(input_ids=ids, labels=labels, use_cache=False).loss  # as a training step with accel's loss
         loss.backward()
         out["loss"] = loss.detach()
         out.update({f"grad {n}": p.grad for n, p in model.named_parameters() if p.grad is not None})
@@ -265,3 +281,12 @@ def configs(model: nn.Module) -> dict[str, Any]:
         if family in TINY and family not in found and type(cfg).__name__ == TINY[family][0]:
             found[family] = cfg
     return found
+
+
+def forget() -> None:
+    """Forget every verdict and tiny instance: the next :func:`verdict` verifies again (after a class's code was
+    changed in this process, by a test or a monkey patch; a model patched before keeps its classes)."""
+    with LOCK:
+        _VERDICTS.clear()
+        _TINY.clear()
+        _BUILT.clear()
