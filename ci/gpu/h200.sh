@@ -28,11 +28,18 @@ python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-compile
   || { echo "accel install failed"; exit 1; }
 PYTHONPATH=/tmp/accel:$SITE python3 "$REPO/ci/gpu/check_deps.py" || exit 1
 export PYTHONPATH=/tmp/accel:$SITE:$SITE/nvidia_cutlass_dsl/dsl_packages
+# ACCEL_GPU_TF: a carried folder of another transformers release's wheels (../shared/tools/gpu-wheels.sh
+# --transformers X writes .whl-tf): installed apart and put first, so every stage runs on that release
+if [ -n "${ACCEL_GPU_TF:-}" ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/tf "$REPO/$ACCEL_GPU_TF"/*.whl \
+    || { echo "transformers install from $ACCEL_GPU_TF failed"; exit 1; }
+  export PYTHONPATH=/tmp/tf:$PYTHONPATH
+fi
 export PATH=/tmp/accel/bin:$PATH
 accel() { python3 -m accel.cli "$@"; }
 cd /tmp  # never import the source tree: accel.backends only exists in the installed layout
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
+python3 -c "import torch, triton, transformers; print('torch', torch.__version__, 'triton', triton.__version__, 'transformers', transformers.__version__)"
 for stage in "$@"; do
   echo "=================== stage: $stage"
   case $stage in
