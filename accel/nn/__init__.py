@@ -5,7 +5,9 @@
   torch 2.13, 2.14 and 2.15 builds have them) they *are* torch's own objects; elsewhere (torch 2.9-2.12)
   they are accel's (:mod:`accel.nn.linear_cross_entropy`, torch 2.15's semantics), whose chunked path is the
   custom op ``torch.ops.accel.linear_cross_entropy`` (fake kernel and autograd: it runs under
-  ``torch.compile``).
+  ``torch.compile``). accel's function, its fp32 variant and its module take either class of options: on
+  torch 2.13+ the ``LinearCrossEntropyOptions`` handed out here is torch's, read field by field
+  (:func:`accel.nn.options.as_options`).
 - The fused kernel: ``accel.kernels.install()`` on a GPU registers accel's Triton implementation of that
   op and of torch's own chunked ops (``torch_nn::_linear_cross_entropy_batch_chunked`` and
   ``..._no_reduction``, where torch has them; the first declines what torch 2.15's CuTeDSL override takes),

@@ -19,10 +19,8 @@ Example:
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import warnings
-from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -30,240 +28,21 @@ import torch.nn.functional as F
 from accel.errors import LossInputError, TargetRangeError
 from accel.kernels.ops.linear_cross_entropy import op as _op
 
+from .options import (  # noqa: F401 - re-exported: this module always holds accel's objects
+    MAX_CHUNK_BYTES,
+    MIN_ROWS,
+    LinearCrossEntropyOptions,
+    ResolvedOptions,
+    as_options,
+    model_chunk_rows,
+)
+
 __all__ = ["LinearCrossEntropyLoss", "LinearCrossEntropyOptions", "ResolvedOptions", "linear_cross_entropy",
            "linear_cross_entropy_fp32", "model_chunk_rows"]
 
-_POLICIES = ("auto", "accurate", "compact")
-_ACC_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 _REDUCTIONS = ("none", "mean", "sum")
-
-
-class ResolvedOptions(NamedTuple):
-    """:meth:`LinearCrossEntropyOptions.resolve`'s answer for one call: what the chunked op is given."""
-
-    batch_chunk_size: int
-    acc_policy: str
-    acc_dtype: torch.dtype
-    allow_retain_graph: bool
-
-
-def _next_pow2(n: int) -> int:
-    return 1 << max(n - 1, 0).bit_length()
-
-
-def _mixed_mm_dtype(dtype: torch.dtype, device: torch.device | None) -> bool:
-    """Whether ``device`` has matmuls of ``dtype`` (fp16/bf16) operands with fp32 results: CUDA 7.0+ for fp16,
-    8.0+ for bf16 (ROCm builds report their own capability), and the CPU."""
-    if device is None or dtype not in (torch.float16, torch.bfloat16):
-        return False
-    if device.type == "cpu":
-        return True
-    if device.type != "cuda" or not torch.cuda.is_available():
-        return False
-    major, _ = torch.cuda.get_device_capability(device)
-    return major >= (8 if dtype == torch.bfloat16 else 7)
-
-
-@dataclasses.dataclass(frozen=True)
-class LinearCrossEntropyOptions:
-    """How :func:`linear_cross_entropy` chunks (torch 2.15's ``torch.nn.LinearCrossEntropyOptions``).
-
-    Passing an instance selects the chunked path: the batch is processed ``batch_chunk_size`` rows at a
-    time, so the ``[N, C]`` logits never exist (one ``[batch_chunk_size, C]`` buffer does). Worth it when
-    ``C`` (the vocabulary) is much larger than ``in_features``. Cases the chunked path does not take
-    (``label_smoothing != 0``, K-dimensional loss, a probability target of another dtype than the input's
-    or one that requires grad, ``torch.jit`` tracing) run the reference path, with a warning.
-
-    Args:
-        allow_retain_graph: keep the gradients computed in the forward so that ``backward`` may run twice
-            (``retain_graph=True``); one extra gradient-sized allocation per call. ``"mean"``/``"sum"`` only
-            (``"none"`` recomputes its gradients in the backward). Forced on, with a warning, under
-            ``torch.compile``.
-        batch_chunk_size: rows per chunk (an int >= 1), or ``None``: from ``chunking_method``, else one chunk.
-        chunking_method: ``"auto"`` (``"aspect_ratio"``, and for ``acc_policy="compact"`` at most
-            ``N * C / (4 * in_features)`` rows for class-index targets, ``N / 2`` for probabilities, each
-            rounded down to a power of two), ``"aspect_ratio"`` (a chunk's logits as large as the input:
-            ``next_pow2(ceil(N / ceil(C / in_features)))`` rows), ``"aspect_ratio:K"`` (that divided by
-            ``K``), or ``None`` (use ``batch_chunk_size``). An explicit ``batch_chunk_size`` turns
-            ``"auto"`` off; with another method the two must agree.
-        acc_policy: ``"compact"`` (logits buffer and ``grad_W`` accumulation in the input dtype: the least
-            memory), ``"accurate"`` (both in ``acc_dtype``: one ``[C, in_features]`` scratch more), or
-            ``"auto"``: ``"accurate"`` for fp16/bf16 on the CPU (whose low-precision matmuls are emulated),
-            ``"compact"`` elsewhere.
-        acc_dtype: accumulation dtype, or ``None``: fp32 for fp16/bf16 input under ``acc_policy="auto"`` where
-            the device has fp32-result matmuls of those dtypes (CUDA 8.0+ for bf16, 7.0+ for fp16, CPU),
-            else the input dtype. Only fp32 may widen fp16/bf16.
-
-    Raises:
-        LossInputError: (a ``ValueError``) an unknown ``acc_policy`` or ``chunking_method``, a
-            ``batch_chunk_size`` that is not a positive int, an ``acc_dtype`` not among fp16/bf16/fp32/fp64.
-
-    Example:
-        >>> import torch
-        >>> from accel.nn.linear_cross_entropy import LinearCrossEntropyOptions
-        >>> LinearCrossEntropyOptions().resolve(8192, 4096, 128256, torch.bfloat16, torch.device("cpu"))
-        ResolvedOptions(batch_chunk_size=256, acc_policy='accurate', acc_dtype=torch.float32, allow_retain_graph=False)
-    """
-
-    allow_retain_graph: bool = False
-    batch_chunk_size: int | None = None
-    chunking_method: str | None = "auto"
-    acc_policy: str = "auto"
-    acc_dtype: torch.dtype | None = None
-
-    def __post_init__(self) -> None:
-        if self.acc_policy not in _POLICIES:
-            raise LossInputError(f"LinearCrossEntropyOptions: acc_policy={self.acc_policy!r}. It must be one of "
-                                 f"{', '.join(map(repr, _POLICIES))}.")
-        method = self.chunking_method
-        if method is not None and method != "auto":
-            name, sep, factor = str(method).partition(":")
-            if name != "aspect_ratio" or (sep and not (factor.isdigit() and int(factor) > 0)):
-                raise LossInputError(f"LinearCrossEntropyOptions: chunking_method={method!r}. It must be 'auto', "
-                                     f"'aspect_ratio', 'aspect_ratio:K' with an integer K >= 1, or None.")
-        size = self.batch_chunk_size
-        if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
-            raise LossInputError(f"LinearCrossEntropyOptions: batch_chunk_size={size!r}. It must be an int >= 1 "
-                                 f"or None.")
-        if self.acc_dtype is not None and self.acc_dtype not in _ACC_DTYPES:
-            raise LossInputError(f"LinearCrossEntropyOptions: acc_dtype={self.acc_dtype!r}. It must be None or one "
-                                 f"of torch.float16, torch.bfloat16, torch.float32, torch.float64.")
-
-    def resolve(self, num_batches: int, in_features: int, num_classes: int, dtype: torch.dtype,
-                device: torch.device | None = None, prob_target: bool = False) -> ResolvedOptions:
-        """The concrete settings for one call: ``"auto"`` and ``None`` decided (see the class).
-
-        Args:
-            num_batches: rows ``N`` of the input.
-            in_features: ``D``.
-            num_classes: ``C``.
-            dtype: the input's dtype.
-            device: the input's device (``None``: the policy ``"compact"``, the accumulation dtype the input's).
-            prob_target: the target holds class probabilities (another cap under ``"auto"``).
-
-        Raises:
-            LossInputError: ``batch_chunk_size`` and an explicit ``chunking_method`` give different sizes.
-        """
-        policy = self.acc_policy
-        if policy == "auto":
-            low_cpu = device is not None and device.type == "cpu" and dtype in (torch.float16, torch.bfloat16)
-            policy = "accurate" if low_cpu else "compact"
-        method = self.chunking_method
-        auto = method == "auto"
-        if auto and self.batch_chunk_size is not None:
-            method = None
-        elif auto:
-            method = "aspect_ratio"
-        size = num_batches if self.batch_chunk_size is None else min(self.batch_chunk_size, num_batches)
-        if method is not None:
-            _, _, factor = method.partition(":")
-            growth = -(-num_classes // max(in_features, 1))
-            size = min(_next_pow2(-(-num_batches // max(growth, 1))) // int(factor or 1), num_batches)
-            if auto and policy == "compact":  # never above the unchunked reference's peak
-                cap = num_batches // 2 if prob_target else num_batches * num_classes // (4 * max(in_features, 1))
-                size = max(1, min(size, _prev_pow2(max(cap, 1))))
-            if self.batch_chunk_size is not None and self.batch_chunk_size != size:
-                raise LossInputError(
-                    f"LinearCrossEntropyOptions: batch_chunk_size={self.batch_chunk_size} and chunking_method="
-                    f"{self.chunking_method!r} give {self.batch_chunk_size} and {size} rows per chunk. Pass one of "
-                    f"them (chunking_method=None to use batch_chunk_size).")
-        acc = self.acc_dtype
-        if acc is None:
-            acc = torch.float32 if self.acc_policy == "auto" and _mixed_mm_dtype(dtype, device) else dtype
-        return ResolvedOptions(max(1, size), policy, acc, self.allow_retain_graph)
-
-
-#: Least rows per chunk :func:`model_chunk_rows` gives (fewer only where there are fewer tokens or the memory
-#: cap says so). Every chunk re-reads the head's weight ``[C, D]`` twice (logits, ``grad_input``) and reads and
-#: writes the ``grad_W`` accumulator: ``t = 2 * e + 2 * a`` bytes per weight element (``e`` the input's element
-#: size, ``a`` the accumulator's: 8 for bf16 with fp32, 4 compact) against ``6 * rows`` FLOPs per weight element
-#: (the three matmuls). The chunk's matmuls stay compute-bound while ``6 * rows / t`` is at least the GPU's
-#: ridge point (dense bf16 peak FLOP/s over memory B/s, from the vendors' datasheets: H200 989 TFLOP/s / 4.8 TB/s
-#: ~206, B200 2.25 PFLOP/s / 8 TB/s ~281, MI300X 1307 TFLOP/s / 5.3 TB/s ~247): ``rows >= 300 * 12 / 6 = 600``,
-#: rounded up to a power of two. (Qwen3's 64-row chunks from the aspect-ratio rule alone, D 1024 and C 151936,
-#: re-read the 311 MB weight 128 times per step: ~25 ms of traffic at the H200's 4.8 TB/s.)
-#: ``benchmarks/linear_cross_entropy.py --chunk-sweep`` times 64 to 4096 rows at model shapes.
-MIN_ROWS = 1024
-#: Most bytes of a chunk's buffers (the logits chunk, and the separate gradient buffer where accurate mode on
-#: cuBLAS has one) :func:`model_chunk_rows` allows: far below the ``[N, C]`` logits the unfused loss holds
-#: (Qwen3-style, 8192 x 151936: 2.5 GB bf16 and 5 GB more for the fp32 copy) and at most ~3x the head's weight
-#: at the vocabularies of today's models (the same sweep reports each row count's peak memory).
-MAX_CHUNK_BYTES = 1 << 30
-
-
-def model_chunk_rows(num_tokens: int, in_features: int, num_classes: int, dtype: torch.dtype,
-                     device: torch.device | None = None, *, acc_policy: str = "auto",
-                     min_rows: int = MIN_ROWS, max_chunk_bytes: int = MAX_CHUNK_BYTES) -> int:
-    """Rows per chunk for a model's LM-head loss: large enough that the matmuls stay compute-bound, bounded in
-    memory. What :func:`accel.integrations.transformers.patch` passes as ``batch_chunk_size``.
-
-    The rule (each term's reasoning at :data:`MIN_ROWS` and :data:`MAX_CHUNK_BYTES`)::
-
-        aspect = next_pow2(ceil(N / ceil(C / D)))          # a chunk's logits as large as the input (torch's rule)
-        weight = min(prev_pow2(D * e // b), 2 * min_rows)   # a chunk's buffers as large as the head's weight
-        rows   = min(N, max(aspect, min_rows, weight), prev_pow2(max_chunk_bytes // (C * b)))
-
-    with ``b`` the chunk buffers' bytes per logit: the input's element size under ``"compact"``, the
-    accumulation dtype's (plus the input's where the device has fp32-result low-precision matmuls: a separate
-    gradient buffer) under ``"accurate"``, and ``e`` the input's element size. The aspect-ratio rule alone gives
-    vocabulary-heavy models tiny chunks (Qwen3-style, D 1024, C 151936, N 8192: 64 rows, 128 chunks); this gives
-    1024 (compact bf16). The ``weight`` term lets a chunk's buffers grow to the head's own size (the weight
-    gradient the loss holds anyway is as large), up to ``2 * min_rows``: fewer passes over ``grad_W``, which
-    each chunk reads and writes (H200, 8192 x 2048 x 32000 bf16: 2048 rows 5.29 ms, 1024 rows 5.65 ms, the
-    model's peak unchanged: ``benchmarks/results/h200/session18``).
-
-    Args:
-        num_tokens: ``N``, rows of the loss (tokens of the batch).
-        in_features: ``D``, the hidden size.
-        num_classes: ``C``, the vocabulary.
-        dtype: the input's dtype.
-        device: the input's device (decides ``"auto"``'s policy and accumulation dtype as
-            :meth:`LinearCrossEntropyOptions.resolve` does).
-        acc_policy: ``"auto"``, ``"compact"`` or ``"accurate"``.
-        min_rows: the compute-bound floor (default :data:`MIN_ROWS`).
-        max_chunk_bytes: the memory cap (default :data:`MAX_CHUNK_BYTES`).
-
-    Returns:
-        Rows per chunk, an int in ``[1, max(N, 1)]``.
-
-    Raises:
-        LossInputError: a size below 1 (``N`` may be 0), an unknown ``acc_policy``.
-
-    Example:
-        >>> import torch
-        >>> from accel.nn.linear_cross_entropy import model_chunk_rows
-        >>> model_chunk_rows(8192, 1024, 151936, torch.bfloat16, torch.device("cuda"))  # Qwen3-style
-        1024
-        >>> model_chunk_rows(8192, 2048, 32000, torch.bfloat16, torch.device("cuda"))   # Llama, d 2048
-        2048
-        >>> model_chunk_rows(100, 64, 320, torch.float32)                                 # fewer tokens: one chunk
-        100
-    """
-    for name, v in (("in_features", in_features), ("num_classes", num_classes), ("min_rows", min_rows),
-                    ("max_chunk_bytes", max_chunk_bytes)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise LossInputError(f"model_chunk_rows: {name}={v!r}. It must be an int >= 1.")
-    if isinstance(num_tokens, bool) or not isinstance(num_tokens, int) or num_tokens < 0:
-        raise LossInputError(f"model_chunk_rows: num_tokens={num_tokens!r}. It must be an int >= 0.")
-    resolved = LinearCrossEntropyOptions(acc_policy=acc_policy).resolve(max(num_tokens, 1), in_features, num_classes,
-                                                                        dtype, device)
-    elem = dtype.itemsize
-    if resolved.acc_policy == "accurate" and resolved.acc_dtype != dtype:
-        per = resolved.acc_dtype.itemsize
-        # CUDA and ROCm builds (device type "cuda"): the BLAS path keeps a gradient buffer in the input dtype too
-        per += elem if (device is not None and device.type == "cuda") else 0
-    else:
-        per = elem
-    growth = -(-num_classes // in_features)
-    aspect = _next_pow2(-(-max(num_tokens, 1) // growth))
-    weight = _prev_pow2(max(1, in_features * elem // per))
-    weight = min(weight, 2 * min_rows)
-    cap = _prev_pow2(max(1, max_chunk_bytes // (num_classes * per)))
-    return max(1, min(max(num_tokens, 1), max(aspect, min_rows, weight), cap))
-
-
-def _prev_pow2(n: int) -> int:
-    return 1 << (n.bit_length() - 1)
+#: How the input errors name the function (the name accel.nn hands out where torch has no function of its own).
+_WHERE = "accel.nn.functional.linear_cross_entropy"
 
 
 def _shape(t: torch.Tensor) -> list[int]:
@@ -288,14 +67,11 @@ def _check_inputs(input: torch.Tensor, linear_weight: torch.Tensor, target: torc
                   ignore_index: int | None, label_smoothing: float, options: object, check_range: bool = True) -> bool:
     """Typed errors for input the loss cannot take, before anything runs; returns whether ``target`` holds
     probabilities. Torch's own errors for the same input are ``RuntimeError``/``ValueError``/``IndexError``,
-    all of which these errors also are."""
-    where = "accel.nn.functional.linear_cross_entropy"
+    all of which these errors also are. ``options``: already read by :func:`as_options`."""
+    where = _WHERE
     for name, t in (("input", input), ("linear_weight", linear_weight), ("target", target)):
         if not isinstance(t, torch.Tensor):
             raise LossInputError(f"{where}: {name} is {type(t).__name__}. It must be a tensor.")
-    if options is not None and not isinstance(options, LinearCrossEntropyOptions):
-        raise LossInputError(f"{where}: options is {type(options).__name__}. It must be a "
-                             f"LinearCrossEntropyOptions or None.")
     if reduction not in _REDUCTIONS:
         raise LossInputError(f"{where}: reduction={reduction!r}. It must be one of {', '.join(map(repr, _REDUCTIONS))}.")
     if not 0.0 <= label_smoothing <= 1.0:
@@ -451,6 +227,9 @@ def linear_cross_entropy(input: torch.Tensor, linear_weight: torch.Tensor, targe
             ``-100`` for class indices (and is required for probability targets).
         label_smoothing: in ``[0, 1]``: the target is mixed with the uniform distribution by this much.
         options: :class:`LinearCrossEntropyOptions` for the chunked path, ``None`` for the reference path.
+            Accel's class or torch's ``torch.nn.LinearCrossEntropyOptions`` (what
+            ``accel.nn.LinearCrossEntropyOptions`` is on torch 2.13+ builds), read field by field
+            (:func:`accel.nn.options.as_options`).
 
     Returns:
         The loss in the input's dtype: a scalar, or per row for ``reduction="none"``.
@@ -458,7 +237,8 @@ def linear_cross_entropy(input: torch.Tensor, linear_weight: torch.Tensor, targe
     Raises:
         LossInputError: (also ``ValueError`` and ``RuntimeError``) shapes that do not fit, ``C = 0``, a class-index
             target that is not int64, dtypes or devices that differ, ``reduction`` or ``label_smoothing`` out
-            of range, ``ignore_index`` with probabilities, ``options`` of another type. Raised before any kernel.
+            of range, ``ignore_index`` with probabilities, ``options`` of another type or asking for what accel's
+            chunked path does not do (torch's ``acc_policy="balanced"``). Raised before any kernel.
         TargetRangeError: (also ``IndexError``) a class index outside ``[0, C)`` other than ``ignore_index``
             (checked in eager mode with one device-to-host read; under ``torch.compile`` or CUDA graph capture
             it is not checked, and the chunked path gives such a row a NaN loss).
@@ -527,6 +307,7 @@ def linear_cross_entropy_fp32(input: torch.Tensor, linear_weight: torch.Tensor, 
 
 def _loss(input, linear_weight, target, linear_bias, weight, reduction, ignore_index, label_smoothing, options,
           wide: bool, check_range: bool = True) -> torch.Tensor:
+    options = as_options(options, _WHERE)  # torch's class (accel.nn's name on torch 2.13+) read field by field
     prob = _check_inputs(input, linear_weight, target, linear_bias, weight, reduction, ignore_index, label_smoothing,
                          options, check_range)
     if options is None or not _chunked_applies(input, linear_weight, target, reduction, label_smoothing, prob):
