@@ -304,6 +304,28 @@ def kernel_registry() -> dict[str, Any]:
             "namespaces": sorted(getattr(reg, "namespaces", ())), "detail": _compat.native_dsl_registry_reason()}
 
 
+def _transformers_check() -> Check | None:
+    """Whether the installed transformers (read from its metadata, not imported) is a release the transformers
+    integration is tested on (``accel.integrations.transformers.TESTED``); ``None`` where it is not installed.
+    An untested release passes: ``patch`` verifies each role by behaviour before it replaces anything."""
+    from importlib.metadata import version
+
+    try:
+        installed = version("transformers")
+    except PackageNotFoundError:
+        return None
+    from accel.integrations.transformers.families import TESTED
+
+    lo, hi = Version(TESTED[0]).release[:2], Version(TESTED[-1]).release[:2]
+    v = _base_version(installed)
+    tested = v is not None and lo <= v.release[:2] <= hi
+    detail = (f"{installed}: {'within' if tested else 'outside'} the tested range {TESTED[0]} to {TESTED[-1]}"
+              + ("" if tested else "; patch(model) still verifies each role on a tiny instance before it replaces "
+                 "it, and report(model) says what it left"))
+    fix = "" if tested else f"pip install 'transformers>={TESTED[0]},<{hi[0]}.{hi[1] + 1}' for a tested release"
+    return Check("transformers integration", True, detail, fix)
+
+
 def _tuning_tables_check() -> Check:
     """Every user tuning table (``accel bench --tune``'s files) reads as a table: one that does not is ignored
     as a whole at run time, with one warning only."""
@@ -435,6 +457,9 @@ def checks(info: dict[str, Any]) -> list[Check]:
         else:
             fix = f"pip install the {dsl} version that matches torch {build['torch']}"
         out.append(Check(f"{dsl} version", d["compatible"], d["detail"], fix))
+    tf = _transformers_check()
+    if tf is not None:
+        out.append(tf)
     out.append(_env_check(info.get("accel_env") or {}))
     out.append(_tuning_tables_check())
     if "kernel_registry" in info:

@@ -4,6 +4,7 @@
 #   cpu       torch 2.13.0 CPU build (also runs the 'once' sets: interpreter config sweeps, demo, benchmark scripts)
 #   torch214  torch 2.14.1 (native DSL registry, torch.accelerator.random, Triton/Helion interpreter)
 #   torch215  torch 2.15.0 (namespaced native DSL registry, upstream overrides)
+#   transformers457, transformers525  the oldest and newest tested transformers: the integration's tests only
 # Installs everything it needs itself; one line per phase, each with its time, and a summary at the end.
 # Other tox envs: ACCEL_TOX_ENVS=cuda ./ci/test.sh; extra pytest arguments after --: ./ci/test.sh -- -k rng
 # Disk: three of the envs hold a CUDA build of torch (6-7 GB each). Each env is deleted once its tests
@@ -20,7 +21,7 @@ say "free disk: $(free_gb) GB (the largest env needs about $need_gb GB while it 
 say "tox into .venv-tox"
 python3 -m venv .venv-tox && .venv-tox/bin/python -m pip install --quiet --disable-pip-version-check "tox>=4,<5" \
   || { say "could not install tox"; exit 1; }
-IFS=',' read -ra envs <<< "${ACCEL_TOX_ENVS:-torch29,cpu,torch214,torch215}"
+IFS=',' read -ra envs <<< "${ACCEL_TOX_ENVS:-torch29,cpu,torch214,torch215,transformers457,transformers525}"
 summary=(); failed=0
 for env in "${envs[@]}"; do
   s=$(date +%s)

@@ -228,7 +228,12 @@ def unpatch(model: nn.Module) -> nn.Module:
 
 
 def __getattr__(name: str) -> type:
-    """``AccelLlamaRMSNorm`` etc. by name, so that a pickled patched model (``torch.save(model)``) loads."""
+    """``AccelLlamaRMSNorm`` etc. by name, so that a pickled patched model (``torch.save(model)``) loads; and
+    :class:`.callback.AccelCallback` (imported when asked for: it imports ``transformers``)."""
+    if name == "AccelCallback":
+        from .callback import AccelCallback
+
+        return AccelCallback
     if name.startswith("Accel"):
         wanted = name.removeprefix("Accel")
         for family, (module_name, classes) in FAMILIES.items():
