@@ -103,36 +103,6 @@ def _loss_and_grads(model, inputs, **extra):
     return out, {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 
 
-#: The accel ops a patched model calls, and their eager references (registered at the CPU key as the "kernels"
-#: of :func:`cpu_kernels`, so that the registry takes the calls as it takes a GPU kernel's).
-def _references() -> dict:
-    from accel.kernels.ops.add_rms_norm_hf import reference as arn
-    from accel.kernels.ops.linear_cross_entropy import reference as lce
-    from accel.kernels.ops.rms_norm_hf import reference as rn
-    from accel.kernels.ops.rope import reference as rp
-    from accel.kernels.ops.swiglu import reference as sw
-
-    return {"accel::swiglu": sw.swiglu, "accel::rope": rp.rope, "accel::rms_norm_hf": rn.rms_norm_hf,
-            "accel::add_rms_norm_hf": arn.add_rms_norm_hf, "accel::linear_cross_entropy": lce.forward}
-
-
-@pytest.fixture
-def cpu_kernels():
-    """Each accel op's reference registered at the CPU key: accel's registry takes the calls (as a GPU kernel's),
-    so a patched model runs accel's ops on CPU. Yields ``{op: registration name}``; unregisters after."""
-    import accel.kernels as ak
-    import accel.nn  # noqa: F401 - defines accel::linear_cross_entropy
-
-    names = {}
-    try:
-        for op, fn in _references().items():
-            names[op] = ak.register(op, impl=fn, backends=["cpu"], dsl="triton", name=f"test_{op[7:]}.cpu")
-        yield names
-    finally:
-        for n in names.values():
-            ak.unregister(n)
-
-
 def _routed(names: dict) -> dict:
     import accel.kernels as ak
 

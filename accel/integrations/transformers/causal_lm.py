@@ -216,5 +216,11 @@ def _loss(hidden: torch.Tensor, head: nn.Linear, labels: torch.Tensor, extra: di
     loss = lce.linear_cross_entropy_fp32(x, w, target, linear_bias=b, reduction=reduction, ignore_index=ignore_index,
                                          options=opts, check_target_range=False)
     if reduction == "sum":
-        loss = loss / (num_items.to(loss.device) if torch.is_tensor(num_items) else num_items)
+        n = torch.as_tensor(num_items, device=loss.device)
+        # HF's sum / num_items, NaN for 0 / 0 as theirs; the gradient goes through a divisor of 1 where
+        # num_items is 0: every token is ignored then and each gradient is 0 (as cross_entropy's backward gives),
+        # where 1 / 0 through the fused backward would make it NaN
+        safe = torch.where(n == 0, torch.ones_like(n), n)
+        total = loss.detach()
+        loss = loss / safe + (total / n - total / safe)
     return loss
