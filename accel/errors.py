@@ -50,6 +50,7 @@ __all__ = [
     "AccelWarning",
     "KernelFallbackWarning",
     "KernelRegistrationWarning",
+    "TuningTableWarning",
     "HiddenDevicesWarning",
     "IntegrationWarning",
 ]
@@ -224,6 +225,14 @@ class AccelWarning(UserWarning):
 
 class KernelFallbackWarning(AccelWarning):
     """A routed kernel raised or disagreed with ATen; ATen's result was used and that shape now runs ATen."""
+
+
+class TuningTableWarning(KernelFallbackWarning):
+    """A user tuning table refused and ignored as a whole (said once per file and reason): unreadable, of
+    another schema, or made for another machine (another arch, another release of a DSL it
+    names) or contradicting itself (an entry naming a kernel accel does not have, a floor below one element,
+    two entries for one bucket that disagree). The message names the file and why; the shipped table (or ATen)
+    routes instead. A :class:`KernelFallbackWarning`, which this warning was before it had its own class."""
 
 
 class KernelRegistrationWarning(AccelWarning):

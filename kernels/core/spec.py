@@ -86,7 +86,7 @@ class OpFamily:
     bench: str | None = None
 
     def __post_init__(self) -> None:
-        table.declare_ops(*self.table_ops)
+        table.declare_ops(*self.table_ops, dsls=self.dsls)
         if self.backward is not None:
             declare_backward(self.forward, self.backward)
 

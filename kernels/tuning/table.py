@@ -17,6 +17,12 @@ Where the tables come from, in increasing priority:
    ``filelock`` lock and replaced atomically (``os.replace`` of a temporary file
    in the same directory), so concurrent processes never see a torn file.
 
+Each file says what it was made for (schema ``format``, ``arch``, and the version of each DSL it names:
+:mod:`.files`). A user table that cannot be read, or that does not fit this machine (measured on another arch
+or with another release of a DSL it names) or contradicts itself, is ignored as a whole with one
+:class:`~accel.errors.TuningTableWarning` naming the file and why; it is never applied in part. A table that
+fits keeps working across accel upgrades: the accel version that wrote it is no condition.
+
 Both are read once per arch and folded into one dict keyed by
 ``(op, dtype, n_bucket, m_bucket)``: the routed path does one dict lookup per
 call (:func:`lookup`), never a benchmark.
@@ -44,11 +50,7 @@ subprocess cannot start (``ci/gpu/helion_autotune_probe.py`` reproduces each cau
 from __future__ import annotations
 
 import functools
-import json
-import os
-import re
-import tempfile
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -57,21 +59,36 @@ from typing import Any
 import torch
 
 from accel import _caches
-from accel._options import check_keys, closest, did_you_mean
-from accel.errors import TuningTableError
+from accel._once import warn_once
+from accel.errors import TuningTableError, TuningTableWarning
 
-__all__ = ["Choice", "DEFAULT_KEYS", "Default", "ENTRY_KEYS", "FILE_KEYS", "IMPLS", "MIN_NUMEL", "MIN_ROUNDS",
-           "MIN_SPEEDUP", "TUNING_DIR_ENV", "arch_state", "bucket", "check_defaults", "check_entries", "check_file",
-           "config", "defaults", "dtype_name", "dtype_short", "floor", "lookup", "miss_floor", "reload", "route",
-           "shipped_path", "table", "takes", "unmeasured", "user_table_path", "write_user_table"]
+from . import files
+from .files import (
+    DEFAULT_KEYS,
+    DTYPE_NAMES,
+    ENTRY_KEYS,
+    FILE_KEYS,
+    FORMAT,
+    IMPLS,
+    MIN_ROUNDS,
+    MIN_SPEEDUP,
+    OPS,
+    TUNING_DIR_ENV,
+    bucket,
+    check_defaults,
+    check_entries,
+    check_file,
+    declare_ops,
+    dtype_name,
+    shipped_path,
+    user_table_path,
+)
 
-#: Implementations an entry may name.
-IMPLS = ("aten", "triton", "helion", "cutedsl")
-#: The kernel ops a table entry can name (op family and direction), declared by the op families
-#: (:func:`declare_ops`; ``accel.kernels`` declares every built-in family when it is imported).
-OPS: list[str] = []
-#: Environment variable: directory of the user tables (default: platformdirs' user cache dir + ``/tuning``).
-TUNING_DIR_ENV = "ACCEL_TUNING_DIR"
+__all__ = ["Choice", "DEFAULT_KEYS", "DTYPE_NAMES", "Default", "ENTRY_KEYS", "FILE_KEYS", "FORMAT", "IMPLS",
+           "MIN_NUMEL", "MIN_ROUNDS", "MIN_SPEEDUP", "OPS", "TUNING_DIR_ENV", "arch_state", "bucket",
+           "check_defaults", "check_entries", "check_file", "config", "declare_ops", "defaults", "dtype_name",
+           "dtype_short", "floor", "lookup", "miss_floor", "reload", "route", "shipped_path", "table", "takes",
+           "unmeasured", "user_table_path", "write_user_table"]
 
 
 class _Policy(dict):
@@ -125,30 +142,11 @@ TABLE_ONLY = 1 << 62
 #: and router). Triton's and Helion's floors are the tables' (the 2**20 floor measured on sm_90 is the
 #: ``sm_90`` table's declared default, ``kernels/tuning/sm_90.json``).
 MIN_NUMEL: dict[str, int] = _Policy({"cutedsl": TABLE_ONLY})
-#: What an entry that routes to a kernel must show (``accel bench --tune`` writes no other): the median of
-#: at least :data:`MIN_ROUNDS` rounds, and at least :data:`MIN_SPEEDUP` times ATen's speed in them.
-MIN_ROUNDS = 3
-MIN_SPEEDUP = 1.05
-FORMAT = 1
-
-_DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
-#: The dtype names a table entry can name (:func:`dtype_name`).
-DTYPE_NAMES = tuple(_DTYPE_NAMES.values())
-
-
-def dtype_name(dtype: torch.dtype) -> str:
-    """``torch.bfloat16`` -> ``"bfloat16"``."""
-    return _DTYPE_NAMES.get(dtype) or str(dtype).removeprefix("torch.")
 
 
 def dtype_short(dtype: str) -> str:
     """``"float16"`` -> ``"fp16"``, ``"bfloat16"`` -> ``"bf16"``, ``"float32"`` -> ``"fp32"`` (as users say them)."""
     return {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}.get(dtype, dtype)
-
-
-def bucket(m: int, n: int) -> tuple[int, int]:
-    """Shape bucket of ``[m, n]``: ``(next_pow2(n), next_pow2(m))``."""
-    return 1 << max(n - 1, 0).bit_length(), 1 << max(m - 1, 0).bit_length()
 
 
 def bucket_text(m: int, n: int) -> str:
@@ -198,165 +196,6 @@ class Choice:
     unfit: str = ""
 
 
-def shipped_path(arch: str) -> Any:
-    """The shipped table of ``arch`` (an ``importlib.resources`` traversable; may not exist)."""
-    return resources.files("accel.kernels").joinpath("tuning", f"{arch}.json")
-
-
-def user_table_path(arch: str) -> Path:
-    """Where ``accel bench --tune`` writes the table of ``arch`` (``$ACCEL_TUNING_DIR/<arch>.json``)."""
-    env = os.environ.get(TUNING_DIR_ENV, "").strip()
-    if env:
-        return Path(env) / f"{arch}.json"
-    import platformdirs
-
-    return Path(platformdirs.user_cache_dir("accel")) / "tuning" / f"{arch}.json"
-
-
-#: The keys of a table file, and of one entry (``configs`` and ``us`` are the tuner's evidence; ``gbs`` and
-#: ``evidence`` the shipped tables', from ``ci/gpu/table_from_bench.py``; ``source`` says where a table came from).
-FILE_KEYS = ("format", "arch", "source", "entries", "defaults", "sources")
-ENTRY_KEYS = ("op", "dtype", "m", "n", "impl", "config", "configs", "us", "gbs", "evidence", "rounds")
-#: The keys of one declared default (``defaults`` of a table file): ``op``, ``dtype``, ``impl`` (a DSL),
-#: ``min_numel`` (elements) and ``source`` (where the number comes from) are required.
-DEFAULT_KEYS = ("op", "dtype", "impl", "min_numel", "source", "evidence")
-_REQUIRED = ("op", "dtype", "m", "n", "impl")
-#: An arch name as a table file is named after it (``sm_90``, ``gfx942``, ``cpu``): no path separators.
-_ARCH = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*", re.ASCII)
-
-
-def _entries(text: str, where: str) -> list[dict[str, Any]]:
-    """The checked entries of a table file's text (:func:`check_entries`).
-
-    Raises:
-        TuningTableError: not JSON, not a format-1 table, a key it does not know, or a bad entry.
-    """
-    try:
-        data = json.loads(text)
-    except ValueError as exc:
-        raise TuningTableError(f"accel.kernels tuning table {where}: not JSON ({exc}). Delete it or re-run "
-                               f"accel bench --tune.") from None
-    if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("entries"), list):
-        raise TuningTableError(f"accel.kernels tuning table {where}: not a format-{FORMAT} table "
-                               f"(keys {sorted(data) if isinstance(data, dict) else type(data).__name__}). "
-                               f"Delete it or re-run accel bench --tune.")
-    check_keys(data, FILE_KEYS, what=f"accel.kernels tuning table {where}", error=TuningTableError,
-               fix="Fix the key, or delete the file and re-run accel bench --tune.")
-    check_entries(data["entries"], where)
-    check_defaults(data.get("defaults") or [], where)
-    return data["entries"]
-
-
-def _file_defaults(text: str) -> list[dict[str, Any]]:
-    """The ``defaults`` of a table file's text already checked by :func:`_entries`."""
-    return list(json.loads(text).get("defaults") or [])
-
-
-def _source_text(text: str, source: str) -> str:
-    """A default's ``source``: the file's ``sources[source]`` where it names one (shared texts), else itself."""
-    sources = json.loads(text).get("sources") or {}
-    return str(sources.get(source, source)) if isinstance(sources, Mapping) else source
-
-
-def _default_problem(d: object) -> str | None:
-    """What is wrong with one declared default, or ``None``."""
-    if not isinstance(d, Mapping):
-        return f"is {type(d).__name__}, not a dict"
-    unknown = [k for k in d if k not in DEFAULT_KEYS]
-    if unknown:
-        return (f"has unknown key(s) {', '.join(repr(k) for k in unknown)}"
-                f"{did_you_mean(unknown[0], DEFAULT_KEYS)} Valid keys: {', '.join(DEFAULT_KEYS)}")
-    missing = [k for k in DEFAULT_KEYS[:5] if k not in d]
-    if missing:
-        return f"lacks {', '.join(missing)}"
-    for key, valid in (("impl", IMPLS[1:]), ("op", OPS), ("dtype", DTYPE_NAMES)):
-        if valid and d[key] not in valid:
-            return f"has {key} {d[key]!r}, not one of {tuple(valid)}.{did_you_mean(d[key], valid)}"
-    if type(d["min_numel"]) is not int or d["min_numel"] < 0:
-        return f"has min_numel={d['min_numel']!r}, not an integer >= 0 (elements)"
-    if not isinstance(d["source"], str) or not d["source"].strip():
-        return "has an empty source: say where the floor was measured (file, run, GPU)"
-    return None
-
-
-def check_defaults(defaults: Iterable[object], where: str = "defaults", tail: str = "") -> None:
-    """Refuse declared defaults accel cannot use, naming the first bad one and what is wrong with it.
-
-    Each is a dict of :data:`DEFAULT_KEYS`: ``op`` (a declared kernel op), ``dtype`` (:data:`DTYPE_NAMES`),
-    ``impl`` (a DSL, not ``"aten"``: a miss without a default already runs ATen), ``min_numel`` (int
-    elements, ``>= 0``) and ``source`` (non-empty: where the number was measured); ``evidence`` optional.
-
-    Raises:
-        TuningTableError: (a ``ValueError``) the first bad default.
-    """
-    if isinstance(defaults, (Mapping, str, bytes)) or not isinstance(defaults, Iterable):
-        raise TuningTableError(f"accel.kernels tuning table {where}: defaults is {type(defaults).__name__}, not a "
-                               f"list of dicts{tail}.")
-    _refuse_first(defaults, _default_problem, lambda i, bad: (
-        f"accel.kernels tuning table {where}: default {i} {_stop(bad)} A default needs op, dtype, impl, "
-        f"min_numel and source (e.g. op='rms_norm_fwd', dtype='bfloat16', impl='triton', "
-        f"min_numel=1048576, source='accel bench on NVIDIA H200, ...'){tail}."))
-
-
-def _stop(words: str) -> str:
-    """``words`` ending a sentence: a problem that ends in its own ``?`` or ``.`` gets no second stop."""
-    return words if words.endswith(("?", ".")) else words + "."
-
-
-def _refuse_first(items: Iterable[object], problem: Callable[[object], str | None],
-                  message: Callable[[int, str], str]) -> None:
-    """Raise :class:`~accel.errors.TuningTableError` with ``message(i, what)`` for the first of ``items`` that
-    ``problem`` finds something wrong with (``what``: its words); return where it finds nothing."""
-    for i, item in enumerate(items):
-        bad = problem(item)
-        if bad is not None:
-            raise TuningTableError(message(i, bad))
-
-
-def _entry_problem(e: object) -> str | None:
-    """What is wrong with one table entry, or ``None``."""
-    if not isinstance(e, Mapping):
-        return f"is {type(e).__name__}, not a dict"
-    unknown = [k for k in e if k not in ENTRY_KEYS]
-    if unknown:
-        return "has unknown key(s) " + ", ".join(
-            f"{k!r}" + (f" (closest: {', '.join(repr(c) for c in closest(k, ENTRY_KEYS))})" if closest(k, ENTRY_KEYS)
-                        else "") for k in unknown) + f"; valid keys: {', '.join(ENTRY_KEYS)}"
-    missing = [k for k in _REQUIRED if k not in e]
-    if missing:
-        return f"lacks {', '.join(missing)}"
-    for key, valid in (("impl", IMPLS), ("op", OPS), ("dtype", DTYPE_NAMES)):
-        if valid and e[key] not in valid:  # OPS is empty until the op families are declared
-            return f"has {key} {e[key]!r}, not one of {tuple(valid)}.{did_you_mean(e[key], valid)}"
-    if not all(type(e[k]) is int and e[k] >= 1 for k in ("m", "n")):
-        return f"has m or n that is not an integer >= 1 (m={e['m']!r}, n={e['n']!r})"
-    for key in ("config", "configs", "us", "gbs"):
-        value = e.get(key)
-        if value is not None and (not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value)):
-            return f"has {key}={value!r:.60}, not a dict with str keys (or null)"
-    for key, unit in (("us", "times (µs)"), ("gbs", "bandwidths (GB/s)")):
-        values = e.get(key) or {}
-        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values.values()):
-            return f"has {key}={values!r:.60}: {unit} must be numbers"
-    return None
-
-
-def check_entries(entries: Iterable[object], where: str = "entries", tail: str = "") -> None:
-    """Refuse table entries accel cannot use, naming the first bad one and what is wrong with it.
-
-    Each entry is a dict of :data:`ENTRY_KEYS` with ``op`` (a declared kernel op), ``dtype``
-    (:data:`DTYPE_NAMES`), ``m`` and ``n`` (ints >= 1) and ``impl`` (:data:`IMPLS`); ``config``,
-    ``configs``, ``us``, ``gbs`` (dicts) and ``evidence`` are optional. A misspelt key or value is named with
-    the closest valid ones.
-
-    Raises:
-        TuningTableError: (a ``KernelRegistrationError``, a ``ValueError``) the first bad entry.
-    """
-    _refuse_first(entries, _entry_problem, lambda i, bad: (
-        f"accel.kernels tuning table {where}: entry {i} {_stop(bad)} Entries need op, "
-        f"dtype, m, n and impl (e.g. op='layer_norm_bwd', dtype='bfloat16', m=4096, n=4096, impl='triton'); the "
-        f"other keys are optional{tail}."))
-
 
 def unfit_reason(op: str, dsl: str, arch: str, dtype: torch.dtype, config: Mapping[str, Any] | None) -> str | None:
     """Why ``dsl``'s kernel of ``op`` with launch ``config`` cannot launch on ``arch`` in ``dtype``, else ``None``.
@@ -385,30 +224,66 @@ def _fold(into: dict, entries: Iterable[Mapping[str, Any]], source: str, arch: s
         into[key] = Choice(impl, config, source, dict(e.get("us") or {}), unfit or "")
 
 
+
+#: (file, reason) of every user table refused in this process: each is said once (:func:`reload` re-reads the
+#: files but does not say the same refusal again).
+_SAID: set = set()
+
+
+def _read(arch: str) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """``(shipped, user)``: the parsed tables of ``arch`` (:func:`files.parse`), ``None`` where there is no such
+    file or the user table is refused (said once: :data:`_SAID`).
+
+    Raises:
+        TuningTableError: the shipped table is unreadable or inconsistent (the package data is broken).
+    """
+    shipped_data = user_data = None
+    shipped = shipped_path(arch)
+    if shipped.is_file():
+        shipped_data = files.parse(shipped.read_text(), str(shipped))
+        why = files.misfit(shipped_data, arch, shipped=True)
+        if why is not None:
+            raise TuningTableError(f"accel.kernels shipped tuning table {shipped}: {why}. The package data is "
+                                   f"inconsistent: reinstall accel.")
+    user = user_table_path(arch)
+    if user.is_file():
+        try:
+            user_data = files.parse(user.read_text(), str(user))
+        except Exception as exc:  # noqa: BLE001 - any malformed user file (entries not dicts, bad numbers, ...)
+            _refuse(user, f"unreadable ({type(exc).__name__}: {exc})")
+            return shipped_data, None
+        why = files.misfit(user_data, arch)
+        if why is not None:
+            _refuse(user, f"does not fit this machine: {why}.")
+            return shipped_data, None
+    return shipped_data, user_data
+
+
+def _refuse(path: Path, why: str) -> None:
+    """Say once that the user table ``path`` is ignored as a whole, and why."""
+    message = (f"accel.kernels: user tuning table {path} {why} Ignored as a whole: shipped defaults apply (ATen "
+               f"where there are none). Fix it, or delete it and re-run accel bench --tune.")
+    warn_once(_SAID, (str(path), why), message, TuningTableWarning, stacklevel=4)
+
+
 @functools.cache
 def table(arch: str) -> dict[tuple[str, str, int, int], Choice]:
     """The folded table of ``arch``: shipped entries, then the user cache's over them.
 
-    Keys are ``(op, dtype name, n_bucket, m_bucket)``. Read once per arch
-    (:func:`reload` forgets it). A corrupt user file is ignored with a warning.
+    Keys are ``(op, dtype name, n_bucket, m_bucket)``. Read once per arch (:func:`reload` forgets it). A user
+    file that is unreadable or does not fit this machine (:func:`accel.kernels.tuning.files.misfit`) is
+    ignored as a whole, with one :class:`~accel.errors.TuningTableWarning`.
     """
-    import warnings
-
     out: dict[tuple[str, str, int, int], Choice] = {}
-    shipped = shipped_path(arch)
-    if shipped.is_file():
-        _fold(out, _entries(shipped.read_text(), str(shipped)), "shipped", arch)
-    user = user_table_path(arch)
-    if user.is_file():
+    shipped, user = _read(arch)
+    if shipped is not None:
+        _fold(out, shipped["entries"], "shipped", arch)
+    if user is not None:
         staged: dict[tuple[str, str, int, int], Choice] = {}
         try:
-            _fold(staged, _entries(user.read_text(), str(user)), "user", arch)
-        except Exception as exc:  # noqa: BLE001 - any malformed user file (entries not dicts, bad numbers, ...)
-            from accel.errors import KernelFallbackWarning
-
-            warnings.warn(f"accel.kernels: user tuning table {user} unreadable ({type(exc).__name__}: {exc}). "
-                          f"Ignored as a whole: shipped defaults apply. Delete it or re-run accel bench --tune.",
-                          KernelFallbackWarning, stacklevel=2)
+            _fold(staged, user["entries"], "user", arch)
+        except Exception as exc:  # noqa: BLE001 - an entry the checks let through that still cannot fold
+            _refuse(user_table_path(arch), f"unreadable ({type(exc).__name__}: {exc})")
         else:
             out.update(staged)
     forget_floors()  # a table loaded after the floors were computed may hold smaller buckets
@@ -420,7 +295,8 @@ def defaults(arch: str) -> dict[tuple[str, str, str], Default]:
     """The declared defaults of ``arch``: ``(op, dtype name, impl) -> Default``, the user file's over the
     shipped file's (empty for an arch without a table: there nothing takes a miss).
 
-    Read once per arch (:func:`reload` forgets it). A corrupt user file is ignored (:func:`table` warns).
+    Read once per arch (:func:`reload` forgets it). A refused user file is ignored (:func:`table` says why,
+    once).
 
     Example:
         >>> from accel.kernels.tuning import table
@@ -430,33 +306,14 @@ def defaults(arch: str) -> dict[tuple[str, str, str], Default]:
         {}
     """
     out: dict[tuple[str, str, str], Default] = {}
-    for path, source in ((shipped_path(arch), "shipped"), (user_table_path(arch), "user")):
-        if not path.is_file():
+    for data, source in zip(_read(arch), ("shipped", "user")):
+        if data is None:
             continue
-        try:
-            text = path.read_text()
-            _entries(text, str(path))
-            found = _file_defaults(text)
-        except Exception:  # noqa: BLE001 - a malformed user file: table() warns and ignores it as a whole
-            if source == "shipped":
-                raise
-            continue
-        for d in found:
-            out[(d["op"], d["dtype"], d["impl"])] = Default(int(d["min_numel"]), source,
-                                                            _source_text(text, str(d["source"])))
+        sources = data.get("sources") or {}
+        for d in data.get("defaults") or []:
+            why = str(sources.get(d["source"], d["source"])) if isinstance(sources, Mapping) else str(d["source"])
+            out[(d["op"], d["dtype"], d["impl"])] = Default(int(d["min_numel"]), source, why)
     return out
-
-
-def check_file(path: str | os.PathLike) -> None:
-    """Check a tuning-table file as accel reads it (for ``accel doctor`` and your own checks).
-
-    Raises:
-        TuningTableError: the file is not a format-1 table, or has a key or entry accel cannot use
-            (the message names it and the closest valid names).
-        OSError: the file cannot be read.
-    """
-    p = Path(path)
-    _entries(p.read_text(), str(p))
 
 
 def reload() -> None:
@@ -482,12 +339,6 @@ def lookup(op: str, arch: str, dtype: str, m: int, n: int) -> Choice | None:
         return None
     return t.get((op, dtype, *bucket(m, n)))
 
-
-def declare_ops(*names: str) -> None:
-    """Add kernel op names (``"rms_norm_fwd"``) that table entries may name; repeated names are kept once."""
-    for name in names:
-        if name not in OPS:
-            OPS.append(name)
 
 
 #: DSLs whose kernels take only some row lengths of a bucket (CuTeDSL's cover the rows that split into
@@ -705,7 +556,9 @@ def write_user_table(arch: str, entries: Iterable[Mapping[str, Any]], *, path: P
     ``(op, dtype, impl)`` likewise (:func:`check_defaults` says what one holds).
     Safe under concurrent writers: the read-merge-write runs under
     ``filelock.FileLock(<path>.lock)`` and the new file replaces the old with
-    ``os.replace`` (readers see the old or the new file, never a torn one).
+    ``os.replace`` (readers see the old or the new file, never a torn one). The file's header says what it was
+    made for: ``format``, ``arch``, ``dsls`` (the installed version of each DSL it names) and ``accel`` (the
+    writer's version, for readers only) (:mod:`accel.kernels.tuning.files`).
 
     Args:
         arch: ``"sm_90"`` etc.
@@ -720,79 +573,14 @@ def write_user_table(arch: str, entries: Iterable[Mapping[str, Any]], *, path: P
     Raises:
         TuningTableError: (a ``KernelRegistrationError``) ``arch`` is not an arch name (it names the
             file: ``sm_90``, ``gfx942``), ``entries`` is not a list of entry dicts, or an entry has a
-            key it does not know, misses one, or names an unknown op, dtype or impl (the message names the
-            closest valid ones); nothing was written.
+            key it does not know, misses one, or names an unknown op, dtype or impl, or a DSL accel has no
+            kernel of the op in (the message names the closest valid ones); nothing was written.
 
     Warns:
-        KernelFallbackWarning: the existing file was unreadable; it was moved aside to
-            ``<name>.unreadable-<time>`` (named in the message) before the new table was written.
+        TuningTableWarning: the existing file was unreadable, or does not fit this machine (measured on another
+            arch or with another release of a DSL it names); it was moved aside to ``<name>.unreadable-<time>``
+            (named in the message) before the new table was written, and none of its entries were merged.
     """
-    from filelock import FileLock
-
-    if not isinstance(arch, str) or not _ARCH.fullmatch(arch):
-        raise TuningTableError(f"accel.kernels.write_user_table: arch={arch!r:.60} is not an arch name (ASCII "
-                               "letters, digits, '_', '.', '+', '-'; it names the table file). Pass e.g. 'sm_90'.")
-    if isinstance(entries, (Mapping, str, bytes)) or not isinstance(entries, Iterable):
-        raise TuningTableError(f"accel.kernels.write_user_table: entries is {type(entries).__name__}, not a list of "
-                               "entry dicts. Pass [dict(op=..., dtype=..., m=..., n=..., impl=...), ...].")
-    new = list(entries)
-    check_entries(new, f"write_user_table({arch!r})", "; nothing was written")
-    new = [dict(e) for e in new]
-    new_defaults = [] if defaults is None else list(defaults)
-    check_defaults(new_defaults, f"write_user_table({arch!r})", "; nothing was written")
-    path = Path(path) if path is not None else user_table_path(arch)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(path) + ".lock"):
-        merged: dict[tuple, dict] = {}
-        merged_defaults: dict[tuple, dict] = {}
-        if path.is_file():
-            try:
-                text = path.read_text()
-                for e in _entries(text, str(path)):
-                    merged[(e["op"], e["dtype"], *bucket(int(e["m"]), int(e["n"])))] = e
-                for d in _file_defaults(text):
-                    merged_defaults[(d["op"], d["dtype"], d["impl"])] = d
-            except (ValueError, KeyError, TypeError, OSError) as exc:  # TuningTableError is a ValueError
-                merged, merged_defaults = {}, {}
-                _set_aside(path, exc)
-        for e in new:
-            merged[(e["op"], e["dtype"], *bucket(int(e["m"]), int(e["n"])))] = e
-        for d in new_defaults:
-            merged_defaults[(d["op"], d["dtype"], d["impl"])] = dict(d)
-        data: dict[str, Any] = {"format": FORMAT, "arch": arch, "entries": list(merged.values())}
-        if merged_defaults:
-            data["defaults"] = list(merged_defaults.values())
-        fd, tmp = tempfile.mkstemp(prefix=path.name, suffix=".tmp", dir=path.parent)
-        try:
-            with os.fdopen(fd, "w") as f:
-                json.dump(data, f, indent=1)
-            os.replace(tmp, path)
-        except BaseException:
-            _unlink(tmp)
-            raise
+    out = files.write(arch, entries, path=path, defaults=defaults)
     reload()
-    return path
-
-
-def _set_aside(path: Path, exc: BaseException) -> None:
-    """Move an unreadable user table out of the way (``<name>.unreadable-<time>``) before a new one replaces it,
-    and say where: its entries may be a hand edit away from valid, so they are never dropped silently."""
-    import time
-    import warnings
-
-    from accel.errors import KernelFallbackWarning
-
-    aside = path.with_name(f"{path.name}.unreadable-{time.strftime('%Y%m%d-%H%M%S')}")
-    os.replace(path, aside)
-    warnings.warn(f"accel.kernels.write_user_table: the user tuning table {path} was unreadable "
-                  f"({type(exc).__name__}: {str(exc)[:300]}); it is kept as {aside} and a new table holds only the "
-                  f"entries written now. Fix that file and merge it back, or delete it.", KernelFallbackWarning,
-                  stacklevel=3)
-
-
-def _unlink(path: str) -> None:
-    """Remove a leftover temporary file (ignoring one that is already gone)."""
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
+    return out

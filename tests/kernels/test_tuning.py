@@ -175,8 +175,10 @@ def test_floor_follows_a_table_loaded_after_it(tmp_path, monkeypatch):
     _tuning.reload()
     try:
         assert _tuning.floor("softmax_fwd", "triton") == 1 << 20  # the shipped sm_90 table's declared default
-        (tmp_path / "sm_999.json").write_text(json.dumps({"format": 1, "entries": [
-            {"op": "softmax_fwd", "dtype": "bfloat16", "m": 64, "n": 64, "impl": "triton"}]}))
+        triton = _tuning.files.installed_dsl_versions()["triton"]
+        (tmp_path / "sm_999.json").write_text(json.dumps({"format": 1, "arch": "sm_999", "dsls": {"triton": triton},
+                                                          "entries": [{"op": "softmax_fwd", "dtype": "bfloat16",
+                                                                       "m": 64, "n": 64, "impl": "triton"}]}))
         assert _tuning.route("softmax_fwd", "triton", "sm_999", "bfloat16", 64, 64) is None  # loads sm_999
         assert _tuning.floor("softmax_fwd", "triton") <= 64 * 64
     finally:
