@@ -39,8 +39,10 @@ from .core.registry import (
     unregister,
     use_registry,
 )
+from .ops import sharding as _sharding
 
 families()  # declares every built-in family's tuning-table ops and backward pairs (imports no DSL)
+_sharding.install()  # DTensor rules of accel's custom ops, registered once torch.distributed.tensor is imported
 
 __all__ = [
     "Availability",

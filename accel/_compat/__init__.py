@@ -33,7 +33,7 @@ Example:
 from __future__ import annotations
 
 from . import distributed, graphs, inductor, lowp, native, rng, runtime, tunable, versions
-from .distributed import c10d_backends, dtensor_class, has_symmetric_memory
+from .distributed import c10d_backends, dtensor_class, has_symmetric_memory, register_dtensor_sharding
 from .graphs import (
     accelerator_graph,
     graph_class,
