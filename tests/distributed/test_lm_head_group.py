@@ -60,10 +60,12 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
-def test_lm_head_in_its_own_fsdp_group_runs_the_models_loss_and_says_so():
+def test_lm_head_in_its_own_fsdp_group_runs_the_models_loss_and_says_so(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    # run outside the checkout: "python -c" puts the working directory first on sys.path, where the repository's
+    # kernels/ folder would shadow the kernels distribution transformers 5.25 imports
     r = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=240, env=env,
-                       check=False)
+                       cwd=tmp_path, check=False)
     assert r.returncode == 0, r.stderr[-3000:]
     out = json.loads(r.stdout.strip().splitlines()[-1])
     root, own = out["False"], out["True"]

@@ -39,6 +39,12 @@ needs_lce = pytest.mark.skipif(not HAS_LCE, reason="accel.nn (linear_cross_entro
 LCE_OP = "accel.nn.functional.linear_cross_entropy"
 
 V = 64  # vocabulary
+#: transformers 5.x builds no mask for an unpadded causal batch without a cache; 4.x builds one (and keeps its KV
+#: cache in a training call, see causal_lm): the one-node attention and the dropped training cache are 5.x paths.
+TF5 = int(transformers.__version__.split(".")[0]) >= 5
+needs_tf5 = pytest.mark.skipif(not TF5, reason="transformers 4.x passes every attention call a mask or a cache: "
+                                                "the one-node attention (no mask, no cache) and the dropped training "
+                                                "cache apply from 5.0 on")
 _DECODER = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
             "num_key_value_heads": 2, "vocab_size": V, "max_position_embeddings": 64}
 
@@ -220,6 +226,7 @@ def test_logits_are_none_with_labels_unless_asked_and_unchanged_without_labels(c
                                    rtol=1e-5, atol=1e-6)
 
 
+@needs_tf5
 @needs_lce
 def test_a_training_call_with_labels_builds_no_kv_cache_unless_asked(cpu_kernels):
     """Training mode, labels, no past_key_values: no cache (Hugging Face builds one and the step drops it), the
@@ -536,7 +543,7 @@ def test_a_patched_step_runs_no_aten_op_more_often_than_eager(family, request):
         allowed = {op: allowed.get(op, 0) + _ALLOWED_MORE_ATTENTION.get(op, 0)
                    for op in allowed.keys() | _ALLOWED_MORE_ATTENTION.keys()}
     assert all(n <= allowed.get(op, 0) for op, n in more.items()), {op: n for op, n in more.items() if n > allowed.get(op, 0)}
-    if family == "gpt2":
+    if family == "gpt2" and TF5:  # no KV cache built in a training call (4.x keeps it: see causal_lm)
         assert taken.get("aten::cat", 0) < eager["aten::cat"]
     assert sum(taken.values()) < sum(eager.values())
     assert all(n > 0 for op, n in _routed(names).items() if op == "accel::linear_cross_entropy")
@@ -973,6 +980,7 @@ def _train_step(model, inputs, *, one_node: bool = True, monkeypatch=None):
             monkeypatch.undo()
 
 
+@needs_tf5
 @pytest.mark.parametrize("kv_heads", [2, 4])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_llamas_attention_runs_as_one_node_with_the_bits_of_the_attention_it_replaces(kv_heads, dtype,
@@ -1002,6 +1010,7 @@ def test_llamas_attention_runs_as_one_node_with_the_bits_of_the_attention_it_rep
         torch.testing.assert_close(grads[name], ref_grads[name], **tol, msg=name)
 
 
+@needs_tf5
 def test_the_one_node_attentions_kept_rope_decision_follows_the_registry(cpu_kernels, monkeypatch):
     """With a cacheable cond on accel's RoPE, the attention decides on its stand-ins once per shape and reuses the
     yes (no ``accepts`` call on later steps); disabling the RoPE override, or a change of the tuning tables,
@@ -1089,6 +1098,7 @@ def test_the_one_node_attention_steps_aside_where_the_attentions_code_computes_s
         torch.testing.assert_close(grads[name], ref_grads[name], rtol=1e-4, atol=1e-6, msg=name)
 
 
+@needs_tf5
 def test_the_one_node_attention_backward_twice_needs_retain_graph_and_refuses_double_backward(cpu_kernels,
                                                                                              monkeypatch):
     _, model = _build("llama")
@@ -1120,7 +1130,7 @@ def test_the_one_node_attention_is_verified_by_behaviour():
         _, model = _build(family)
         hf.patch(model)
         attn = model.model.layers[0].self_attn
-        assert _is_accel(attn) and type(attn).accel_one_node is one_node, family
+        assert _is_accel(attn) and type(attn).accel_one_node is (one_node and TF5), family
 
 
 @pytest.fixture

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import typing
 from typing import Any
 
 import torch
@@ -76,9 +77,9 @@ def build(cls: type, variant: str | None) -> tuple[type | None, str | None]:
     params = list(sig.parameters)
     if not all(a in params for a in _ARGS):
         return None, "its forward lacks labels, logits_to_keep or **kwargs"
-    out_cls = sig.return_annotation
+    out_cls = _output_class(sig.return_annotation, inner)
     fields = getattr(out_cls, "__dataclass_fields__", {})
-    if "loss" not in fields or "logits" not in fields:
+    if out_cls is None or "loss" not in fields or "logits" not in fields:
         return None, "its forward's return annotation is not a ModelOutput with loss and logits"
     try:
         from accel.nn import linear_cross_entropy as lce
@@ -86,7 +87,9 @@ def build(cls: type, variant: str | None) -> tuple[type | None, str | None]:
         return None, f"accel.nn.functional.linear_cross_entropy is not available here ({exc})"
     rest = [f for f in fields if f not in ("loss", "logits")]
     cache_names = [n for n in ("past_key_values", "cache") if n in params]
-    cache_param = "use_cache" in params and bool(cache_names)
+    # transformers 4.x builds an explicit causal mask where no cache is passed (its SDPA then takes a mask, and
+    # accel's one-node attention steps aside): there the cache a training step drops costs less than its absence
+    cache_param = "use_cache" in params and bool(cache_names) and _major(cls) >= 5
 
     def centre(self, *args, **kwargs):
         return_logits = kwargs.pop("return_logits", False)
@@ -110,7 +113,7 @@ def build(cls: type, variant: str | None) -> tuple[type | None, str | None]:
                 and live(OP, head.weight.device.type)):
             # a training step's cache is dropped with the output: not built, unless use_cache=True is passed
             base_args["use_cache"] = False
-        outputs = getattr(self, self.base_model_prefix)(**base_args, **extra)
+        outputs = _base_model(self)(**base_args, **extra)
         hidden = outputs.last_hidden_state
         loss = _loss(hidden, head, labels, extra, lce, getattr(self, "accel_loss_options", None))
         if loss is None:  # no accel kernel takes the loss here: the model's own code (logits, loss_function)
@@ -130,6 +133,41 @@ def build(cls: type, variant: str | None) -> tuple[type | None, str | None]:
                              f"training mode with labels and no cache passed, no KV cache is built (nor "
                              f"returned) unless use_cache=True is passed.")
     return subclass(cls, "causal_lm", {"forward": forward_accel}), None
+
+
+def _major(cls: type) -> int:
+    """The major version of the transformers that defines ``cls``."""
+    import sys
+
+    package = sys.modules.get(cls.__module__.partition(".")[0])
+    try:
+        return int(str(getattr(package, "__version__", "0")).split(".")[0])
+    except ValueError:
+        return 0
+
+
+def _output_class(annotation: Any, fn: Any) -> type | None:
+    """The ``ModelOutput`` class of a forward's return annotation: itself, the one in a ``Union`` with ``tuple``
+    (transformers 4.x: ``Union[tuple, CausalLMOutputWithCrossAttentions]``), or a string naming either."""
+    if isinstance(annotation, str):
+        try:
+            annotation = eval(annotation, fn.__globals__)  # noqa: S307 - the modeling module's own annotation
+        except Exception:  # noqa: BLE001 - an annotation that does not evaluate names no output class
+            return None
+    for candidate in (annotation, *typing.get_args(annotation)):
+        if isinstance(candidate, type) and "logits" in getattr(candidate, "__dataclass_fields__", {}):
+            return candidate
+    return None
+
+
+def _base_model(model: nn.Module) -> nn.Module:
+    """The decoder the causal LM runs before its head: its ``base_model_prefix`` submodule (``model``,
+    ``transformer``; Gemma 3's text model names ``language_model`` but holds ``model`` on transformers 4.57)."""
+    mods = model._modules
+    for name in (model.base_model_prefix, "model", "transformer"):
+        if name in mods:
+            return mods[name]
+    return getattr(model, model.base_model_prefix)
 
 
 def _steps_aside(head: nn.Module) -> bool:
