@@ -212,3 +212,48 @@ def test_degenerate_batches_give_the_models_own_loss_and_gradients(case, cpu_ker
     assert grads.keys() == want_grads.keys()
     for n in want_grads:
         torch.testing.assert_close(grads[n], want_grads[n], rtol=1e-4, atol=1e-6, equal_nan=True, msg=n)
+
+
+# ------------------------------------------------------------------ weights that are not plain tensors
+class _Rounded(torch.Tensor):
+    """A weight that rounds itself to multiples of 1/64 whenever an op reads it (fake quantisation with a
+    straight-through gradient): what the module's own arithmetic computes with it is not its raw values'."""
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+
+        def unwrap(t):
+            if isinstance(t, _Rounded):
+                t = t.as_subclass(torch.Tensor)
+                return t + (torch.round(t * 64) / 64 - t).detach()
+            return t
+
+        if func not in _ROUNDED_OPS:
+            return super().__torch_function__(func, types, args, kwargs)
+        with torch._C.DisableTorchFunctionSubclass():
+            args = tuple(unwrap(a) for a in args)
+            kwargs = {k: unwrap(v) for k, v in kwargs.items()}
+            return func(*args, **kwargs)
+
+
+#: The ops through which the model's norms and head read their weights.
+_ROUNDED_OPS = {torch.Tensor.__mul__, torch.Tensor.__rmul__, torch.Tensor.mul, torch.mul, nn.functional.linear}
+
+
+def test_norm_and_lm_head_weights_that_are_tensor_subclasses_train_as_the_models_own_code(cpu_kernels):
+    """Every RMSNorm weight and lm_head's weight fake-quantised (a tensor subclass): the norms, the fused adds and
+    the fused loss step aside (the loss says so once), and the loss and gradients are the unpatched model's."""
+    ref, model = _llama(), hf.patch(_llama())
+    for m in (ref, model):
+        for mod in m.modules():
+            if type(mod).__name__ == "LlamaRMSNorm" or mod is m.lm_head:
+                mod.weight = nn.Parameter(mod.weight.detach().as_subclass(_Rounded))
+    ids = _ids()
+    want, want_grads = _loss_and_grads(ref, input_ids=ids, labels=ids)
+    causal_lm._SAID.clear()
+    with pytest.warns(IntegrationWarning, match="lm_head.weight is a _Rounded"):
+        got, grads = _loss_and_grads(model, input_ids=ids, labels=ids)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    for n in want_grads:
+        torch.testing.assert_close(grads[n], want_grads[n], rtol=1e-4, atol=1e-6, msg=n)

@@ -64,12 +64,19 @@ def rope_probe(fn: Any) -> bool:
     return True
 
 
+def _plain(*tensors: Any) -> bool:
+    """Whether every argument is a plain tensor (a ``DTensor`` of tensor or sequence parallelism, or another
+    subclass, runs the model's own code, which its dispatch serves)."""
+    return all(type(t) is torch.Tensor for t in tensors)
+
+
 def rope_function(original: Any) -> Any:
     """``apply_rotary_pos_emb`` on ``accel::rope`` where it takes the arguments, else ``original``."""
 
     def apply_rotary_pos_emb(q, k, cos, sin, *args, **kwargs):
         unsqueeze_dim = kwargs.get("unsqueeze_dim", 1)
-        if (args or set(kwargs) - {"unsqueeze_dim"} or not rope_reference.accepts(q, k, cos, sin, unsqueeze_dim)
+        if (args or set(kwargs) - {"unsqueeze_dim"} or not _plain(q, k, cos, sin)
+                or not rope_reference.accepts(q, k, cos, sin, unsqueeze_dim)
                 or not accel_takes(OP, q, k, cos, sin, unsqueeze_dim)):
             return original(q, k, cos, sin, *args, **kwargs)  # the model's own code
         return rope_ops.apply_rope(q, k, cos, sin, unsqueeze_dim)

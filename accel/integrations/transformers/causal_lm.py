@@ -217,8 +217,8 @@ def _loss(hidden: torch.Tensor, head: nn.Linear, labels: torch.Tensor, extra: di
     shifted by one (or ``shift_labels``), mean over non-ignored tokens or sum / ``num_items_in_batch``. The
     loss is fp32, as HF's (:func:`accel.nn.linear_cross_entropy.linear_cross_entropy_fp32`). ``None`` where no
     accel kernel takes the call (:func:`.guards.accel_takes`): the caller runs the model's own loss."""
-    if not live(OP, hidden.device.type):  # before any op: the model's own loss runs exactly as without accel
-        return None
+    if not live(OP, hidden.device.type) or type(hidden) is not torch.Tensor:  # before any op: the model's own
+        return None  # loss runs exactly as without accel (a DTensor activation: its own dispatch serves it)
     ignore_index = extra.get("ignore_index", -100)
     num_items = extra.get("num_items_in_batch")
     shift_labels = extra.get("shift_labels")

@@ -100,10 +100,10 @@ def build(cls: type, variant: str | None) -> tuple[type | None, str | None]:
                 return swiglu_mlp(x, gp["weight"], up["weight"], dp["weight"], gp["bias"], up["bias"], dp["bias"],
                                   recompute=RECIPES.recipe(x))
             gate = self.gate_proj(x)
-            if not accel_takes(OP, gate, gate):  # (up has gate's shape, dtype and device)
+            if type(gate) is not torch.Tensor or not accel_takes(OP, gate, gate):  # (up: gate's shape and dtype)
                 return self.down_proj(self.act_fn(gate) * self.up_proj(x))  # the model's own code
             up = self.up_proj(x)
-            if gate.shape != up.shape or gate.dtype != up.dtype:
+            if gate.shape != up.shape or gate.dtype != up.dtype or type(up) is not torch.Tensor:
                 return self.down_proj(self.act_fn(gate) * up)
             return down(self, gate, up)
     else:
@@ -112,7 +112,7 @@ def build(cls: type, variant: str | None) -> tuple[type | None, str | None]:
                 return forward(self, hidden_states, *args, **kwargs)
             up_states = self.gate_up_proj(hidden_states)
             gate, up = up_states.chunk(2, dim=-1)
-            if gate.shape != up.shape or not accel_takes(OP, gate, up):
+            if gate.shape != up.shape or type(gate) is not torch.Tensor or not accel_takes(OP, gate, up):
                 return self.down_proj(up * self.activation_fn(gate))  # the model's own code
             return down(self, gate, up)
 

@@ -16,7 +16,7 @@ from accel.kernels.ops.rms_norm_hf import op as rms_norm_ops
 from accel.kernels.ops.rms_norm_hf import reference as rms_norm_reference
 
 from .code import functions, subclass
-from .guards import decision, global_hooks, hooked, instance_forward, weight
+from .guards import PLAIN_TENSORS, decision, global_hooks, hooked, instance_forward, weight
 from .handoff import HANDOFFS, RECIPES, RecomputeNorm
 
 __all__ = ["OP", "build", "instance_reason", "plain"]
@@ -58,7 +58,10 @@ def build(cls: type, variant: str | None) -> tuple[type | None, str | None]:
             y = HANDOFFS.take(hidden_states, w, eps, unit)  # the decoder layer before computed it with its add
             if y is not None:  # (its recipe kept where it was made)
                 return y
-        if (args or kwargs or not (mixed_ok or hidden_states.dtype == w.dtype)
+        # a tensor-subclass weight (fake quantisation, FSDP2's sharded DTensor) or activation (sequence
+        # parallelism's DTensor) computes its own way: the model's code, not the op on raw values
+        if (args or kwargs or type(w) not in PLAIN_TENSORS or type(hidden_states) is not torch.Tensor
+                or not (mixed_ok or hidden_states.dtype == w.dtype)
                 or not (answer := decision(OP, hidden_states, w, eps, unit))):
             return forward(self, hidden_states, *args, **kwargs)  # the model's own code
         y = rms_norm_ops.rms_norm(hidden_states, w, eps, unit, answer=answer)
