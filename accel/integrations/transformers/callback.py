@@ -11,6 +11,9 @@ from typing import Any
 
 from transformers import TrainerCallback
 
+from .patching import patch
+from .report import report
+
 __all__ = ["AccelCallback"]
 
 
@@ -42,13 +45,11 @@ class AccelCallback(TrainerCallback):
         self.report = None
 
     def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
-        from accel.integrations import transformers as hf
-
         if model is None:
             return
         if self.install_kernels:
             import accel.kernels
 
             accel.kernels.install()
-        hf.patch(model, **self.patch_options)
-        self.report = hf.report(model)
+        patch(model, **self.patch_options)
+        self.report = report(model)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import sys
 import typing
 from typing import Any
 
@@ -137,8 +138,6 @@ def build(cls: type, variant: str | None) -> tuple[type | None, str | None]:
 
 def _major(cls: type) -> int:
     """The major version of the transformers that defines ``cls``."""
-    import sys
-
     package = sys.modules.get(cls.__module__.partition(".")[0])
     try:
         return int(str(getattr(package, "__version__", "0")).split(".")[0])

@@ -10,6 +10,9 @@ import importlib
 import torch
 
 from .families import FAMILIES, OPS, ROLES, TINY
+from .patching import patch
+from .report import report
+from .verify import verdict
 
 __all__ = ["support", "support_table"]
 
@@ -20,8 +23,6 @@ _ROLE_NAMES = {"rms_norm": "RMSNorm", "mlp": "MLP", "attention": "attention", "d
 def support() -> dict[str, dict[str, str]]:
     """Family -> role -> ``"yes"`` (replaced on a tiny model of the family with its default config),
     ``"no"`` (its class is known but left: :func:`report` on a model says why) or ``"-"`` (no such class)."""
-    from . import patch, report
-
     transformers = importlib.import_module("transformers")
     out: dict[str, dict[str, str]] = {}
     for family, (_, classes) in FAMILIES.items():
@@ -34,8 +35,6 @@ def support() -> dict[str, dict[str, str]]:
             replaced = report(patch(model)).replaced
             row.update({role: "yes" for role, name in roles.items() if name in replaced})
         elif roles:  # T5: its norm alone, verified without a model
-            from .verify import verdict
-
             module = importlib.import_module(FAMILIES[family][0])
             for name, (role, variant) in classes.items():
                 row[role] = "yes" if verdict(getattr(module, name), role, variant)[0] is not None else "no"
