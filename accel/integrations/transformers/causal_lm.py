@@ -12,7 +12,6 @@ step-aside a user can change is said once (``IntegrationWarning``).
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
 import sys
 import typing
@@ -183,21 +182,20 @@ def _steps_aside(head: nn.Module) -> bool:
 
 
 def as_options(lce: Any, options: Any) -> Any:
-    """``options`` as accel's ``LinearCrossEntropyOptions`` (torch's own class read field by field).
+    """``options`` as accel's ``LinearCrossEntropyOptions`` (torch's own class read field by field:
+    :func:`accel.nn.options.as_options`, the one converter every loss path uses).
 
     Raises:
-        TypeError: ``options`` cannot be read as one (a field missing or out of range).
+        TypeError: ``options`` cannot be read as one (another type, or a value accel's chunked path does not take).
     """
-    ours = lce.LinearCrossEntropyOptions
-    if isinstance(options, ours):
-        return options
-    fields = [f.name for f in dataclasses.fields(ours)]
+    from accel.errors import LossInputError
+    from accel.nn.options import as_options as convert
+
     try:
-        return ours(**{f: getattr(options, f) for f in fields})
-    except Exception as exc:  # noqa: BLE001 - said as a typed error with what was passed (a field missing too)
+        return convert(options, "accel.integrations.transformers.patch(loss_options=...)")
+    except LossInputError as exc:
         raise TypeError(f"accel.integrations.transformers: loss_options {options!r} cannot be read as "
-                        f"LinearCrossEntropyOptions ({type(exc).__name__}: {exc}). Pass "
-                        f"accel.nn.LinearCrossEntropyOptions(...).") from exc
+                        f"LinearCrossEntropyOptions ({exc}). Pass accel.nn.LinearCrossEntropyOptions(...).") from exc
 
 
 def _options(lce: Any, options: Any, n: int, d: int, c: int, dtype: torch.dtype, device: torch.device) -> Any:
