@@ -81,7 +81,8 @@ from .runtime import (
     stream_class,
 )
 from .tunable import has_cuda_tunable, tunable_writer
-from .versions import IMPORT_TIMEOUT_S, ImportCheck, checked_version, import_cache_dir, import_check, module_version
+from .versions import (IMPORT_TIMEOUT_S, ImportCheck, checked_version, import_cache_dir, import_check, import_key,
+                       module_version, requirement_versions)
 
 
 def _register_caches() -> None:
