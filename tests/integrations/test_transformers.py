@@ -209,21 +209,30 @@ def test_gpt2_and_bert_layernorm_already_routes_and_t5_norms_are_replaced():
 
 @needs_lce
 def test_logits_are_none_with_labels_unless_asked_and_unchanged_without_labels(cpu_kernels):
+    """With grad on (a training step, train or eval mode) and labels: accel's loss, logits None unless
+    return_logits=True. Under no_grad (evaluation: Trainer.evaluate's compute_metrics reads the logits) and
+    without labels: the model's own code, logits as always."""
     ref, model = _build("llama")
     hf.patch(model)
     inputs = _inputs("llama")
+    out = model(**inputs)
+    assert out.logits is None
+    torch.testing.assert_close(out.loss, ref(**inputs).loss, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(model(**inputs, return_logits=True).logits, ref(**inputs).logits, rtol=1e-5,
+                               atol=1e-5)
+    as_tuple = model(**inputs, return_dict=False)
+    assert isinstance(as_tuple, tuple)
+    torch.testing.assert_close(as_tuple[0], ref(**inputs).loss, rtol=1e-5, atol=1e-6)
+    ref_sum = ref(**inputs, num_items_in_batch=torch.tensor(7)).loss
+    torch.testing.assert_close(model(**inputs, num_items_in_batch=torch.tensor(7)).loss, ref_sum, rtol=1e-5, atol=1e-6)
     with torch.no_grad():
-        assert model(**inputs).logits is None
-        plain = ref(input_ids=inputs["input_ids"])
+        plain = ref(**inputs)
+        got = model(**inputs)
+        torch.testing.assert_close(got.logits, plain.logits, rtol=0, atol=0)  # evaluation: the class's own path
+        torch.testing.assert_close(got.loss, plain.loss, rtol=0, atol=0)
         got = model(input_ids=inputs["input_ids"])
         assert got.loss is None
-        torch.testing.assert_close(got.logits, plain.logits, rtol=0, atol=0)  # no labels: the class's own path
-        as_tuple = model(**inputs, return_dict=False)
-        assert isinstance(as_tuple, tuple)
-        torch.testing.assert_close(as_tuple[0], ref(**inputs).loss, rtol=1e-5, atol=1e-6)
-        ref_sum = ref(**inputs, num_items_in_batch=torch.tensor(7)).loss
-        torch.testing.assert_close(model(**inputs, num_items_in_batch=torch.tensor(7)).loss, ref_sum,
-                                   rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(got.logits, ref(input_ids=inputs["input_ids"]).logits, rtol=0, atol=0)
 
 
 @needs_tf5

@@ -10,6 +10,7 @@ replaced by accel's in a copy of its globals; the modeling module itself is unto
 
 from __future__ import annotations
 
+import inspect
 import functools
 from collections.abc import Callable
 from typing import Any
@@ -131,6 +132,7 @@ def build(cls: type, variant: str | None) -> tuple[type | None, str | None]:
             return forward_copy(self, hidden_states, *args, **kwargs)
 
     forward_accel.__doc__ = forward.__doc__
+    forward_accel.__signature__ = inspect.signature(forward)  # what transformers' callers read, not (*args)
     forward_accel.__qualname__ = f"Accel{cls.__name__}.forward"
     return subclass(cls, "attention", {"forward": forward_accel, "accel_one_node": _sdpa_functions() is not None}), None
 

@@ -85,6 +85,10 @@ def build(cls: type, variant: str | None) -> tuple[type | None, str | None]:
         from accel.nn import linear_cross_entropy as lce
     except ImportError as exc:
         return None, f"accel.nn.functional.linear_cross_entropy is not available here ({exc})"
+    try:  # the loss accel computes: transformers' own function object (a wrapped or custom one is the model's)
+        from transformers.loss.loss_utils import ForCausalLMLoss as own_loss
+    except ImportError as exc:
+        return None, f"transformers.loss.loss_utils.ForCausalLMLoss does not import here ({exc})"
     rest = [f for f in fields if f not in ("loss", "logits")]
     cache_names = [n for n in ("past_key_values", "cache") if n in params]
     # transformers 4.x builds an explicit causal mask where no cache is passed (its SDPA then takes a mask, and
@@ -92,6 +96,7 @@ def build(cls: type, variant: str | None) -> tuple[type | None, str | None]:
     cache_param = "use_cache" in params and bool(cache_names) and _major(cls) >= 5
 
     def centre(self, *args, **kwargs):
+        # under no_grad (evaluation: Trainer.evaluate's compute_metrics reads the logits) the model's own code runs
         return_logits = kwargs.pop("return_logits", False)
         try:
             bound = sig.bind(self, *args, **kwargs)
@@ -103,17 +108,21 @@ def build(cls: type, variant: str | None) -> tuple[type | None, str | None]:
         head = self.lm_head
         keep = a.get("logits_to_keep", 0)
         cap = getattr(self.config, "final_logit_softcapping", None)
-        if (labels is None or cap is not None or not isinstance(keep, int) or keep != 0
-                or getattr(self.loss_function, "__name__", "") != "ForCausalLMLoss" or _steps_aside(head)):
+        if (labels is None or not torch.is_grad_enabled() or cap is not None or not isinstance(keep, int) or keep != 0
+                or self.loss_function is not own_loss or _steps_aside(head)):
             return inner(self, *args, **kwargs)  # the class's own forward, unchanged (logits as always)
-        base_args = {k: v for k, v in a.items() if k not in ("self", *_ARGS)}
+        base_args = {k: v for k, v in a.items() if k not in ("self", "return_dict", *_ARGS)}
+        # a forward that takes return_dict itself (transformers 4.x GPT-2; can_return_tuple pops it before)
+        return_dict = extra.pop("return_dict", a.get("return_dict"))
+        if return_dict is None:  # (config.return_dict: use_return_dict is deprecated from 5.x and warns)
+            return_dict = getattr(self.config, "return_dict", True)
         if (cache_param and self.training and a.get("use_cache") is None
                 and all(a.get(n) is None and extra.get(n) is None for n in ("past_key_values", "cache"))
                 and not (a.get("position_ids") is not None and a.get("attention_mask") is None)
                 and live(OP, head.weight.device.type)):
             # a training step's cache is dropped with the output: not built, unless use_cache=True is passed
             base_args["use_cache"] = False
-        outputs = _base_model(self)(**base_args, **extra)
+        outputs = _base_model(self)(**base_args, **extra, return_dict=True)
         hidden = outputs.last_hidden_state
         loss = _loss(hidden, head, labels, extra, lce, getattr(self, "accel_loss_options", None))
         if loss is None:  # no accel kernel takes the loss here: the model's own code (logits, loss_function)
@@ -121,8 +130,12 @@ def build(cls: type, variant: str | None) -> tuple[type | None, str | None]:
             loss = self.loss_function(logits=logits, labels=labels, vocab_size=self.config.vocab_size, **extra)
         else:
             logits = head(hidden) if return_logits else None
-        return out_cls(loss=loss, logits=logits, **{f: getattr(outputs, f, None) for f in rest})
+        out = out_cls(loss=loss, logits=logits, **{f: getattr(outputs, f, None) for f in rest})
+        return out if return_dict else out.to_tuple()
 
+    # transformers reads the forward's parameters (generate's position_ids and logits_to_keep, Trainer's
+    # dataset columns): inspect.signature stops at __signature__, so the class's own parameters show through
+    centre.__signature__ = sig
     try:
         forward_accel = rewrap(outer, centre)
     except RewrapError as exc:
@@ -223,7 +236,7 @@ def _loss(hidden: torch.Tensor, head: nn.Linear, labels: torch.Tensor, extra: di
         shift_labels = F.pad(labels, (0, 1), value=ignore_index)[..., 1:]
     x = hidden.reshape(-1, hidden.shape[-1])
     w, b = head.weight, head.bias
-    if is_sharded(w):
+    if not torch.compiler.is_compiling() and is_sharded(w):
         warn_once(_SAID, "lm_head-dtensor",
                   "accel.integrations.transformers: lm_head.weight is a sharded DTensor when the loss reads it (an "
                   "FSDP2 group of its own gathers it only when lm_head's forward runs, which the fused loss never "
@@ -255,7 +268,7 @@ def _loss(hidden: torch.Tensor, head: nn.Linear, labels: torch.Tensor, extra: di
         # HF's sum / num_items, NaN for 0 / 0 as theirs; the gradient goes through a divisor of 1 where
         # num_items is 0: every token is ignored then and each gradient is 0 (as cross_entropy's backward gives),
         # where 1 / 0 through the fused backward would make it NaN
-        safe = torch.where(n == 0, torch.ones_like(n), n)
         total = loss.detach()
+        safe = torch.where((n == 0) & (total == 0), torch.ones_like(n), n)
         loss = loss / safe + (total / n - total / safe)
     return loss

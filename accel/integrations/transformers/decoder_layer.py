@@ -67,6 +67,7 @@ def build(cls: type, variant: str | None) -> tuple[type | None, str | None]:
         return _add_handing_off(self, hidden_states, residual)
 
     forward_accel.__doc__ = forward.__doc__
+    forward_accel.__signature__ = inspect.signature(forward)  # what transformers' callers read, not (*args)
     forward_accel.__qualname__ = f"Accel{cls.__name__}.forward"
     return subclass(cls, "decoder_layer", {"forward": forward_accel}), None
 

@@ -8,6 +8,7 @@ projection alone (:func:`accel.kernels.ops.swiglu.linear.swiglu_linear`).
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import torch
@@ -117,4 +118,5 @@ def build(cls: type, variant: str | None) -> tuple[type | None, str | None]:
             return down(self, gate, up)
 
     forward_accel.__doc__ = forward.__doc__
+    forward_accel.__signature__ = inspect.signature(forward)  # what transformers' callers read, not (*args)
     return subclass(cls, "mlp", {"forward": forward_accel}), None

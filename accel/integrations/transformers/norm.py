@@ -7,6 +7,7 @@ cast to the input dtype, then x weight) or Gemma's (``1 + weight`` in fp32, one 
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import torch
@@ -73,6 +74,7 @@ def build(cls: type, variant: str | None) -> tuple[type | None, str | None]:
         return y
 
     forward_accel.__doc__ = forward.__doc__
+    forward_accel.__signature__ = inspect.signature(forward)  # what transformers' callers read, not (*args)
     return subclass(cls, "rms_norm", {"forward": forward_accel, "accel_unit_offset": unit,
                                       "accel_eps_attr": eps_attr, "accel_mixed_ok": mixed_ok}), None
 
