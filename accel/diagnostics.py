@@ -319,9 +319,11 @@ def _transformers_check() -> Check | None:
     lo, hi = Version(TESTED[0]).release[:2], Version(TESTED[-1]).release[:2]
     v = _base_version(installed)
     tested = v is not None and lo <= v.release[:2] <= hi
-    detail = (f"{installed}: {'within' if tested else 'outside'} the tested range {TESTED[0]} to {TESTED[-1]}"
-              + ("" if tested else "; patch(model) still verifies each role on a tiny instance before it replaces "
-                 "it, and report(model) says what it left"))
+    exact = v is not None and any(v.release[:2] == Version(t).release[:2] for t in TESTED)
+    where = ("a tested release" if exact else f"between the tested releases ({', '.join(TESTED)})" if tested
+             else f"outside the tested range {TESTED[0]} to {TESTED[-1]}")
+    detail = (f"{installed}: {where}" + ("" if exact else "; patch(model) verifies each role on a tiny instance "
+                                                          "before it replaces it, and report(model) says what it left"))
     fix = "" if tested else f"pip install 'transformers>={TESTED[0]},<{hi[0]}.{hi[1] + 1}' for a tested release"
     return Check("transformers integration", True, detail, fix)
 

@@ -76,7 +76,10 @@ def test_doctor_says_whether_transformers_is_a_tested_release(monkeypatch):
     from accel import diagnostics
 
     here = diagnostics._transformers_check()
-    assert here.ok and "within the tested range" in here.detail and here.fix == ""
+    assert here.ok and "a tested release" in here.detail and here.fix == ""
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "5.3.0")
+    between = diagnostics._transformers_check()
+    assert "between the tested releases" in between.detail and "verifies each role" in between.detail
     monkeypatch.setattr(importlib.metadata, "version", lambda name: "6.1.0")
     later = diagnostics._transformers_check()
     assert later.ok and "outside the tested range" in later.detail and "verifies each role" in later.detail

@@ -13,12 +13,12 @@ Phi-3), T5LayerNorm
 ``Gemma*RMSNorm``      ``accel::rms_norm_hf`` (``unit_offset=True``)    ``1 + weight``, fp32, one cast at the end
 ``*MLP`` (gate/up)     ``accel::swiglu``                                only where the activation is SiLU
 ``*DecoderLayer``      ``accel::add_rms_norm_hf``: each residual add    the model's add, then its norm's rounding;
-(Llama's code:         with the RMSNorm that reads the sum (the next    where the layer's norms are replaced and
-Mistral, Qwen2/3,      layer's input norm, the model's final norm,      unhooked (else the layer's own code)
-Gemma)                 the layer's post-attention norm)
+(pre-norm layers:      with the RMSNorm that reads the sum (the next    where the layer's norms are replaced and
+Llama, Mistral,        layer's input norm, the model's final norm,      unhooked (else the layer's own code)
+Qwen2/3, Gemma)        the layer's post-attention norm)
 ``*Attention``         ``accel::rope`` (q and k in one call)            HF's ``apply_rotary_pos_emb`` semantics
-(Llama's code: Llama,  and the whole block as one autograd node         in a training call with SDPA, no cache,
-Gemma)                 (:mod:`._attention`)                             mask or dropout (else the copied code)
+(every decoder         and, where verified, the whole block as one      in a training call with SDPA, no cache,
+family)                autograd node (:mod:`.._attention`)              mask or dropout (else the class's code)
 ``*ForCausalLM``,      accel's chunked ``linear_cross_entropy`` (the    when ``labels`` are given; logits are then
 ``GPT2LMHeadModel``    logits are never stored; the loss in fp32)       ``None`` unless ``return_logits=True``
 ``nn.LayerNorm``       ``aten::native_layer_norm`` (no patch needed)    GPT-2, BERT: already routes
@@ -28,12 +28,18 @@ How a module is replaced: its class becomes an accel subclass of its own class (
 AccelLlamaRMSNorm``, a class named like the original: transformers reads class names), so the module object, its ``Parameter`` objects, buffers, hooks, config and
 ``state_dict`` keys stay the same (optimizers and FSDP wrapping are unaffected); :func:`unpatch` sets the
 class back. Nothing global changes: no modeling-module function or class is rebound. The attention's
-subclass runs a copy of the class's own ``forward`` code whose global ``apply_rotary_pos_emb`` is accel's
-(the copy has its own globals dict; the modeling module's is untouched); the causal LM's computes the loss
-from the last hidden states. A replacement is made only where it is verified: each RMSNorm class and each
-``apply_rotary_pos_emb`` is run once on small CPU tensors against accel's reference (bit for bit, fp32 and
-bf16), the MLP's and the LM's ``forward`` must reference only the names of the pattern accel implements,
-and the activation must compute SiLU. Everything else is left as it is, and :func:`report` says why.
+subclass runs a copy of the class's own ``forward`` code (its decorators kept) whose global
+``apply_rotary_pos_emb`` is accel's (the copy has its own globals dict, taken at the first patch: a later
+monkey patch of the modeling module does not reach it); the causal LM's computes the loss
+from the last hidden states. A replacement is made only where it is verified by behaviour (:mod:`.verify`): each
+RMSNorm class and each ``apply_rotary_pos_emb`` is run on small CPU tensors against accel's reference (bit for
+bit, fp32 and bf16), and every other role's replacement, run on a tiny instance of the same class (the model's
+own config kinds, tiny sizes, accel's references standing in for kernels), must give the class's own loss,
+gradients and logits; the activation must compute SiLU. Nothing is compared with a copy of one release's code,
+so a transformers release that edits decorators or argument names keeps every role that still computes the
+same. Everything else is left as it is, :func:`report` says why, and a role a family is expected to get but
+loses on the installed release is said once (``IntegrationWarning``). Modules whose ``forward`` is set on the
+instance (the ``kernels`` package's ``kernelize``, ``use_kernels=True``) are left to it.
 
 :func:`enable` registers the same classes with transformers' own hook (``transformers.monkey_patching``,
 transformers 5.17+), so ``from_pretrained`` / ``from_config`` build models whose norms, MLPs and attention
@@ -68,7 +74,7 @@ from .guards import accel_takes
 from .hub import disable, enable, enabled
 from .patching import patch, unpatch
 from .report import PatchReport, report
-from .verify import built
+from .verify import verdict
 
 __all__ = ["EXPECTED", "FAMILIES", "OPS", "ROLES", "ROUTES", "TESTED", "PatchReport", "accel_takes", "disable",
            "enable", "enabled", "patch", "report", "unpatch"]
@@ -90,7 +96,7 @@ def __getattr__(name: str) -> type:
             for class_name, (role, variant) in classes.items():
                 if class_name == wanted:
                     cls = getattr(importlib.import_module(module_name), class_name)
-                    accel_cls, why = built(cls, role, variant)
+                    accel_cls, why = verdict(cls, role, variant)  # verified here too (a fresh process)
                     if accel_cls is not None:
                         return accel_cls
                     raise AttributeError(f"accel.integrations.transformers: {class_name} has no accel class here: "

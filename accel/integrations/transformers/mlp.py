@@ -71,8 +71,6 @@ def build(cls: type, variant: str | None) -> tuple[type | None, str | None]:
     if code is None or not _NAMES[variant] <= set(code.co_names):
         return None, "its forward is not the gated MLP accel implements (it does not use " + \
             ", ".join(sorted(_NAMES[variant])) + ")"
-    silu = _SILU_TYPES
-
     def down(self, gate, up):
         proj = self.down_proj
         if self.__dict__.get("accel_mlp_recompute", True) and plain_linear(gate, proj):
@@ -93,7 +91,7 @@ def build(cls: type, variant: str | None) -> tuple[type | None, str | None]:
     if variant == "split":
         def forward_accel(self, x, *args, **kwargs):
             mods = self._modules
-            if args or kwargs or type(mods.get("act_fn")) not in silu:
+            if args or kwargs or not is_silu(mods.get("act_fn")):  # (a set lookup once the class is known)
                 return forward(self, x, *args, **kwargs)
             g, u, d = mods.get("gate_proj"), mods.get("up_proj"), mods.get("down_proj")
             if fused(self, x, g, u, d):
@@ -109,7 +107,7 @@ def build(cls: type, variant: str | None) -> tuple[type | None, str | None]:
             return down(self, gate, up)
     else:
         def forward_accel(self, hidden_states, *args, **kwargs):
-            if args or kwargs or type(self.activation_fn) not in silu:
+            if args or kwargs or not is_silu(self.activation_fn):
                 return forward(self, hidden_states, *args, **kwargs)
             up_states = self.gate_up_proj(hidden_states)
             gate, up = up_states.chunk(2, dim=-1)

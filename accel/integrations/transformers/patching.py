@@ -31,8 +31,8 @@ def patch(model: nn.Module, *, norms: bool = True, mlp: bool = True, rope: bool 
 
     Args:
         model: an ``nn.Module`` (a Hugging Face model, or any module holding some).
-        norms: replace the RMSNorm modules (``accel::rms_norm_hf``), and the decoder layers whose forward is
-            Llama's (Mistral, Qwen2/3, Gemma: compared as bytecode), whose residual adds then run inside the norm
+        norms: replace the RMSNorm modules (``accel::rms_norm_hf``), and the pre-norm decoder layers (Llama,
+            Mistral, Qwen2/3, Gemma: verified by behaviour), whose residual adds then run inside the norm
             that reads each sum (``accel::add_rms_norm_hf``: the sum and the normalised sum from one kernel,
             and in backward the norm's input gradient and the residual's summed in it; the same bits as the
             add and the norm). The MLP's add is fused with the next layer's input norm (the last layer's with

@@ -8,6 +8,7 @@ from typing import Any
 from torch import nn
 
 from .families import FAMILIES, ROUTES, family_of, known, original
+from .causal_lm import head_reason
 from .guards import instance_forward
 from .verify import ROLE_MODULES, configs, verdict
 
@@ -92,6 +93,9 @@ def report(model: nn.Module) -> PatchReport:
             families.append(family)
         if orig is not cls:
             why = instance_forward(module)
+            head = module._modules.get("lm_head") if cls.accel_role == "causal_lm" else None
+            if why is None and head is not None and head_reason(head) is not None:
+                why = f"its fused loss steps aside at each call: {head_reason(head)}"
             if why is None:
                 entry = replaced.setdefault(orig.__name__, {"op": cls.accel_op, "count": 0})
             else:

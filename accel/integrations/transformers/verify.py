@@ -127,8 +127,8 @@ def _tiny_config(family: str | None, config: Any) -> Any:
         d.update({k: v for k, v in _DIMS.items() if k in d})
         if "num_key_value_heads" in d:
             d["num_key_value_heads"] = 4 if config.num_key_value_heads == config.num_attention_heads else 2
-        if d.get("head_dim") is not None:
-            d["head_dim"] = 8
+        if d.get("head_dim") is not None:  # 8 where it is hidden / heads (32 / 4), else 16: the same kind
+            d["head_dim"] = 8 if config.head_dim * config.num_attention_heads == config.hidden_size else 16
         if isinstance(d.get("layer_types"), list):
             kinds = list(dict.fromkeys(d["layer_types"]))
             d["layer_types"] = (kinds * 2)[:2]
@@ -137,7 +137,8 @@ def _tiny_config(family: str | None, config: Any) -> Any:
                 d[k] = d[k] if isinstance(d[k], int) and d[k] < _VOCAB else None
         d.update({k: 0.0 for k, v in d.items() if ("dropout" in k or "pdrop" in k) and isinstance(v, float)})
         d["dtype" if "dtype" in d else "torch_dtype"] = "float32"
-        return type(config).from_dict(d)
+        with _quiet():
+            return type(config).from_dict(d)
     except Exception:  # noqa: BLE001 - a config that cannot be shrunk: the family's tiny one stands in
         return None
 
@@ -154,7 +155,9 @@ def _tiny(family: str, config: Any) -> tuple[nn.Module, dict[str, torch.Tensor]]
     cfg = _tiny_config(family, config)
     if cfg is None:
         cfg = getattr(transformers, cfg_name)(**default)
-    with torch.random.fork_rng(devices=[]):
+    # on CPU whatever default device a caller set (patch inside ``with torch.device("meta")``), the random state
+    # left as it was, transformers' notices about the shrunk config unsaid
+    with torch.random.fork_rng(devices=[]), torch.device("cpu"), _quiet():
         torch.manual_seed(0)
         try:
             cfg._attn_implementation = "sdpa"  # the one-node attention's path; every replacement must match it
