@@ -260,3 +260,17 @@ def test_norm_and_lm_head_weights_that_are_tensor_subclasses_train_as_the_models
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
     for n in want_grads:
         torch.testing.assert_close(grads[n], want_grads[n], rtol=1e-4, atol=1e-6, msg=n)
+
+
+def test_the_one_node_attention_is_decided_per_model_config():
+    """A Mistral whose sliding window is shorter than the tiny instance's sequence never takes the one-node path
+    (its mask is never None): that config's attentions run without it, and a Mistral patched before keeps it."""
+    if int(transformers.__version__.split(".")[0]) < 5:
+        pytest.skip("transformers 4.x passes every attention call a mask or a cache: no one-node path")
+    kw = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+              vocab_size=V, max_position_embeddings=64)
+    wide = hf.patch(transformers.MistralForCausalLM(transformers.MistralConfig(**kw)))
+    narrow = hf.patch(transformers.MistralForCausalLM(transformers.MistralConfig(**kw, sliding_window=4)))
+    assert wide.model.layers[0].self_attn.__dict__.get("accel_one_node") is True
+    assert narrow.model.layers[0].self_attn.__dict__.get("accel_one_node") is None
+    assert wide.model.layers[1].self_attn.__dict__.get("accel_one_node") is True

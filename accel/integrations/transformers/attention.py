@@ -89,8 +89,8 @@ def rope_function(original: Any) -> Any:
 
 def build(cls: type, variant: str | None) -> tuple[type | None, str | None]:
     """``(accel subclass, None)``, or ``(None, reason)`` where the class's forward does not call a module-level
-    ``apply_rotary_pos_emb`` that is Hugging Face's RoPE. The subclass's one-node path is on
-    (``accel_one_node``) until :mod:`.verify` has seen it give the class's own outputs and gradients."""
+    ``apply_rotary_pos_emb`` that is Hugging Face's RoPE. An instance takes the one-node path only where
+    ``patch`` set its ``accel_one_node`` (:mod:`.verify` saw the path run and match for its config kind)."""
     forward = getattr(cls, "forward", None)
     inner = innermost(forward)
     code = getattr(inner, "__code__", None)
@@ -120,7 +120,7 @@ def build(cls: type, variant: str | None) -> tuple[type | None, str | None]:
             mods = self._modules
             projs = (mods.get("q_proj"), mods.get("k_proj"), mods.get("v_proj"))
             if None not in projs and plain_linear(hidden_states, *projs):
-                if type(self).accel_one_node and not args:
+                if self.__dict__.get("accel_one_node") and not args:  # set by patch where verified
                     out = _one_node_attention(self, hidden_states, kwargs, projs, recipe)
                     if out is not None:
                         return out, None
@@ -134,11 +134,11 @@ def build(cls: type, variant: str | None) -> tuple[type | None, str | None]:
     forward_accel.__doc__ = forward.__doc__
     forward_accel.__signature__ = inspect.signature(forward)  # what transformers' callers read, not (*args)
     forward_accel.__qualname__ = f"Accel{cls.__name__}.forward"
-    return subclass(cls, "attention", {"forward": forward_accel, "accel_one_node": _sdpa_functions() is not None}), None
+    return subclass(cls, "attention", {"forward": forward_accel}), None
 
 
 @_caches.detection_cache
-def _sdpa_functions() -> tuple | None:
+def sdpa_functions() -> tuple | None:
     """``(ALL_ATTENTION_FUNCTIONS, sdpa_attention_forward, use_gqa_in_sdpa)`` of the installed transformers, or
     ``None`` where it has not all three."""
     try:
@@ -180,7 +180,7 @@ def _one_node_attention(module: nn.Module, x: torch.Tensor, kwargs: dict[str, An
     if ((attrs.get("training") and attrs.get("attention_dropout")) or not attrs.get("is_causal", True)
             or len(mods) != 4 or o_proj is None or not plain_linear(x, o_proj)):
         return None
-    functions, sdpa_forward, use_gqa = _sdpa_functions()
+    functions, sdpa_forward, use_gqa = sdpa_functions()
     config = attrs.get("config")
     if config is None or functions.get_interface(config._attn_implementation, None) is not sdpa_forward:
         return None

@@ -50,7 +50,8 @@ def enable(*, families: Iterable[str] | None = None, norms: bool = True, mlp: bo
     ``transformers.monkey_patching.register_patch_mapping`` (transformers 5.17+) swaps the named classes
     only while transformers builds a model; no class is patched globally. The causal-LM class cannot be
     reached that way (transformers instantiates the class ``from_pretrained`` is called on before its hook
-    applies): call :func:`patch` on the built model for the loss. A class another library has already
+    applies): call :func:`patch` on the built model for the loss, the one-node attention (verified per model
+    config) and the residual adds fused across layers (a layer's link to the next layer's norm). A class another library has already
     registered a replacement for is left to it. Calling ``enable`` again adds what is missing.
 
     Args:

@@ -11,7 +11,7 @@ from .decoder_layer import link_layers
 from .families import family_of, known, original
 from .guards import dispatch_keys
 from .report import check_module
-from .verify import LOCK, ROLE_MODULES, configs, verdict
+from .verify import LOCK, ROLE_MODULES, configs, one_node, verdict
 
 __all__ = ["patch", "unpatch"]
 
@@ -121,6 +121,8 @@ def patch(model: nn.Module, *, norms: bool = True, mlp: bool = True, rope: bool 
             accel_cls, _ = verdict(cls, role, variant, cfgs.get(family))
             if accel_cls is not None and ROLE_MODULES[role].instance_reason(module) is None:
                 module.__class__ = accel_cls
+                if role == "attention" and one_node(cls, cfgs.get(family)):
+                    vars(module)["accel_one_node"] = True
                 if role == "causal_lm" and loss_options is not None:
                     module.accel_loss_options = loss_options
                 if role in _FLAGS:
@@ -157,6 +159,7 @@ def unpatch(model: nn.Module) -> nn.Module:
                 module.__class__ = orig
                 vars(module).pop("accel_loss_options", None)
                 vars(module).pop("accel_next_norm", None)
+                vars(module).pop("accel_one_node", None)
                 for attr in _FLAGS.values():
                     vars(module).pop(attr, None)
     return model

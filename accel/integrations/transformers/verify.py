@@ -51,6 +51,8 @@ LOCK = threading.RLock()
 _VERDICTS: dict[tuple, tuple[type | None, str | None]] = {}
 #: class -> (accel subclass or None, reason), before any verification.
 _BUILT: dict[type, tuple[type | None, str | None]] = {}
+#: (attention class, config key) -> whether its one-node path was verified.
+_ONE_NODE: dict[tuple, bool] = {}
 #: config key -> (tiny model, its unpatched results).
 _TINY: dict[tuple, tuple[nn.Module, dict[str, torch.Tensor]]] = {}
 _SAID: set = set()
@@ -247,12 +249,22 @@ def _check(cls: type, role: str, accel_cls: type, family: str | None, config: An
             norm_cls, _ = verdict(type(m), "rms_norm", k[2])
             if norm_cls is not None:
                 swap[type(m)] = norm_cls
-    before = attention.STATS.one_node
-    why = _compare(template, swap, expected)
-    if role == "attention" and accel_cls.accel_one_node and (why is not None or attention.STATS.one_node == before):
-        accel_cls.accel_one_node = False  # the rest of the replacement may still hold without it
-        why = _compare(template, swap, expected)
-    return why
+    if role != "attention":
+        return _compare(template, swap, expected)
+    # the one-node attention: kept for this class and config kind where it ran on the tiny instance and matched
+    key = (cls, _config_key(family, config))
+    if attention.sdpa_functions() is not None:
+        before = attention.STATS.one_node
+        if _compare(template, swap, expected, one_node=True) is None and attention.STATS.one_node > before:
+            _ONE_NODE[key] = True
+            return None
+    _ONE_NODE[key] = False  # the rest of the replacement may still hold without it
+    return _compare(template, swap, expected)
+
+
+def one_node(cls: type, config: Any = None) -> bool:
+    """Whether the one-node attention was verified for ``cls`` with ``config``'s kind (:func:`verdict` first)."""
+    return _ONE_NODE.get((cls, _config_key(family_of(cls), config)), False)
 
 
 def _references_only() -> contextlib.AbstractContextManager:
@@ -263,11 +275,14 @@ def _references_only() -> contextlib.AbstractContextManager:
     return contextlib.nullcontext()
 
 
-def _compare(template: nn.Module, swap: dict[type, type], expected: dict[str, torch.Tensor]) -> str | None:
+def _compare(template: nn.Module, swap: dict[type, type], expected: dict[str, torch.Tensor],
+             one_node: bool = False) -> str | None:
     candidate = copy.deepcopy(template)
     for m in candidate.modules():
         if type(m) in swap:
             m.__class__ = swap[type(m)]
+            if one_node and m.accel_role == "attention":
+                vars(m)["accel_one_node"] = True
     decoder_layer.link_layers(candidate, lambda m: family_of(type(m)) is not None)
     with _references_only(), forcing():
         got = _run(candidate)
@@ -302,3 +317,4 @@ def forget() -> None:
         _VERDICTS.clear()
         _TINY.clear()
         _BUILT.clear()
+        _ONE_NODE.clear()
