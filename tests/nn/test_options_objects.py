@@ -116,7 +116,10 @@ def test_compiled_accel_function_takes_accel_nn_options():
 @needs_torch_options
 def test_a_torch_option_accels_chunked_path_does_not_do_is_refused_with_what_to_do():
     x, w, t = _inputs()
-    balanced = TORCH_OPTIONS(acc_policy="balanced")
+    try:
+        balanced = TORCH_OPTIONS(acc_policy="balanced")
+    except ValueError as exc:  # torch 2.14's class has no 'balanced' policy: nothing for accel to refuse there
+        pytest.skip(f"this torch's LinearCrossEntropyOptions refuses acc_policy='balanced' itself ({exc})")
     with pytest.raises(LossInputError) as info:
         own.linear_cross_entropy(x, w, t, options=balanced)
     assert str(info.value) == (
