@@ -16,7 +16,7 @@ transformers = pytest.importorskip("transformers", reason="transformers is not i
 
 pytestmark = pytest.mark.cuda
 
-V, D, S = 4096, 256, 512  # 2 x 512 tokens x 4096 vocabulary: above the loss kernel's 2**20-element floor
+V, D, S = 4096, 1024, 1024  # [2 x 1024 tokens, 1024]: above the 2**20-element floor (tokens x hidden)
 
 
 @pytest.fixture(scope="module")
