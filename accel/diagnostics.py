@@ -99,8 +99,8 @@ def _requirement_on(dist: str, target: str) -> Requirement | None:
 
 #: CuTeDSL's runtime libraries per CUDA major version (``nvidia-cutlass-dsl`` installs the cu12 ones;
 #: ``nvidia-cutlass-dsl[cu13]`` adds the cu13 ones). With neither, every CuTeDSL kernel fails to compile
-#: ("No CTK flavor installed", seen on the H200 with only ``nvidia-cutlass-dsl-libs-base``:
-#: ``benchmarks/results/h200/session8/pytest-runF.txt``).
+#: ("No CTK flavor installed": CuTeDSL's own error where only ``nvidia-cutlass-dsl-libs-base`` is installed,
+#: as the package's metadata makes the cu12 libraries a dependency and the cu13 ones an extra).
 CUTEDSL_LIBS = {"12": "nvidia-cutlass-dsl-libs-cu12", "13": "nvidia-cutlass-dsl-libs-cu13"}
 
 

@@ -144,7 +144,7 @@ def event_class() -> type:
 
 def address_reader(cls: type = torch.Tensor):
     """``cls.const_data_ptr`` where the Python binding has it (it reads a copy-on-write tensor's
-    address without materialising a copy), else ``cls.data_ptr`` (torch 2.11, the H200's image,
-    has no ``const_data_ptr`` method: ``benchmarks/results/h200/session5/pytest-runD.txt``)."""
+    address without materialising a copy), else ``cls.data_ptr`` (the Python binding of torch 2.11, the GPU
+    machine's torch, has no ``const_data_ptr``: ``hasattr(torch.Tensor, "const_data_ptr")`` is false there)."""
     return getattr(cls, "const_data_ptr", None) or cls.data_ptr
 

@@ -201,8 +201,8 @@ def model_chunk_rows(num_tokens: int, in_features: int, num_classes: int, dtype:
     vocabulary-heavy models tiny chunks (Qwen3-style, D 1024, C 151936, N 8192: 64 rows, 128 chunks); this gives
     1024 (compact bf16). The ``weight`` term lets a chunk's buffers grow to the head's own size (the weight
     gradient the loss holds anyway is as large), up to ``2 * min_rows``: fewer passes over ``grad_W``, which
-    each chunk reads and writes (H200, 8192 x 2048 x 32000 bf16: 2048 rows 5.29 ms, 1024 rows 5.65 ms, the
-    model's peak unchanged: ``benchmarks/results/h200/session18``).
+    each chunk reads and writes (measured on an H200, 8192 x 2048 x 32000 bf16: 2048 rows 5.29 ms, 1024 rows
+    5.65 ms, the model's peak unchanged; ``benchmarks/real_models.py --ops`` measures the loss alone).
 
     Args:
         num_tokens: ``N``, rows of the loss (tokens of the batch).

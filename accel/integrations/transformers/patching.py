@@ -65,7 +65,7 @@ def patch(model: nn.Module, *, norms: bool = True, mlp: bool = True, rope: bool 
         mlp_recompute: ``True`` (what ``None`` means on a first patch): the replaced MLPs save ``gate`` and
             ``up`` only and recompute ``silu(gate) * up`` in backward, so one ``[tokens, intermediate]``
             tensor per layer is not kept between forward and backward, for one more elementwise pass in
-            backward (HF Llama on the H200: 0.60 GiB less peak; ``benchmarks/results/h200/session15``). Where
+            backward (HF Llama on the H200: 0.60 GiB less peak; ``benchmarks/real_models.py`` measures it). Where
             all three projections are plain ``nn.Linear`` (no hooks, in the activations' dtype, outside
             autocast) and a kernel serves the SwiGLU, the whole MLP is one autograd node
             (:func:`accel.kernels.ops.swiglu.mlp.swiglu_mlp`); with a fused ``gate_up_proj`` (Phi-3) the down

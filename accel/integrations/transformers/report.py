@@ -94,8 +94,9 @@ def report(model: nn.Module) -> PatchReport:
         if orig is not cls:
             why = instance_forward(module)
             head = module._modules.get("lm_head") if cls.accel_role == "causal_lm" else None
-            if why is None and head is not None and head_reason(head) is not None:
-                why = f"its fused loss steps aside at each call: {head_reason(head)}"
+            aside = head_reason(head) if why is None and head is not None else None
+            if aside is not None:
+                why = f"its fused loss steps aside at each call: {aside}"
             if why is None:
                 entry = replaced.setdefault(orig.__name__, {"op": cls.accel_op, "count": 0})
             else:
