@@ -64,11 +64,12 @@ def _check_per_class(where: str, label: str, noun: str, t: torch.Tensor, shape: 
 
 def _check_inputs(input: torch.Tensor, linear_weight: torch.Tensor, target: torch.Tensor,
                   linear_bias: torch.Tensor | None, weight: torch.Tensor | None, reduction: str,
-                  ignore_index: int | None, label_smoothing: float, options: object, check_range: bool = True) -> bool:
+                  ignore_index: int | None, label_smoothing: float, options: object, check_range: bool = True,
+                  where: str = _WHERE) -> bool:
     """Typed errors for input the loss cannot take, before anything runs; returns whether ``target`` holds
     probabilities. Torch's own errors for the same input are ``RuntimeError``/``ValueError``/``IndexError``,
-    all of which these errors also are. ``options``: already read by :func:`as_options`."""
-    where = _WHERE
+    all of which these errors also are. ``options``: already read by :func:`as_options`; ``where``: the
+    function the messages name."""
     for name, t in (("input", input), ("linear_weight", linear_weight), ("target", target)):
         if not isinstance(t, torch.Tensor):
             raise LossInputError(f"{where}: {name} is {type(t).__name__}. It must be a tensor.")
@@ -127,11 +128,11 @@ def _check_inputs(input: torch.Tensor, linear_weight: torch.Tensor, target: torc
         raise LossInputError(f"{where}: class-index target is {target.dtype}. It must be torch.int64 (torch.long): "
                              f"target.long().")
     if check_range:
-        _check_target_range(target, num_classes, -100 if ignore_index is None else ignore_index)
+        _check_target_range(target, num_classes, -100 if ignore_index is None else ignore_index, where)
     return False
 
 
-def _check_target_range(target: torch.Tensor, num_classes: int, ignore_index: int) -> None:
+def _check_target_range(target: torch.Tensor, num_classes: int, ignore_index: int, where: str = _WHERE) -> None:
     """Raise :class:`TargetRangeError` for a class index outside ``[0, C)`` that is not ``ignore_index``. One
     device-to-host read; skipped while compiling or capturing a CUDA graph (no read is possible there: the
     chunked path gives such rows a NaN loss instead)."""
@@ -142,7 +143,7 @@ def _check_target_range(target: torch.Tensor, num_classes: int, ignore_index: in
     bad = (target != ignore_index) & ((target < 0) | (target >= num_classes))
     if bool(bad.any()):
         value = int(target[bad][0])
-        raise TargetRangeError(f"accel.nn.functional.linear_cross_entropy: target holds class {value} (and "
+        raise TargetRangeError(f"{where}: target holds class {value} (and "
                                f"{int(bad.sum())} out-of-range value(s) in all). Class indices must lie in "
                                f"[0, {num_classes}) or equal ignore_index ({ignore_index}).")
 

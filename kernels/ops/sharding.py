@@ -137,12 +137,13 @@ def _lce_inputs(p: Any, first: list, linear_bias: Any, weight: Any, n_scalars: i
 
 def linear_cross_entropy(input, linear_weight, target, linear_bias, weight, reduction, ignore_index,
                          label_smoothing, batch_chunk_size, acc_policy, acc_dtype, allow_retain_graph,
-                         compute_input_grad, compute_linear_weight_grad, compute_linear_bias_grad):
+                         compute_input_grad, compute_linear_weight_grad, compute_linear_bias_grad, softcap=0.0,
+                         z_loss=0.0):
     """``accel::linear_cross_entropy(...) -> (loss, grad_input, grad_linear_weight, grad_linear_bias)``: rows
     for ``"none"`` and ``"sum"``; the gradients computed in the forward (``"sum"``) follow the loss."""
     shard, rep, partial = _placements()
-    out = [([rep] * 4, _lce_inputs(rep, [rep, rep, rep], linear_bias, weight, 10))]
-    rows = _lce_inputs(shard(0), [shard(0), rep, shard(0)], linear_bias, weight, 10)
+    out = [([rep] * 4, _lce_inputs(rep, [rep, rep, rep], linear_bias, weight, 12))]
+    rows = _lce_inputs(shard(0), [shard(0), rep, shard(0)], linear_bias, weight, 12)
     if reduction == "none":  # the gradients are empty [0, 0] / [0] tensors
         out.append(([shard(0), rep, rep, rep], rows))
     elif reduction == "sum":
@@ -154,14 +155,14 @@ def linear_cross_entropy(input, linear_weight, target, linear_bias, weight, redu
 
 def linear_cross_entropy_backward(grad_loss, input, linear_weight, target, linear_bias, weight, ignore_index,
                                   label_smoothing, batch_chunk_size, acc_policy, acc_dtype, compute_input_grad,
-                                  compute_linear_weight_grad, compute_linear_bias_grad):
+                                  compute_linear_weight_grad, compute_linear_bias_grad, softcap=0.0, z_loss=0.0):
     """``accel::linear_cross_entropy_backward(...) -> (grad_input, grad_linear_weight, grad_linear_bias)``
     (``reduction="none"``): rows, the weight gradients ``Partial``."""
     shard, rep, partial = _placements()
-    out = [([rep] * 3, [rep, *_lce_inputs(rep, [rep, rep, rep], linear_bias, weight, 8)])]
+    out = [([rep] * 3, [rep, *_lce_inputs(rep, [rep, rep, rep], linear_bias, weight, 10)])]
     grads = [shard(0) if compute_input_grad else rep, partial if compute_linear_weight_grad else rep,
              partial if compute_linear_bias_grad and linear_bias is not None else rep]
-    out.append((grads, [shard(0), *_lce_inputs(shard(0), [shard(0), rep, shard(0)], linear_bias, weight, 8)]))
+    out.append((grads, [shard(0), *_lce_inputs(shard(0), [shard(0), rep, shard(0)], linear_bias, weight, 10)]))
     return out
 
 

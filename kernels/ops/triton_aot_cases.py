@@ -213,9 +213,10 @@ def _lce(op: str, cfg: dict, v: int, dt: str, source: str, prob: bool) -> Case:
     k = _k("linear_cross_entropy")
     fn = k.lce_rows
     p, f = f"*{dt}", "*fp32"
-    types = dict(Z=p, G=p, T=p if prob else "*i64", A=f, B=f, BW=f, CW=f, LOSS=f, V="i32", stride_z="i32",
-                 stride_g="i32", stride_t="i32", smoothing="fp32", inv_v="fp32")
-    cx = dict(BLOCK_V=cfg["block_v"], PROB=prob, SMOOTH=True, HAS_CW=True, WRITE_GRAD=True)
+    types = dict(Z=p, G=p, T=p if prob else "*i64", A=f, B=f, BW=f, CW=f, ZC=f, LOSS=f, V="i32", stride_z="i32",
+                 stride_g="i32", stride_t="i32", smoothing="fp32", inv_v="fp32", cap="fp32")
+    # every option on, the softcap and the z-loss included (their code paths compile for every target)
+    cx = dict(BLOCK_V=cfg["block_v"], PROB=prob, SMOOTH=True, HAS_CW=True, WRITE_GRAD=True, SOFTCAP=True, HAS_Z=True)
     aligned = ("Z", "G", "T", "CW", "V", "stride_z", "stride_g", "stride_t") if prob else ("Z", "G", "CW", "V",
                                                                                          "stride_z", "stride_g")
     return Case(op, fn, _sig(fn, types), cx, aligned, cfg["num_warps"], None, cfg, source, cfg["block_v"],
@@ -227,9 +228,9 @@ def _lce_tiles(op: str, cfg: dict, v: int, dt: str, source: str, prob: bool) -> 
     tile's width and first column are multiples of 128 (:func:`.linear_cross_entropy.tiled.tile_shape`)."""
     k = _k("linear_cross_entropy")
     p, f = f"*{dt}", "*fp32"
-    common = dict(Z=p, T=p if prob else "*i64", A=f, B=f, CW=f, V="i32", col0="i32", stride_z="i32",
-                  stride_t="i32", smoothing="fp32", inv_v="fp32")
-    cx = dict(BLOCK_V=cfg["block_v"], PROB=prob, SMOOTH=True, HAS_CW=True)
+    common = dict(Z=p, T=p if prob else "*i64", A=f, B=f, CW=f, ZC=f, V="i32", col0="i32", stride_z="i32",
+                  stride_t="i32", smoothing="fp32", inv_v="fp32", cap="fp32")
+    cx = dict(BLOCK_V=cfg["block_v"], PROB=prob, SMOOTH=True, HAS_CW=True, SOFTCAP=True, HAS_Z=True)
     target = ("T", "stride_t") if prob else ()
     for fn, types, aligned in (
             (k.lce_tile_stats, dict(common, ST=f, n_st="i32"), ("Z", "CW", "ST", "n_st", "V", "col0", "stride_z")),

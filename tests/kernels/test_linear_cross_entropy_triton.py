@@ -136,18 +136,24 @@ SCRIPT = textwrap.dedent(r"""
 
     n, d, c = 7, 8, 70
     shape_of = tiled.tile_shape
-    cases = [  # (dtype, target kind, label smoothing, class weight, bias, reduction, policy)
-        (torch.float32, "index", 0.0, False, True, "mean", "compact"),
-        (torch.float32, "index", 0.2, True, False, "sum", "compact"),
-        (torch.float32, "prob", 0.0, True, True, "mean", "compact"),
-        (torch.float32, "prob", 0.2, False, False, "none", "compact"),
-        (torch.float32, "invalid", 0.0, False, False, "none", "compact"),
-        (torch.bfloat16, "index", 0.0, False, True, "mean", "compact"),
-        (torch.bfloat16, "index", 0.1, True, True, "none", "accurate"),
-        (torch.float16, "prob", 0.0, False, False, "sum", "accurate"),
-        (torch.float32, "ignored", 0.0, False, True, "mean", "compact"),
+    cases = [  # (dtype, target kind, label smoothing, class weight, bias, reduction, policy, softcap, z-loss)
+        (torch.float32, "index", 0.0, False, True, "mean", "compact", 0.0, 0.0),
+        (torch.float32, "index", 0.2, True, False, "sum", "compact", 0.0, 0.0),
+        (torch.float32, "prob", 0.0, True, True, "mean", "compact", 0.0, 0.0),
+        (torch.float32, "prob", 0.2, False, False, "none", "compact", 0.0, 0.0),
+        (torch.float32, "invalid", 0.0, False, False, "none", "compact", 0.0, 0.0),
+        (torch.bfloat16, "index", 0.0, False, True, "mean", "compact", 0.0, 0.0),
+        (torch.bfloat16, "index", 0.1, True, True, "none", "accurate", 0.0, 0.0),
+        (torch.float16, "prob", 0.0, False, False, "sum", "accurate", 0.0, 0.0),
+        (torch.float32, "ignored", 0.0, False, True, "mean", "compact", 0.0, 0.0),
+        # the final-logit softcap (logits of about +-3 against caps of 1.5-3: tanh well off its linear part)
+        (torch.float32, "index", 0.1, True, True, "mean", "compact", 2.0, 0.01),
+        (torch.bfloat16, "index", 0.0, False, False, "none", "accurate", 3.0, 0.0),
+        (torch.float32, "prob", 0.0, False, True, "sum", "compact", 1.5, 0.05),
+        # z-loss keeps a row whose target's class weight is 0 (its cross-entropy term is 0, its z-loss is not)
+        (torch.float32, "zero_weight", 0.0, True, False, "mean", "compact", 0.0, 0.1),
     ]
-    for dtype, kind, ls, has_cw, has_b, reduction, policy in cases:
+    for dtype, kind, ls, has_cw, has_b, reduction, policy, cap, zl in cases:
         x = torch.randn(n, d, generator=g).to(dtype)
         w = torch.randn(c, d, generator=g).to(dtype)
         b = torch.randn(c, generator=g).to(dtype) if has_b else None
@@ -161,38 +167,42 @@ SCRIPT = textwrap.dedent(r"""
                 t[3] = c + 5
             if kind == "ignored":
                 t[:] = -100
+            if kind == "zero_weight":
+                cw[t[2]] = 0.0
         acc = torch.float32
-        args = (x, w, t, b, cw, reduction, -100, ls, 4, policy, acc, False, True, True, has_b)
+        args = (x, w, t, b, cw, reduction, -100, ls, 4, policy, acc, False, True, True, has_b, cap, zl)
         go = torch.rand(n, generator=g)
-        bargs = (go, x, w, t, b, cw, -100, ls, 4, policy, acc, True, True, has_b)
+        bargs = (go, x, w, t, b, cw, -100, ls, 4, policy, acc, True, True, has_b, cap, zl)
         for schedule in ("rows", "tiles"):
             # tiles: 2 row blocks (4 and 3 rows) x 3 vocabulary tiles (32, 32 and 6 classes)
             tiled.tile_shape = (lambda *a: (4, 32)) if schedule == "tiles" else shape_of
             problem = compare(triton_impl.linear_cross_entropy(*args, schedule=schedule), reference.forward(*args),
                               dtype)
-            report["numerics"].append(dict(case=[str(dtype), kind, ls, has_cw, has_b, reduction, policy, "fwd",
-                                                 schedule], problem=problem))
+            report["numerics"].append(dict(case=[str(dtype), kind, ls, has_cw, has_b, reduction, policy, cap, zl,
+                                                 "fwd", schedule], problem=problem))
             if reduction == "none":
                 problem = compare(triton_impl.linear_cross_entropy_backward(*bargs, schedule=schedule),
                                   reference.backward(*bargs), dtype)
-                report["numerics"].append(dict(case=[str(dtype), kind, ls, has_cw, has_b, reduction, policy, "bwd",
-                                                     schedule], problem=problem))
+                report["numerics"].append(dict(case=[str(dtype), kind, ls, has_cw, has_b, reduction, policy, cap, zl,
+                                                     "bwd", schedule], problem=problem))
         tiled.tile_shape = shape_of
     triton_kernel.default_config = small
 
     # the coefficient launch against the eager coefficients (fp32, every field), and the in-place scale
     coef_cases = []
-    for reduction, ls, has_cw, go in (("mean", 0.0, False, False), ("mean", 0.2, True, False),
-                                      ("sum", 0.1, False, False), ("none", 0.3, True, True), ("mean", 0.0, True, False)):
+    for reduction, ls, has_cw, go, zl in (("mean", 0.0, False, False, 0.0), ("mean", 0.2, True, False, 0.0),
+                                          ("sum", 0.1, False, False, 0.0), ("none", 0.3, True, True, 0.0),
+                                          ("mean", 0.0, True, False, 0.0), ("mean", 0.1, True, False, 0.01),
+                                          ("none", 0.0, False, True, 0.02)):
         t = torch.randint(0, 50, (2500,), generator=g)   # rows of three coefficient blocks
         t[::7] = -100
         t[5] = 77                                         # out of range: NaN
         cw = torch.rand(50, generator=g) + 0.5 if has_cw else None
         gl = torch.rand(2500, generator=g) if go else None
-        got = triton_impl.coefficients(t, cw, reduction, -100, ls, 50, torch.float32, gl)
-        want = reference.coefficients(t, cw, reduction, -100, ls, 50, torch.float32, gl)
+        got = triton_impl.coefficients(t, cw, reduction, -100, ls, 50, torch.float32, gl, 0.0, zl)
+        want = reference.coefficients(t, cw, reduction, -100, ls, 50, torch.float32, gl, 0.0, zl)
         worst = 0.0
-        for name in ("target", "a", "b", "bw", "class_weight", "empty"):
+        for name in ("target", "a", "b", "bw", "class_weight", "empty", "zc"):
             x_, y_ = getattr(got, name), getattr(want, name)
             if (x_ is None) != (y_ is None):
                 worst = float("inf")
@@ -292,9 +302,11 @@ def test_interpreted_kernel_matches_the_chunked_reference(interpreted):
     three vocabulary tiles), equal the eager chunk loop: index and probability targets, label smoothing, class
     weight, bias, every reduction and the ``"none"`` backward, compact and accurate, fp32, bf16 and fp16;
     ignored rows (skipped by the kernels), an out-of-range row (NaN, no read outside the row), rows of several
-    blocks; every output NaN-poisoned before."""
+    blocks; the final-logit softcap and the z-loss (alone and together, index and probability targets, a row
+    kept by its z-loss alone); every output NaN-poisoned before."""
     numerics = interpreted["numerics"]
-    assert len(numerics) == 24 and {e["case"][-1] for e in numerics} == {"rows", "tiles"}
+    assert len(numerics) == 34 and {e["case"][-1] for e in numerics} == {"rows", "tiles"}
+    assert {(e["case"][7], e["case"][8]) for e in numerics} >= {(2.0, 0.01), (3.0, 0.0), (1.5, 0.05), (0.0, 0.1)}
     assert [e for e in numerics if e["problem"] is not None] == []
 
 

@@ -9,6 +9,7 @@ keyed by ``[M, N] = [tokens, classes]`` (``linear_cross_entropy_fwd`` / ``_bwd``
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 
 import torch
@@ -39,7 +40,8 @@ _REASONS = {
     "bias": "linear_bias is not a floating [C] tensor on the input's device",
     "weight": "weight (class weight) is not a floating [C] tensor on the input's device",
     "target": "target is neither int64 [N] nor a row-contiguous [N, C] of the input's dtype, on the input's device",
-    "args": "reduction, label_smoothing, batch_chunk_size, acc_policy or acc_dtype outside what the op takes",
+    "args": "reduction, label_smoothing, batch_chunk_size, acc_policy, acc_dtype, softcap or z_loss outside what "
+            "the op takes",
     "grad_loss": "grad_loss is not a floating [N] tensor on the input's device",
     "upstream": "torch's own CuTeDSL override of this op takes the call (accel's kernel leaves it to upstream)",
 }
@@ -52,7 +54,8 @@ def _vector_ok(t: torch.Tensor | None, c: int, device: torch.device) -> bool:
 def check_forward(input: torch.Tensor, linear_weight: torch.Tensor, target: torch.Tensor,
                   linear_bias: torch.Tensor | None, weight: torch.Tensor | None, reduction: str,
                   label_smoothing: float, batch_chunk_size: int, acc_policy: str, acc_dtype: torch.dtype,
-                  devices: dict[str, str | None], dsl: str, op: str) -> str | None:
+                  devices: dict[str, str | None], dsl: str, op: str, softcap: float = 0.0,
+                  z_loss: float = 0.0) -> str | None:
     """The reason key for one call (``None``: the kernel takes it); cheapest rejections first."""
     key = entry_reason(input, input.numel(), op, dsl, devices, 1 << 62)
     if key is not None:
@@ -79,7 +82,8 @@ def check_forward(input: torch.Tensor, linear_weight: torch.Tensor, target: torc
     if (reduction not in ("mean", "sum", "none") or not 0.0 <= label_smoothing <= 1.0
             or not isinstance(batch_chunk_size, (int, torch.SymInt)) or batch_chunk_size < 1
             or acc_policy not in ("compact", "accurate")
-            or not (acc_dtype == input.dtype or (input.dtype in LOW_PRECISION and acc_dtype == torch.float32))):
+            or not (acc_dtype == input.dtype or (input.dtype in LOW_PRECISION and acc_dtype == torch.float32))
+            or not (math.isfinite(softcap) and softcap >= 0.0) or not math.isfinite(z_loss)):
         return "args"
     if table_declines(op, dsl, input, n * c, c):
         return "table"
@@ -122,15 +126,17 @@ def make_conds(dsl: str, backends: Sequence[str]) -> tuple[Callable[..., bool], 
 
     def key_fwd(input, linear_weight, target, linear_bias, weight, reduction, ignore_index, label_smoothing,
                 batch_chunk_size, acc_policy, acc_dtype, allow_retain_graph, compute_input_grad,
-                compute_linear_weight_grad, compute_linear_bias_grad):
+                compute_linear_weight_grad, compute_linear_bias_grad, softcap=0.0, z_loss=0.0):
         return check_forward(input, linear_weight, target, linear_bias, weight, reduction, label_smoothing,
-                             batch_chunk_size, acc_policy, acc_dtype, devices, dsl, "linear_cross_entropy_fwd")
+                             batch_chunk_size, acc_policy, acc_dtype, devices, dsl, "linear_cross_entropy_fwd",
+                             softcap, z_loss)
 
     def key_bwd(grad_loss, input, linear_weight, target, linear_bias, weight, ignore_index, label_smoothing,
                 batch_chunk_size, acc_policy, acc_dtype, compute_input_grad, compute_linear_weight_grad,
-                compute_linear_bias_grad):
+                compute_linear_bias_grad, softcap=0.0, z_loss=0.0):
         key = check_forward(input, linear_weight, target, linear_bias, weight, "none", label_smoothing,
-                            batch_chunk_size, acc_policy, acc_dtype, devices, dsl, "linear_cross_entropy_bwd")
+                            batch_chunk_size, acc_policy, acc_dtype, devices, dsl, "linear_cross_entropy_bwd",
+                            softcap, z_loss)
         if key is None and (grad_loss.dim() != 1 or grad_loss.shape[0] != input.shape[0]
                             or not grad_loss.dtype.is_floating_point or grad_loss.device != input.device):
             return "grad_loss"

@@ -2,15 +2,17 @@
 
 - ``accel::linear_cross_entropy(input, linear_weight, target, linear_bias, weight, reduction, ignore_index,
   label_smoothing, batch_chunk_size, acc_policy, acc_dtype, allow_retain_graph, compute_input_grad,
-  compute_linear_weight_grad, compute_linear_bias_grad) -> (loss, grad_input, grad_linear_weight,
-  grad_linear_bias)``: the arguments of torch 2.15's ``torch_nn::_linear_cross_entropy_batch_chunked``, for
-  every reduction. For ``"mean"``/``"sum"`` the gradients are computed in the forward and the backward only
+  compute_linear_weight_grad, compute_linear_bias_grad, softcap=0.0, z_loss=0.0) -> (loss, grad_input,
+  grad_linear_weight, grad_linear_bias)``: the arguments of torch 2.15's
+  ``torch_nn::_linear_cross_entropy_batch_chunked``, for every reduction, and two of accel's own: the
+  final-logit ``softcap`` (``s * tanh(z / s)`` before the softmax, Gemma 2) and the ``z_loss`` weight
+  (``z_loss * lse**2`` per kept row), each 0 for off (:mod:`.reference` gives the formulas). For ``"mean"``/``"sum"`` the gradients are computed in the forward and the backward only
   scales them by the loss's gradient; for ``"none"`` the forward returns the ``[N]`` losses and the backward
   calls the second op.
 - ``accel::linear_cross_entropy_backward(grad_loss, input, linear_weight, target, linear_bias, weight,
   ignore_index, label_smoothing, batch_chunk_size, acc_policy, acc_dtype, compute_input_grad,
-  compute_linear_weight_grad, compute_linear_bias_grad) -> (grad_input, grad_linear_weight,
-  grad_linear_bias)``: ``reduction="none"``'s gradients, recomputed chunk by chunk.
+  compute_linear_weight_grad, compute_linear_bias_grad, softcap=0.0, z_loss=0.0) -> (grad_input,
+  grad_linear_weight, grad_linear_bias)``: ``reduction="none"``'s gradients, recomputed chunk by chunk.
 
 Both default kernels (every device) are the eager chunked reference (:mod:`.reference`); accel's registry
 puts faster ones at a backend's dispatch key (the op family in this folder). The loss comes back in fp32
@@ -43,12 +45,12 @@ def linear_cross_entropy(input: torch.Tensor, linear_weight: torch.Tensor, targe
                          linear_bias: torch.Tensor | None, weight: torch.Tensor | None, reduction: str,
                          ignore_index: int, label_smoothing: float, batch_chunk_size: int, acc_policy: str,
                          acc_dtype: torch.dtype, allow_retain_graph: bool, compute_input_grad: bool,
-                         compute_linear_weight_grad: bool, compute_linear_bias_grad: bool,
-                         ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+                         compute_linear_weight_grad: bool, compute_linear_bias_grad: bool, softcap: float = 0.0,
+                         z_loss: float = 0.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """The chunked loss and, for ``"mean"``/``"sum"``, its gradients (:func:`.reference.forward`)."""
     return reference.forward(input, linear_weight, target, linear_bias, weight, reduction, ignore_index,
                              label_smoothing, batch_chunk_size, acc_policy, acc_dtype, allow_retain_graph,
-                             compute_input_grad, compute_linear_weight_grad, compute_linear_bias_grad)
+                             compute_input_grad, compute_linear_weight_grad, compute_linear_bias_grad, softcap, z_loss)
 
 
 def _grad_shapes(input, linear_weight, linear_bias, grads, cig, cwg, cbg):
@@ -59,9 +61,9 @@ def _grad_shapes(input, linear_weight, linear_bias, grads, cig, cwg, cbg):
 @linear_cross_entropy.register_fake
 def _(input, linear_weight, target, linear_bias, weight, reduction, ignore_index, label_smoothing, batch_chunk_size,
       acc_policy, acc_dtype, allow_retain_graph, compute_input_grad, compute_linear_weight_grad,
-      compute_linear_bias_grad):
+      compute_linear_bias_grad, softcap=0.0, z_loss=0.0):
     reference.check_op_args(input, linear_weight, target, linear_bias, weight, reduction, label_smoothing,
-                            batch_chunk_size, acc_policy, acc_dtype)
+                            batch_chunk_size, acc_policy, acc_dtype, softcap, z_loss)
     ldt = reference.loss_dtype(input.dtype)
     loss = input.new_empty((input.shape[0],) if reduction == "none" else (), dtype=ldt)
     shapes = _grad_shapes(input, linear_weight, linear_bias, reduction != "none", compute_input_grad,
@@ -74,18 +76,20 @@ def linear_cross_entropy_backward(grad_loss: torch.Tensor, input: torch.Tensor, 
                                   target: torch.Tensor, linear_bias: torch.Tensor | None, weight: torch.Tensor | None,
                                   ignore_index: int, label_smoothing: float, batch_chunk_size: int, acc_policy: str,
                                   acc_dtype: torch.dtype, compute_input_grad: bool, compute_linear_weight_grad: bool,
-                                  compute_linear_bias_grad: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                                  compute_linear_bias_grad: bool, softcap: float = 0.0, z_loss: float = 0.0,
+                                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``reduction="none"``'s gradients weighted by ``grad_loss`` (:func:`.reference.backward`)."""
     return reference.backward(grad_loss, input, linear_weight, target, linear_bias, weight, ignore_index,
                               label_smoothing, batch_chunk_size, acc_policy, acc_dtype, compute_input_grad,
-                              compute_linear_weight_grad, compute_linear_bias_grad)
+                              compute_linear_weight_grad, compute_linear_bias_grad, softcap, z_loss)
 
 
 @linear_cross_entropy_backward.register_fake
 def _(grad_loss, input, linear_weight, target, linear_bias, weight, ignore_index, label_smoothing, batch_chunk_size,
-      acc_policy, acc_dtype, compute_input_grad, compute_linear_weight_grad, compute_linear_bias_grad):
+      acc_policy, acc_dtype, compute_input_grad, compute_linear_weight_grad, compute_linear_bias_grad, softcap=0.0,
+      z_loss=0.0):
     reference.check_op_args(input, linear_weight, target, linear_bias, weight, "none", label_smoothing,
-                            batch_chunk_size, acc_policy, acc_dtype)
+                            batch_chunk_size, acc_policy, acc_dtype, softcap, z_loss)
     shapes = _grad_shapes(input, linear_weight, linear_bias, True, compute_input_grad, compute_linear_weight_grad,
                           compute_linear_bias_grad)
     return tuple(input.new_empty(s) for s in shapes)
@@ -98,7 +102,7 @@ _TWICE = ("accel linear_cross_entropy: backward ran a second time through the sa
 
 def _setup_context(ctx, inputs, output):
     (input, linear_weight, target, linear_bias, weight, reduction, ignore_index, label_smoothing, batch_chunk_size,
-     acc_policy, acc_dtype, allow_retain_graph, cig, cwg, cbg) = inputs
+     acc_policy, acc_dtype, allow_retain_graph, cig, cwg, cbg, *extras) = inputs  # extras: softcap, z_loss
     ctx.set_materialize_grads(False)  # the grad outputs are never used: no zero-filled [N, D] + [C, D] per backward
     ctx.reduction = reduction
     if target.requires_grad:
@@ -112,6 +116,7 @@ def _setup_context(ctx, inputs, output):
                               None if linear_bias is None else linear_bias.detach(),
                               None if weight is None else weight.detach())
         ctx.args = (ignore_index, label_smoothing, batch_chunk_size, acc_policy, acc_dtype)
+        ctx.extras = tuple(extras)
         return
     wanted = (input.requires_grad, linear_weight.requires_grad, linear_bias is not None and linear_bias.requires_grad)
     flags = (cig, cwg, cbg and linear_bias is not None)
@@ -130,7 +135,7 @@ def _setup_context(ctx, inputs, output):
 
 
 def _backward(ctx, grad_loss, _gi, _gw, _gb):
-    out: list = [None] * 15
+    out: list = [None] * len(ctx.needs_input_grad)  # 15 arguments, or 17 with softcap and z_loss
     if grad_loss is None:  # no gradient reaches the loss
         return tuple(out)
     if ctx.reduction == "none":
@@ -140,7 +145,8 @@ def _backward(ctx, grad_loss, _gi, _gw, _gb):
         if not (needs[0] or needs[1] or cbg):
             return tuple(out)
         gi, gw, gb = torch.ops.accel.linear_cross_entropy_backward(
-            grad_loss, input, linear_weight, target, linear_bias, weight, *ctx.args, needs[0], needs[1], cbg)
+            grad_loss, input, linear_weight, target, linear_bias, weight, *ctx.args, needs[0], needs[1], cbg,
+            *ctx.extras)
         out[0], out[1], out[3] = (gi if needs[0] else None), (gw if needs[1] else None), (gb if cbg else None)
         return tuple(out)
     on_device = None if ctx.allow_retain_graph else _device_scale(grad_loss, ctx.grads)
@@ -192,7 +198,7 @@ def _host_scale(grad_loss: torch.Tensor):
     nothing; the read costs one device-to-host copy per backward. Scaling on the device instead (one
     ``_foreach_mul_`` by the fp32 0-dim tensor, no read) was slower on every benchmark row: 30.71 against
     29.38 ms at d 2048 x vocab 128256, 57.91 against 55.15 at 4096 x 128256
-    (``benchmarks/results/h200/session16``). Where accel's Triton loss kernel serves the device,
+    (``benchmarks/linear_cross_entropy.py``). Where accel's Triton loss kernel serves the device,
     :func:`_device_scale` replaces the read."""
     # traced (fake or functional tensors: a subclass), compiling, or capturing a CUDA graph: no value to read
     if (type(grad_loss) is not torch.Tensor or torch.compiler.is_compiling()
@@ -203,6 +209,6 @@ def _host_scale(grad_loss: torch.Tensor):
 
 linear_cross_entropy.register_autograd(_backward, setup_context=_setup_context)
 #: ``accel::linear_cross_entropy(*args)`` as a loss calls it: eager through a plain autograd.Function with the
-#: formula above (:func:`accel.kernels.core.autograd.eager_autograd`: the op's 15 arguments are not re-filled
+#: formula above (:func:`accel.kernels.core.autograd.eager_autograd`: the op's 15 or 17 arguments are not re-filled
 #: and redispatched by the custom op's autograd layer), the op itself under ``torch.compile``
 apply = eager_autograd(torch.ops.accel.linear_cross_entropy.default, _setup_context, _backward)

@@ -24,6 +24,16 @@ gradient are NaN; nothing reads out of bounds). Class-probability targets ``t`` 
 
     loss_i = r_i * (sum_c q_ic * lse - sum_c q_ic z_ic)        g_ic = r_i * (sum_c q_ic * p_ic - q_ic)
 
+Two terms language models add, both row-local, so both live in the row step:
+
+- final-logit softcapping (Gemma 2; ``softcap`` ``s > 0``): every formula above reads ``u = s * tanh(z / s)``
+  in place of the logit ``z``, and the gradient w.r.t. ``z`` is the one w.r.t. ``u`` times
+  ``1 - tanh(z / s)**2``;
+- the z-loss (PaLM, arXiv:2204.02311 section 5: ``z_loss * lse**2``, pulling the log-partition towards 0):
+  ``loss_i += zc_i * lse**2`` and ``g_ic += 2 * zc_i * lse * p_ic``, with ``zc_i = z_loss`` on kept rows (0 on
+  ignored ones), divided for ``"mean"`` by the number of kept rows (not by the class-weighted total: the
+  z-loss is a per-token penalty, as Liger-Kernel's ``lse_square_scale`` and PaLM's are).
+
 Precision (``acc_policy``): ``"compact"`` keeps the logits buffer in the input dtype (as
 ``linear`` + ``cross_entropy`` on bf16 logits would) and accumulates ``grad_W`` in place in the input
 dtype; ``"accurate"`` keeps the logits in ``acc_dtype`` (fp32 for bf16/fp16 inputs) and accumulates
@@ -33,14 +43,16 @@ inputs) either way; the loss is returned in fp32 (fp64), the gradients in the in
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
 
-from accel._caches import detection_cache
 from accel.errors import LossInputError
 from accel.kernels.dsl.launch import empty
+
+from .buffers import ROW_ALIGN_BYTES, aligned_classes, aligned_rows, fp32_result_mm, mm_into
 
 __all__ = [
     "LOW_PRECISION",
@@ -51,6 +63,7 @@ __all__ = [
     "aligned_classes",
     "aligned_rows",
     "backward",
+    "capped",
     "check_op_args",
     "chunked",
     "coefficients",
@@ -65,6 +78,7 @@ __all__ = [
     "slice_rows",
     "tile_grad",
     "tile_stats",
+    "with_extras",
 ]
 
 #: Input dtypes whose accumulation dtype may be wider (``acc_dtype=torch.float32``).
@@ -81,7 +95,7 @@ def loss_dtype(dtype: torch.dtype) -> torch.dtype:
 def check_op_args(input: torch.Tensor, linear_weight: torch.Tensor, target: torch.Tensor,
                   linear_bias: torch.Tensor | None, weight: torch.Tensor | None, reduction: str,
                   label_smoothing: float, batch_chunk_size: int, acc_policy: str,
-                  acc_dtype: torch.dtype) -> bool:
+                  acc_dtype: torch.dtype, softcap: float = 0.0, z_loss: float = 0.0) -> bool:
     """What the chunked ops take, checked on shapes, dtypes and devices only (works on fake tensors; reads
     no values). Returns whether ``target`` holds class probabilities.
 
@@ -89,7 +103,8 @@ def check_op_args(input: torch.Tensor, linear_weight: torch.Tensor, target: torc
         LossInputError: ``input`` not ``[N, D]`` floating; ``linear_weight`` not ``[C, D]`` of the input's
             dtype and device with ``C >= 1``; ``linear_bias`` not ``[C]``; ``weight`` not a floating ``[C]``;
             ``target`` neither int64 ``[N]`` nor ``[N, C]`` of the input's dtype; ``reduction``,
-            ``label_smoothing``, ``batch_chunk_size``, ``acc_policy`` or ``acc_dtype`` out of range.
+            ``label_smoothing``, ``batch_chunk_size``, ``acc_policy`` or ``acc_dtype`` out of range;
+            ``softcap`` negative or not finite (0 turns it off); ``z_loss`` not finite.
     """
     where = "accel linear_cross_entropy op"
     if input.dim() != 2 or not input.dtype.is_floating_point:
@@ -132,6 +147,11 @@ def check_op_args(input: torch.Tensor, linear_weight: torch.Tensor, target: torc
     if acc_dtype != input.dtype and not (input.dtype in LOW_PRECISION and acc_dtype == torch.float32):
         raise LossInputError(f"{where}: acc_dtype={acc_dtype} with {input.dtype} input. It must be the input's "
                              f"dtype, or torch.float32 for float16/bfloat16 input.")
+    if not (math.isfinite(softcap) and softcap >= 0.0):
+        raise LossInputError(f"{where}: softcap={softcap}. It must be a finite float > 0 (the cap s of "
+                             f"s * tanh(z / s)), or 0 for no softcapping.")
+    if not math.isfinite(z_loss):
+        raise LossInputError(f"{where}: z_loss={z_loss}. It must be a finite float (0 for no z-loss).")
     return prob
 
 
@@ -149,6 +169,8 @@ class Coefficients(NamedTuple):
         empty: a 0-dim bool tensor, true where ``reduction="mean"`` has nothing to divide by (every row
             ignored, or no rows): the loss is NaN there, as ``cross_entropy``'s is. ``None`` otherwise.
         num_classes: ``C``.
+        zc: the z-loss coefficient of each row (``[N]``), or ``None`` without z-loss.
+        softcap: the final-logit cap ``s`` (``u = s * tanh(z / s)``), 0 for none.
     """
 
     target: torch.Tensor
@@ -159,15 +181,45 @@ class Coefficients(NamedTuple):
     label_smoothing: float
     empty: torch.Tensor | None
     num_classes: int
+    zc: torch.Tensor | None = None
+    softcap: float = 0.0
 
 
 def coefficients(target: torch.Tensor, weight: torch.Tensor | None, reduction: str, ignore_index: int,
                  label_smoothing: float, num_classes: int, math_dtype: torch.dtype = torch.float32,
-                 grad_loss: torch.Tensor | None = None) -> Coefficients:
+                 grad_loss: torch.Tensor | None = None, softcap: float = 0.0, z_loss: float = 0.0) -> Coefficients:
     """The row step's coefficients for every row (``[N]`` vectors; no device-to-host read).
 
     ``grad_loss`` (``[N]``, ``reduction="none"`` backward) is folded in: the gradient rows come out scaled by it.
+    ``softcap`` and ``z_loss`` as in the module docstring (0: off).
     """
+    coef = _coefficients(target, weight, reduction, ignore_index, label_smoothing, num_classes, math_dtype, grad_loss)
+    return with_extras(coef, target, reduction, ignore_index, math_dtype, grad_loss, softcap, z_loss)
+
+
+def with_extras(coef: Coefficients, target: torch.Tensor, reduction: str, ignore_index: int,
+                math_dtype: torch.dtype, grad_loss: torch.Tensor | None, softcap: float,
+                z_loss: float) -> Coefficients:
+    """``coef`` with the softcap and the z-loss coefficients (``zc``: ``z_loss`` on kept rows, over the kept
+    rows' count for ``"mean"``, times ``grad_loss``; ``None`` for ``z_loss=0``)."""
+    zc = None
+    if z_loss:
+        n = target.shape[0]
+        if target.dtype.is_floating_point:  # every row is kept
+            zc = torch.full((n,), z_loss / n if reduction == "mean" and n else z_loss, dtype=math_dtype,
+                            device=target.device)
+        else:
+            kept = (target != ignore_index).to(math_dtype)
+            # in the math dtype throughout: a Python float through torch.where would round to fp32 first
+            zc = kept * (z_loss / kept.sum().clamp_min(1) if reduction == "mean" else z_loss)
+        if grad_loss is not None:
+            zc = zc * grad_loss.to(math_dtype)
+    return coef._replace(zc=zc, softcap=float(softcap))
+
+
+def _coefficients(target: torch.Tensor, weight: torch.Tensor | None, reduction: str, ignore_index: int,
+                  label_smoothing: float, num_classes: int, math_dtype: torch.dtype,
+                  grad_loss: torch.Tensor | None) -> Coefficients:
     n = target.shape[0]
     cw = None if weight is None else weight.to(math_dtype)
     eps = float(label_smoothing)
@@ -209,7 +261,8 @@ def slice_rows(coef: Coefficients, start: int, rows: int) -> Coefficients:
     def cut(t):
         return None if t is None else t.narrow(0, start, rows)
 
-    return coef._replace(target=coef.target.narrow(0, start, rows), a=cut(coef.a), b=cut(coef.b), bw=cut(coef.bw))
+    return coef._replace(target=coef.target.narrow(0, start, rows), a=cut(coef.a), b=cut(coef.b), bw=cut(coef.bw),
+                         zc=cut(coef.zc))
 
 
 #: Rows of a stats block (``[STATS, rows]`` in the math dtype), what a row keeps between vocabulary tiles:
@@ -230,7 +283,21 @@ def _skipped(coef: Coefficients) -> torch.Tensor | None:
     """Class-index rows whose coefficients are all zero (ignored rows): loss and gradient 0, logits unread."""
     if coef.target.dtype.is_floating_point:
         return None
-    return (coef.a == 0) if coef.b is None else (coef.a == 0) & (coef.b == 0)
+    skip = coef.a == 0
+    for t in (coef.b, coef.zc):
+        if t is not None:
+            skip = skip & (t == 0)
+    return skip
+
+
+def capped(logits: torch.Tensor, coef: Coefficients, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``(u, t)``: the logits in ``dtype`` after the final-logit softcap (``u = s * tanh(z / s)``, ``t = tanh(z /
+    s)``), or the logits themselves and ``None`` without one."""
+    z = logits.to(dtype)
+    if not coef.softcap:
+        return z, None
+    t = torch.tanh(z / coef.softcap)
+    return t * coef.softcap, t
 
 
 def _q(coef: Coefficients, col0: int, cols: int, dtype: torch.dtype) -> torch.Tensor:
@@ -246,7 +313,7 @@ def _q(coef: Coefficients, col0: int, cols: int, dtype: torch.dtype) -> torch.Te
 def tile_stats(logits: torch.Tensor, stats: torch.Tensor, coef: Coefficients, col0: int) -> None:
     """Fold one vocabulary tile, ``logits`` ``[rows, cols]`` = columns ``[col0, col0 + cols)``, into ``stats``
     (``[STATS, rows]``, updated in place; :data:`STATS`): an online log-sum-exp."""
-    z = logits.to(stats.dtype)
+    z, _ = capped(logits, coef, stats.dtype)
     cols = z.shape[1]
     m_old = stats[0].clone()
     m = torch.maximum(m_old, z.amax(1))
@@ -272,21 +339,25 @@ def finalize(stats: torch.Tensor, coef: Coefficients) -> tuple[torch.Tensor, tor
     lse = m + log_l
     a = coef.a
     if coef.target.dtype.is_floating_point:
-        return a * (sq * lse - s), lse, a * sq
-    loss = a * ((m - zy) + log_l)  # both halves shifted by the max: no cancellation at large logits
-    p_coef = a
-    if coef.b is not None:
-        loss = loss + coef.bw * lse - coef.b * s
-        p_coef = a + coef.bw
+        loss, p_coef = a * (sq * lse - s), a * sq
+    else:
+        loss = a * ((m - zy) + log_l)  # both halves shifted by the max: no cancellation at large logits
+        p_coef = a
+        if coef.b is not None:
+            loss = loss + coef.bw * lse - coef.b * s
+            p_coef = a + coef.bw
+    if coef.zc is not None:
+        loss = loss + coef.zc * lse * lse
+        p_coef = p_coef + 2.0 * coef.zc * lse
     skip = _skipped(coef)
-    return torch.where(skip, 0.0, loss), lse, p_coef
+    return (loss if skip is None else torch.where(skip, 0.0, loss)), lse, p_coef
 
 
 def tile_grad(logits: torch.Tensor, grad: torch.Tensor, coef: Coefficients, lse: torch.Tensor,
               p_coef: torch.Tensor, col0: int) -> None:
     """The gradient w.r.t. one vocabulary tile's logits (``[rows, cols]``, columns from ``col0``) into ``grad``
     (may be ``logits`` itself), from :func:`finalize`'s ``lse`` and ``p_coef``."""
-    z = logits.to(lse.dtype)
+    z, t = capped(logits, coef, lse.dtype)
     cols = z.shape[1]
     g = p_coef[:, None] * torch.exp(z - lse[:, None])
     if coef.target.dtype.is_floating_point:
@@ -297,6 +368,9 @@ def tile_grad(logits: torch.Tensor, grad: torch.Tensor, coef: Coefficients, lse:
         g.scatter_add_(1, local.clamp(0, cols - 1)[:, None], torch.where(inside, -coef.a, 0.0)[:, None])
         if coef.b is not None:
             g -= coef.b[:, None] * (1.0 if coef.class_weight is None else coef.class_weight.narrow(0, col0, cols))
+    if t is not None:  # d u / d z of the softcap
+        g = g * (1.0 - t * t)
+    if not coef.target.dtype.is_floating_point:
         g = torch.where(_skipped(coef)[:, None], 0.0, g)
     grad.copy_(g)
 
@@ -311,69 +385,6 @@ def row_step(logits: torch.Tensor, grad: torch.Tensor | None, coef: Coefficients
     loss.copy_(row_loss)
     if grad is not None:
         tile_grad(logits, grad, coef, lse, p_coef, 0)
-
-
-#: Row stride, in bytes, that a logits buffer's rows are padded to. cuBLAS picks its fast (TMA, vectorised)
-#: kernels only for leading dimensions of a multiple of 16 bytes: at GPT-2's odd vocabulary (50257) unpadded
-#: bf16 rows made it take sm_75 ``align1`` kernels, 32 of a 87 ms training step on the H200
-#: (``benchmarks/results/h200/session15/real_models-4.jsonl``, the profile of gpt2 accel).
-ROW_ALIGN_BYTES = 16
-
-
-def _per_aligned(dtype: torch.dtype) -> int:
-    """Elements of ``dtype`` in :data:`ROW_ALIGN_BYTES`."""
-    return max(1, ROW_ALIGN_BYTES // dtype.itemsize)
-
-
-def aligned_rows(rows: int, cols: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """An uninitialised ``[rows, cols]`` buffer whose row stride is ``cols`` rounded up to
-    :data:`ROW_ALIGN_BYTES` (a view of ``[rows, padded]``; the padding is never read)."""
-    per = _per_aligned(dtype)
-    padded = -(-cols // per) * per
-    buf = empty((rows, padded), dtype, device)
-    return buf if padded == cols else buf.narrow(1, 0, cols)
-
-
-def aligned_classes(c: int, dtype: torch.dtype, device: torch.device) -> int:
-    """How many leading classes the chunk's three matmuls take in one piece (the rest, fewer than 16 bytes'
-    worth, in a second thin one); ``c`` where no split is wanted.
-
-    Padding the rows (:func:`aligned_rows`) aligns the leading dimension only: ``x @ W.T`` writes, and
-    ``g @ W`` and ``g.T @ x`` read, the class dimension as their contiguous extent, and an extent that is
-    not a multiple of 16 bytes keeps cuBLAS on its ``align1`` kernels (GPT-2, vocabulary 50257, H200: the
-    gradient matmuls took 23 of 81 ms per step, ``benchmarks/results/h200/session15/real_models-5.jsonl``;
-    split, the logits matmul alone still took 8.2 ms, ``session16``). A GPU device splits there; on CPU the
-    split buys nothing and is not made (one rounding of ``grad_input`` fewer)."""
-    main = c // _per_aligned(dtype) * _per_aligned(dtype)
-    return c if device.type == "cpu" or main in (0, c) else main
-
-
-@detection_cache
-def fp32_result_mm(device_type: str) -> bool:
-    """Whether ``torch.mm(a, b, out_dtype=torch.float32)`` takes bf16 operands on this device type (CUDA/ROCm:
-    cuBLAS/hipBLASLt accumulate and write fp32); elsewhere accurate mode computes from fp32 copies."""
-    if device_type != "cuda":
-        return False
-    try:
-        a = torch.ones(1, 1, dtype=torch.bfloat16, device=device_type)
-        return torch.mm(a, a, out_dtype=torch.float32).dtype == torch.float32
-    except (TypeError, RuntimeError, NotImplementedError):
-        return False
-
-
-def mm_into(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *, first: bool,
-            out_dtype: torch.dtype | None = None) -> None:
-    """``out = a @ b`` where ``first``, else ``out += a @ b``; ``out_dtype``: results in that dtype from
-    low-precision operands (where :func:`fp32_result_mm` says the device has such matmuls)."""
-    if out_dtype is None:
-        if first:
-            torch.mm(a, b, out=out)
-        else:
-            out.addmm_(a, b)
-    elif first:
-        torch.mm(a, b, out_dtype=out_dtype, out=out)
-    else:
-        torch.addmm(out, a, b, out_dtype=out_dtype, out=out)
 
 
 #: ``step(logits, grad or None, coefficients, loss out)``: the row step a chunk loop runs.
@@ -480,9 +491,11 @@ def forward(input: torch.Tensor, linear_weight: torch.Tensor, target: torch.Tens
             weight: torch.Tensor | None, reduction: str, ignore_index: int, label_smoothing: float,
             batch_chunk_size: int, acc_policy: str, acc_dtype: torch.dtype, allow_retain_graph: bool,
             compute_input_grad: bool, compute_linear_weight_grad: bool, compute_linear_bias_grad: bool,
-            *, step: RowStep = row_step, loop: Loop | None = None, coefs: Callable[..., Coefficients] | None = None,
+            softcap: float = 0.0, z_loss: float = 0.0, *, step: RowStep = row_step, loop: Loop | None = None,
+            coefs: Callable[..., Coefficients] | None = None,
             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``accel::linear_cross_entropy`` in eager PyTorch (its default kernel on every device).
+    """``accel::linear_cross_entropy`` in eager PyTorch (its default kernel on every device); ``softcap`` and
+    ``z_loss`` as in the module docstring (0: off).
 
     ``step``: the row step of the chunk loop (:func:`chunked`); ``loop``: a whole schedule in its place
     (:data:`Loop`; the Triton impl's, which runs :func:`chunked` with its kernel, or :mod:`.tiled` when told);
@@ -498,9 +511,9 @@ def forward(input: torch.Tensor, linear_weight: torch.Tensor, target: torch.Tens
         LossInputError: see :func:`check_op_args`.
     """
     check_op_args(input, linear_weight, target, linear_bias, weight, reduction, label_smoothing, batch_chunk_size,
-                  acc_policy, acc_dtype)
+                  acc_policy, acc_dtype, softcap, z_loss)
     coef = (coefs or coefficients)(target, weight, reduction, ignore_index, label_smoothing, linear_weight.shape[0],
-                                   loss_dtype(input.dtype))
+                                   loss_dtype(input.dtype), softcap=softcap, z_loss=z_loss)
     grads = reduction != "none"
     losses, gi, gw, gb = (loop or _chunked_with(step))(
         input, linear_weight, coef, linear_bias, batch_chunk_size, acc_policy, acc_dtype,
@@ -512,9 +525,9 @@ def forward(input: torch.Tensor, linear_weight: torch.Tensor, target: torch.Tens
 def backward(grad_loss: torch.Tensor, input: torch.Tensor, linear_weight: torch.Tensor, target: torch.Tensor,
              linear_bias: torch.Tensor | None, weight: torch.Tensor | None, ignore_index: int, label_smoothing: float,
              batch_chunk_size: int, acc_policy: str, acc_dtype: torch.dtype, compute_input_grad: bool,
-             compute_linear_weight_grad: bool, compute_linear_bias_grad: bool, *, step: RowStep = row_step,
-             loop: Loop | None = None, coefs: Callable[..., Coefficients] | None = None,
-             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+             compute_linear_weight_grad: bool, compute_linear_bias_grad: bool, softcap: float = 0.0,
+             z_loss: float = 0.0, *, step: RowStep = row_step, loop: Loop | None = None,
+             coefs: Callable[..., Coefficients] | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``accel::linear_cross_entropy_backward`` in eager PyTorch: the gradients of ``reduction="none"``'s
     per-row losses weighted by ``grad_loss`` (``[N]``), recomputed chunk by chunk (``step``, ``loop``,
     ``coefs`` as :func:`forward`'s).
@@ -526,12 +539,12 @@ def backward(grad_loss: torch.Tensor, input: torch.Tensor, linear_weight: torch.
         LossInputError: see :func:`check_op_args`; ``grad_loss`` not ``[N]``.
     """
     check_op_args(input, linear_weight, target, linear_bias, weight, "none", label_smoothing, batch_chunk_size,
-                  acc_policy, acc_dtype)
+                  acc_policy, acc_dtype, softcap, z_loss)
     if tuple(grad_loss.shape) != (input.shape[0],):
         raise LossInputError(f"accel linear_cross_entropy_backward: grad_loss is {list(grad_loss.shape)}. It must be "
                              f"[{input.shape[0]}] (one value per row of reduction='none').")
     coef = (coefs or coefficients)(target, weight, "none", ignore_index, label_smoothing, linear_weight.shape[0],
-                                   loss_dtype(input.dtype), grad_loss=grad_loss)
+                                   loss_dtype(input.dtype), grad_loss=grad_loss, softcap=softcap, z_loss=z_loss)
     _, gi, gw, gb = (loop or _chunked_with(step))(
         input, linear_weight, coef, linear_bias, batch_chunk_size, acc_policy, acc_dtype, compute_input_grad,
         compute_linear_weight_grad, compute_linear_bias_grad and linear_bias is not None)

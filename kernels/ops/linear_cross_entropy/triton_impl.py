@@ -48,25 +48,30 @@ def row_step(logits: torch.Tensor, grad: torch.Tensor | None, coef: reference.Co
     g = logits if grad is None else grad
     with device_guard(logits.device):
         triton_launch(k.lce_rows, (rows,), logits, g, coef.target, a, a if coef.b is None else coef.b,
-                      a if coef.bw is None else coef.bw, a if coef.class_weight is None else coef.class_weight, loss,
-                      v, logits.stride(0), g.stride(0), coef.target.stride(0) if prob else 1,
-                      float(coef.label_smoothing), 1.0 / v, BLOCK_V=cfg["block_v"], PROB=prob,
+                      a if coef.bw is None else coef.bw, a if coef.class_weight is None else coef.class_weight,
+                      a if coef.zc is None else coef.zc, loss, v, logits.stride(0), g.stride(0),
+                      coef.target.stride(0) if prob else 1, float(coef.label_smoothing), 1.0 / v,
+                      float(coef.softcap or 1.0), BLOCK_V=cfg["block_v"], PROB=prob,
                       SMOOTH=bool(coef.label_smoothing), HAS_CW=coef.class_weight is not None,
-                      WRITE_GRAD=grad is not None, num_warps=cfg["num_warps"])
+                      WRITE_GRAD=grad is not None, SOFTCAP=bool(coef.softcap), HAS_Z=coef.zc is not None,
+                      num_warps=cfg["num_warps"])
 
 
 def _tile_args(coef: reference.Coefficients, v: int) -> tuple[tuple, tuple, dict]:
-    """What both tile kernels take from the coefficients: the pointers ``(target, a, b, class weight)`` (``a``
-    standing in for an absent one), the arguments after the logits' strides (the target's row stride, the
-    smoothing, ``1 / C``), and the constexprs."""
+    """What both tile kernels take from the coefficients: the pointers ``(target, a, b, class weight, zc)``
+    (``a`` standing in for an absent one), the arguments after the logits' strides (the target's row stride,
+    the smoothing, ``1 / C``, the softcap), and the constexprs."""
     k = _kernels()
     cfg = k.default_config(v)
     prob = coef.target.dtype.is_floating_point
     a = coef.a
-    pointers = (coef.target, a, a if coef.b is None else coef.b, a if coef.class_weight is None else coef.class_weight)
-    scalars = (coef.target.stride(0) if prob else 1, float(coef.label_smoothing), 1.0 / coef.num_classes)
+    pointers = (coef.target, a, a if coef.b is None else coef.b, a if coef.class_weight is None else coef.class_weight,
+                a if coef.zc is None else coef.zc)
+    scalars = (coef.target.stride(0) if prob else 1, float(coef.label_smoothing), 1.0 / coef.num_classes,
+               float(coef.softcap or 1.0))
     constexprs = dict(BLOCK_V=cfg["block_v"], PROB=prob, SMOOTH=bool(coef.label_smoothing),
-                      HAS_CW=coef.class_weight is not None, num_warps=cfg["num_warps"])
+                      HAS_CW=coef.class_weight is not None, SOFTCAP=bool(coef.softcap), HAS_Z=coef.zc is not None,
+                      num_warps=cfg["num_warps"])
     return pointers, scalars, constexprs
 
 
@@ -95,16 +100,18 @@ def tile_grad(logits: torch.Tensor, grad: torch.Tensor, coef: reference.Coeffici
 
 def coefficients(target: torch.Tensor, weight: torch.Tensor | None, reduction: str, ignore_index: int,
                  label_smoothing: float, num_classes: int, math_dtype: torch.dtype = torch.float32,
-                 grad_loss: torch.Tensor | None = None) -> reference.Coefficients:
+                 grad_loss: torch.Tensor | None = None, softcap: float = 0.0,
+                 z_loss: float = 0.0) -> reference.Coefficients:
     """:func:`.reference.coefficients` as one Triton launch for class-index targets in fp32 math (one
     program over every row: ``[N]`` int64 and fp32 vectors, no device-to-host read); probability targets,
     fp64 math and strided vectors take the eager function. The class weight comes back contiguous (the row
-    and tile kernels read it densely)."""
+    and tile kernels read it densely). ``softcap`` and ``z_loss`` as :func:`.reference.with_extras` (a few
+    eager ``[N]`` ops where ``z_loss`` is not 0)."""
     n = target.shape[0]
     if (target.dtype.is_floating_point or math_dtype != torch.float32 or n == 0 or target.stride(0) != 1
             or (grad_loss is not None and grad_loss.stride(0) != 1)):
         coef = reference.coefficients(target, weight, reduction, ignore_index, label_smoothing, num_classes,
-                                      math_dtype, grad_loss)
+                                      math_dtype, grad_loss, softcap, z_loss)
         # the row and tile kernels read the class weight as a dense [C] vector
         return coef if coef.class_weight is None else coef._replace(class_weight=coef.class_weight.contiguous())
     device = target.device
@@ -123,7 +130,8 @@ def coefficients(target: torch.Tensor, weight: torch.Tensor | None, reduction: s
                       a if empty is None else empty, n, num_classes, ignore_index, 1.0 - eps, eps / num_classes,
                       float(num_classes), BLOCK=_kernels().COEF_BLOCK, HAS_CW=cw is not None, MEAN=mean,
                       SMOOTH=bool(eps), HAS_GO=grad_loss is not None, num_warps=4)
-    return reference.Coefficients(t_hat, a, b, bw, cw, eps, empty, num_classes)
+    coef = reference.Coefficients(t_hat, a, b, bw, cw, eps, empty, num_classes)
+    return reference.with_extras(coef, target, reduction, ignore_index, math_dtype, grad_loss, softcap, z_loss)
 
 
 def scale_(grad: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
@@ -144,7 +152,7 @@ TILES = tiled.TileSteps(tile_stats, tile_grad)
 #: ``schedule`` values: ``"auto"`` and ``"rows"`` (row chunks), ``"tiles"`` (the tiled schedule wherever
 #: :func:`.tiled.tile_shape` fits and gradients are computed). Row chunks are the default because they were
 #: faster on every benchmark row on the H200 (bf16, 8192 tokens: 6.35 vs 8.09 ms at d 2048, vocab 32000;
-#: 53.85 vs 58.67 ms at d 4096, vocab 128256; ``benchmarks/results/h200/session15``): the tiles' fourth
+#: 53.85 vs 58.67 ms at d 4096, vocab 128256; ``benchmarks/linear_cross_entropy.py``): the tiles' fourth
 #: matmul costs more than the row chunks' thin ``grad_W`` matmul. Tiles round ``grad_W`` fewer times.
 SCHEDULES = ("auto", "rows", "tiles")
 
@@ -184,7 +192,8 @@ def _logit_bytes(input: torch.Tensor, acc_policy: str, acc_dtype: torch.dtype) -
 
 def linear_cross_entropy(input, linear_weight, target, linear_bias, weight, reduction, ignore_index, label_smoothing,
                          batch_chunk_size, acc_policy, acc_dtype, allow_retain_graph, compute_input_grad,
-                         compute_linear_weight_grad, compute_linear_bias_grad, *, schedule: str = "auto"):
+                         compute_linear_weight_grad, compute_linear_bias_grad, softcap=0.0, z_loss=0.0, *,
+                         schedule: str = "auto"):
     """``accel::linear_cross_entropy`` with the Triton steps; arguments and results as
     :func:`.reference.forward` (also torch 2.15's ``torch_nn::_linear_cross_entropy_batch_chunked``'s
     arguments: :func:`register` installs it there too, casting the loss to the input's dtype). Row chunks;
@@ -192,18 +201,19 @@ def linear_cross_entropy(input, linear_weight, target, linear_bias, weight, redu
     benchmarks."""
     return reference.forward(input, linear_weight, target, linear_bias, weight, reduction, ignore_index,
                              label_smoothing, batch_chunk_size, acc_policy, acc_dtype, allow_retain_graph,
-                             compute_input_grad, compute_linear_weight_grad, compute_linear_bias_grad,
+                             compute_input_grad, compute_linear_weight_grad, compute_linear_bias_grad, softcap, z_loss,
                              loop=_loop("linear_cross_entropy_fwd", input, linear_weight.shape[0], schedule),
                              coefs=coefficients)
 
 
 def linear_cross_entropy_backward(grad_loss, input, linear_weight, target, linear_bias, weight, ignore_index,
                                   label_smoothing, batch_chunk_size, acc_policy, acc_dtype, compute_input_grad,
-                                  compute_linear_weight_grad, compute_linear_bias_grad, *, schedule: str = "auto"):
+                                  compute_linear_weight_grad, compute_linear_bias_grad, softcap=0.0, z_loss=0.0, *,
+                                  schedule: str = "auto"):
     """``accel::linear_cross_entropy_backward`` with the Triton steps; as :func:`.reference.backward`."""
     return reference.backward(grad_loss, input, linear_weight, target, linear_bias, weight, ignore_index,
                               label_smoothing, batch_chunk_size, acc_policy, acc_dtype, compute_input_grad,
-                              compute_linear_weight_grad, compute_linear_bias_grad,
+                              compute_linear_weight_grad, compute_linear_bias_grad, softcap, z_loss,
                               loop=_loop("linear_cross_entropy_bwd", input, linear_weight.shape[0], schedule),
                               coefs=coefficients)
 

@@ -11,6 +11,10 @@ math whatever the storage dtype, coefficients as in :mod:`.reference`:
   (``[rows, V]`` in the matmuls' dtype). ``G`` may be ``Z`` itself: every lane writes only the elements it
   has just read, so in place needs no barrier.
 
+With ``SOFTCAP`` every logit is read as ``u = cap * tanh(z / cap)`` and pass 2 multiplies the gradient by
+``1 - tanh(z / cap)**2``; with ``HAS_Z`` the row's z-loss coefficient ``ZC[row]`` adds ``zc * lse**2`` to the
+loss and ``2 * zc * lse`` to the softmax's coefficient (:mod:`.reference` gives the formulas).
+
 A class-index row whose coefficients are all zero (an ignored row) skips both passes: loss 0, gradient 0.
 ``lce_tile_stats`` / ``lce_tile_grad`` are the same two passes over one vocabulary tile of a row, for the
 tiled schedule (:mod:`.tiled`): pass 1 folds the tile into the row's stats, pass 2 reads the row's
@@ -42,6 +46,26 @@ SCALE_PROGRAMS = 1024
 
 
 @triton.jit
+def _tanh(x):
+    """``tanh(x)`` from one ``exp`` (Triton has no portable ``tanh`` across CUDA, ROCm and the interpreter):
+    ``1 - 2 / (exp(2x) + 1)``, exact at the limits (``exp`` overflowing to ``inf`` gives 1, underflowing to 0
+    gives -1); its absolute error near 0 is that of fp32 (about 1e-7), below a bf16 logit's spacing."""
+    return 1.0 - 2.0 / (tl.exp(2.0 * x) + 1.0)
+
+
+@triton.jit
+def _read(z_row, cols, ok, cap, SOFTCAP: tl.constexpr):
+    """``(u, t)`` at ``cols``: the logits in fp32 after the softcap (``-inf`` outside the row) and ``tanh(z /
+    cap)`` (the logits themselves and 0 without a softcap)."""
+    z = tl.load(z_row + cols, mask=ok, other=float("-inf")).to(tl.float32)
+    t = tl.zeros_like(z)
+    if SOFTCAP:
+        t = _tanh(tl.where(ok, z, 0.0) / cap)
+        z = tl.where(ok, cap * t, float("-inf"))
+    return z, t
+
+
+@triton.jit
 def _q_block(t_row, CW, cols, ok, smoothing, inv_v, SMOOTH: tl.constexpr, HAS_CW: tl.constexpr):
     """Probability targets' ``q`` at ``cols`` (0 outside the row)."""
     q = tl.load(t_row + cols, mask=ok, other=0.0).to(tl.float32)
@@ -53,8 +77,8 @@ def _q_block(t_row, CW, cols, ok, smoothing, inv_v, SMOOTH: tl.constexpr, HAS_CW
 
 
 @triton.jit
-def _row_stats(z_row, t_row, CW, V, smoothing, inv_v, BLOCK_V: tl.constexpr, PROB: tl.constexpr,
-               SMOOTH: tl.constexpr, HAS_CW: tl.constexpr):
+def _row_stats(z_row, t_row, CW, V, smoothing, inv_v, cap, BLOCK_V: tl.constexpr, PROB: tl.constexpr,
+               SMOOTH: tl.constexpr, HAS_CW: tl.constexpr, SOFTCAP: tl.constexpr):
     """Pass 1 over the ``V`` columns at ``z_row``: ``(max, sum exp(z - max), s, sq)`` (``s``: smoothing's
     class-weighted sum of the logits, or probability targets' sum of ``q * z``; ``sq``: the sum of ``q``)."""
     cols0 = tl.arange(0, BLOCK_V)
@@ -66,7 +90,7 @@ def _row_stats(z_row, t_row, CW, V, smoothing, inv_v, BLOCK_V: tl.constexpr, PRO
     for start in range(0, V, BLOCK_V):
         cols = start + cols0
         ok = cols < V
-        z = tl.load(z_row + cols, mask=ok, other=float("-inf")).to(tl.float32)
+        z, _ = _read(z_row, cols, ok, cap, SOFTCAP)
         m_new = tl.maximum(m, tl.max(z, axis=0))
         l_vec = l_vec * tl.exp(m - m_new) + tl.exp(z - m_new)
         m = m_new
@@ -83,15 +107,15 @@ def _row_stats(z_row, t_row, CW, V, smoothing, inv_v, BLOCK_V: tl.constexpr, PRO
 
 
 @triton.jit
-def _row_grad(z_row, g_row, t_row, CW, V, y, a, b, p_coef, lse, smoothing, inv_v, BLOCK_V: tl.constexpr,
-              PROB: tl.constexpr, SMOOTH: tl.constexpr, HAS_CW: tl.constexpr):
+def _row_grad(z_row, g_row, t_row, CW, V, y, a, b, p_coef, lse, smoothing, inv_v, cap, BLOCK_V: tl.constexpr,
+              PROB: tl.constexpr, SMOOTH: tl.constexpr, HAS_CW: tl.constexpr, SOFTCAP: tl.constexpr):
     """Pass 2: the gradient w.r.t. the ``V`` logits at ``z_row`` into ``g_row`` (``y``: the target's column
     here, anything outside ``[0, V)`` where the target is elsewhere)."""
     cols0 = tl.arange(0, BLOCK_V)
     for start in range(0, V, BLOCK_V):
         cols = start + cols0
         ok = cols < V
-        z = tl.load(z_row + cols, mask=ok, other=float("-inf")).to(tl.float32)
+        z, t = _read(z_row, cols, ok, cap, SOFTCAP)
         g = p_coef * tl.exp(z - lse)
         if PROB:
             g -= a * _q_block(t_row, CW, cols, ok, smoothing, inv_v, SMOOTH, HAS_CW)
@@ -102,6 +126,8 @@ def _row_grad(z_row, g_row, t_row, CW, V, y, a, b, p_coef, lse, smoothing, inv_v
                     g -= b * tl.load(CW + cols, mask=ok, other=0.0).to(tl.float32)
                 else:
                     g -= b
+        if SOFTCAP:
+            g = g * (1.0 - t * t)
         tl.store(g_row + cols, g.to(g_row.dtype.element_ty), mask=ok)
 
 
@@ -115,38 +141,41 @@ def _row_zero(g_row, V, BLOCK_V: tl.constexpr):
 
 
 @triton.jit
-def _row_coefs(T, A, B, row, PROB: tl.constexpr, SMOOTH: tl.constexpr):
-    """``(a, b, y, skip)`` of one row: a class-index row whose coefficients are all zero is skipped."""
+def _row_coefs(T, A, B, ZC, row, PROB: tl.constexpr, SMOOTH: tl.constexpr, HAS_Z: tl.constexpr):
+    """``(a, b, zc, y, skip)`` of one row: a class-index row whose coefficients are all zero is skipped."""
     a = tl.load(A + row).to(tl.float32)
     b = 0.0
+    zc = 0.0
     y = 0
     skip = False
+    if HAS_Z:
+        zc = tl.load(ZC + row).to(tl.float32)
     if not PROB:
         y = tl.load(T + row)
+        skip = (a == 0.0) & (zc == 0.0)
         if SMOOTH:
             b = tl.load(B + row).to(tl.float32)
-            skip = (a == 0.0) & (b == 0.0)
-        else:
-            skip = a == 0.0
-    return a, b, y, skip
+            skip = skip & (b == 0.0)
+    return a, b, zc, y, skip
 
 
 @triton.jit
-def lce_rows(Z, G, T, A, B, BW, CW, LOSS, V, stride_z, stride_g, stride_t, smoothing, inv_v,
+def lce_rows(Z, G, T, A, B, BW, CW, ZC, LOSS, V, stride_z, stride_g, stride_t, smoothing, inv_v, cap,
              BLOCK_V: tl.constexpr, PROB: tl.constexpr, SMOOTH: tl.constexpr, HAS_CW: tl.constexpr,
-             WRITE_GRAD: tl.constexpr):
+             WRITE_GRAD: tl.constexpr, SOFTCAP: tl.constexpr, HAS_Z: tl.constexpr):
     """Loss (and gradient) of row ``program_id(0)``; see the module docstring for the passes."""
     row = tl.program_id(0).to(tl.int64)
     z_row = Z + row * stride_z
     g_row = G + row * stride_g
     t_row = T + row * stride_t
-    a, b, y, skip = _row_coefs(T, A, B, row, PROB, SMOOTH)
+    a, b, zc, y, skip = _row_coefs(T, A, B, ZC, row, PROB, SMOOTH, HAS_Z)
     if skip:
         tl.store(LOSS + row, 0.0)
         if WRITE_GRAD:
             _row_zero(g_row, V, BLOCK_V)
     else:
-        m, l_sum, s, sq = _row_stats(z_row, t_row, CW, V, smoothing, inv_v, BLOCK_V, PROB, SMOOTH, HAS_CW)
+        m, l_sum, s, sq = _row_stats(z_row, t_row, CW, V, smoothing, inv_v, cap, BLOCK_V, PROB, SMOOTH, HAS_CW,
+                                     SOFTCAP)
         log_l = tl.log(l_sum)
         lse = m + log_l
         if PROB:
@@ -154,29 +183,35 @@ def lce_rows(Z, G, T, A, B, BW, CW, LOSS, V, stride_z, stride_g, stride_t, smoot
             p_coef = a * sq
         else:
             zy = tl.load(z_row + y).to(tl.float32)
+            if SOFTCAP:
+                zy = cap * _tanh(zy / cap)
             loss = a * ((m - zy) + log_l)  # both halves shifted by the max: no cancellation at large logits
             p_coef = a
             if SMOOTH:
                 bw = tl.load(BW + row).to(tl.float32)
                 loss += bw * lse - b * s
                 p_coef = a + bw
+        if HAS_Z:
+            loss += zc * lse * lse
+            p_coef += 2.0 * zc * lse
         tl.store(LOSS + row, loss)
         if WRITE_GRAD:
-            _row_grad(z_row, g_row, t_row, CW, V, y, a, b, p_coef, lse, smoothing, inv_v, BLOCK_V, PROB, SMOOTH,
-                      HAS_CW)
+            _row_grad(z_row, g_row, t_row, CW, V, y, a, b, p_coef, lse, smoothing, inv_v, cap, BLOCK_V, PROB, SMOOTH,
+                      HAS_CW, SOFTCAP)
 
 
 @triton.jit
-def lce_tile_stats(Z, T, A, B, CW, ST, n_st, V, col0, stride_z, stride_t, smoothing, inv_v,
-                   BLOCK_V: tl.constexpr, PROB: tl.constexpr, SMOOTH: tl.constexpr, HAS_CW: tl.constexpr):
+def lce_tile_stats(Z, T, A, B, CW, ZC, ST, n_st, V, col0, stride_z, stride_t, smoothing, inv_v, cap,
+                   BLOCK_V: tl.constexpr, PROB: tl.constexpr, SMOOTH: tl.constexpr, HAS_CW: tl.constexpr,
+                   SOFTCAP: tl.constexpr, HAS_Z: tl.constexpr):
     """Fold one vocabulary tile (``V`` columns from ``col0``; ``Z`` holds the tile) of row ``program_id(0)``
     into its stats (``ST``: ``[5, n_st]`` fp32, :data:`.reference.STATS`); skipped rows are left as they are."""
     row = tl.program_id(0).to(tl.int64)
     z_row = Z + row * stride_z
-    a, b, y, skip = _row_coefs(T, A, B, row, PROB, SMOOTH)
+    a, b, zc, y, skip = _row_coefs(T, A, B, ZC, row, PROB, SMOOTH, HAS_Z)
     if not skip:
-        m_t, l_t, s_t, q_t = _row_stats(z_row, T + row * stride_t + col0, CW + col0, V, smoothing, inv_v,
-                                        BLOCK_V, PROB, SMOOTH, HAS_CW)
+        m_t, l_t, s_t, q_t = _row_stats(z_row, T + row * stride_t + col0, CW + col0, V, smoothing, inv_v, cap,
+                                        BLOCK_V, PROB, SMOOTH, HAS_CW, SOFTCAP)
         m_old = tl.load(ST + row)
         l_old = tl.load(ST + n_st + row)
         m = tl.maximum(m_old, m_t)
@@ -190,23 +225,26 @@ def lce_tile_stats(Z, T, A, B, CW, ST, n_st, V, col0, stride_z, stride_t, smooth
             local = y - col0
             inside = (local >= 0) & (local < V)
             zy = tl.load(z_row + local, mask=inside, other=0.0).to(tl.float32)
+            if SOFTCAP:
+                zy = cap * _tanh(zy / cap)
             tl.store(ST + 2 * n_st + row, zy, mask=inside)
 
 
 @triton.jit
-def lce_tile_grad(Z, G, T, A, B, CW, LSE, PC, V, col0, stride_z, stride_g, stride_t, smoothing, inv_v,
-                  BLOCK_V: tl.constexpr, PROB: tl.constexpr, SMOOTH: tl.constexpr, HAS_CW: tl.constexpr):
+def lce_tile_grad(Z, G, T, A, B, CW, ZC, LSE, PC, V, col0, stride_z, stride_g, stride_t, smoothing, inv_v, cap,
+                  BLOCK_V: tl.constexpr, PROB: tl.constexpr, SMOOTH: tl.constexpr, HAS_CW: tl.constexpr,
+                  SOFTCAP: tl.constexpr, HAS_Z: tl.constexpr):
     """The gradient w.r.t. one vocabulary tile's logits of row ``program_id(0)`` into ``G`` (may be ``Z``), from
     the row's log-sum-exp ``LSE`` and softmax coefficient ``PC`` (:func:`.reference.finalize`)."""
     row = tl.program_id(0).to(tl.int64)
     g_row = G + row * stride_g
-    a, b, y, skip = _row_coefs(T, A, B, row, PROB, SMOOTH)
+    a, b, zc, y, skip = _row_coefs(T, A, B, ZC, row, PROB, SMOOTH, HAS_Z)
     if skip:
         _row_zero(g_row, V, BLOCK_V)
     else:
         _row_grad(Z + row * stride_z, g_row, T + row * stride_t + col0, CW + col0, V, y - col0, a, b,
-                  tl.load(PC + row).to(tl.float32), tl.load(LSE + row).to(tl.float32), smoothing, inv_v, BLOCK_V,
-                  PROB, SMOOTH, HAS_CW)
+                  tl.load(PC + row).to(tl.float32), tl.load(LSE + row).to(tl.float32), smoothing, inv_v, cap,
+                  BLOCK_V, PROB, SMOOTH, HAS_CW, SOFTCAP)
 
 
 @triton.jit
