@@ -11,7 +11,9 @@ Per row (bf16, tokens 8192, d 2048/4096, vocab 32000/128256) and candidate:
 - accuracy against the fp32 reference (``linear`` + ``cross_entropy`` on fp32 copies of the same bf16
   inputs): the loss's relative error, and the gradients' max abs error beside the unfused path's.
 
-Candidates: ``unfused``; ``liger`` (where ``liger_kernel`` imports and the device is CUDA); ``accel`` (the op
+Candidates: ``unfused``; the peers of :mod:`lce_peers` where they import and their gates hold (``liger``,
+Liger's Triton kernel; ``liger sm90``, its Hopper CuTeDSL kernel; ``quack``, QuACK's CuTeDSL chunked loss);
+``accel`` (the op
 ``torch.ops.accel.linear_cross_entropy`` with accel's Triton kernel installed: ``accel.kernels.install``;
 acc_policy ``compact``, the default on GPUs); ``accel nn`` (the public
 ``accel.nn.functional.linear_cross_entropy`` with default options, its host check of the target range
@@ -23,18 +25,28 @@ The accel loss is read as the op returns it (fp32; ``accel.nn.functional`` casts
 torch does). Torch 2.15's own CuTeDSL override of its chunked op needs torch 2.15 with CuTeDSL on the GPU;
 where the running torch lacks it (the H200 image has torch 2.11) it is not measured, and the report says so.
 
+Per row, the bf16 GEMM rate of the logits matmul alone (``[tokens, d] @ [d, vocab]``, median of ``reps``) is
+measured in the same run: each candidate's effective TFLOP/s (``6 * tokens * d * vocab / time``: the three
+GEMMs) is reported beside it as ``pct_gemm``. ``--softcap CAP`` and ``--z-loss W`` time the loss with Gemma 2's
+final-logit softcapping and PaLM's z-loss in every candidate that has them (the peers without them are skipped
+with their reason); the fp32 reference then includes both.
+
 Usage::
 
-    python benchmarks/linear_cross_entropy.py --out benchmarks/results/h200/<session>
+    python benchmarks/linear_cross_entropy.py --out benchmarks/results/h100 --jsonl benchmarks/results/h100/lce.jsonl
+    python benchmarks/linear_cross_entropy.py --rows 8192x2048x256000,16384x4096x128256 --softcap 30 --out ...
     python benchmarks/linear_cross_entropy.py --quick --out /tmp/lce      # tiny shapes, any device (smoke test)
 
-Writes ``linear_cross_entropy.md`` (the table) and ``linear_cross_entropy.json`` (every number) in ``--out``.
+Writes ``linear_cross_entropy.md`` (the table) and ``linear_cross_entropy.json`` (every number) in ``--out``, and
+with ``--jsonl`` appends one line per (candidate, row): ``impl, d, vocab, n, ms, peak_mib, tflops, pct_gemm,
+loss_rel_err, gpu`` (plus the dtype, softcap, z-loss, torch and triton versions).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import json
 import platform
 import random
@@ -47,6 +59,8 @@ import torch
 import torch.nn.functional as F
 
 ROWS = [(8192, 2048, 32000), (8192, 2048, 128256), (8192, 4096, 32000), (8192, 4096, 128256)]
+#: ``--grid full``: tokens {8192, 16384} x d {2048, 4096} x vocab {32000, 128256, 256000} (Llama 2, Llama 3, Gemma).
+FULL_ROWS = [(n, d, v) for n in (8192, 16384) for d in (2048, 4096) for v in (32000, 128256, 256000)]
 QUICK_ROWS = [(64, 32, 500), (48, 16, 300)]
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
@@ -56,53 +70,56 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _liger():
-    """``LigerFusedLinearCrossEntropyLoss`` and Liger's version, or ``(None, reason)``."""
-    try:
-        from liger_kernel.transformers import LigerFusedLinearCrossEntropyLoss
-    except Exception as exc:  # noqa: BLE001 - any failure to import is a reason to skip the peer
-        return None, f"liger_kernel not importable ({type(exc).__name__}: {exc})"
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        found = version("liger-kernel")
-    except PackageNotFoundError:
-        found = "unknown"
-    return LigerFusedLinearCrossEntropyLoss, found
+def _peers():
+    """:mod:`lce_peers`, loaded from this file's folder (this module is also loaded by path, by the tests)."""
+    spec = importlib.util.spec_from_file_location("lce_peers", Path(__file__).with_name("lce_peers.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-def _candidates(device: torch.device, dtype: torch.dtype, n: int, d: int, c: int, skipped: list[str]):
+def _written_out(z: torch.Tensor, t: torch.Tensor, softcap: float | None, z_loss: float) -> torch.Tensor:
+    """The loss on materialised logits ``z`` (fp32): the cap, ``cross_entropy``, the z-loss over counted tokens."""
+    if softcap is not None:
+        z = softcap * torch.tanh(z / softcap)
+    loss = F.cross_entropy(z, t)
+    if z_loss:
+        kept = (t != -100).to(z.dtype)
+        loss = loss + z_loss * (torch.logsumexp(z, -1) ** 2 * kept).sum() / kept.sum()
+    return loss
+
+
+def _candidates(device: torch.device, dtype: torch.dtype, n: int, d: int, c: int, skipped: list[str],
+                softcap: float | None = None, z_loss: float = 0.0):
     """``name -> (step(x, w, t) -> loss, note)``: each step runs the forward and backward of one candidate."""
+    lce_peers = _peers()
     import accel.kernels as ak
     from accel.nn.linear_cross_entropy import LinearCrossEntropyOptions
 
     out = {}
 
     def unfused(x, w, t):
-        loss = F.cross_entropy(F.linear(x, w).float(), t)
+        loss = _written_out(F.linear(x, w).float(), t, softcap, z_loss)
         loss.backward()
         return loss
 
-    out["unfused"] = (unfused, "linear in the input dtype, logits .float(), F.cross_entropy")
-    liger_cls, liger_note = _liger()
-    if liger_cls is None or device.type != "cuda":
-        skipped.append(f"liger: {liger_note if liger_cls is None else 'needs a CUDA device'}")
-    else:
-        liger = liger_cls()
-
-        def liger_step(x, w, t):
-            loss = liger(w, x, t)  # Liger's order: (lin_weight, _input, target)
-            loss.backward()
-            return loss
-
-        out["liger"] = (liger_step, f"LigerFusedLinearCrossEntropyLoss, liger-kernel {liger_note}")
+    out["unfused"] = (unfused, "linear in the input dtype, logits .float(), F.cross_entropy"
+                      + (f", softcap {softcap}" if softcap is not None else "") + (f", z-loss {z_loss}" if z_loss else ""))
+    for name, (step, note) in (("liger", lce_peers.liger(device, softcap, z_loss)),
+                               ("liger sm90", lce_peers.liger_sm90(device, dtype, n, c, softcap, z_loss)),
+                               ("quack", lce_peers.quack(device, n, d, c, softcap, z_loss))):
+        if step is None:
+            skipped.append(note)
+        else:
+            out[name] = (step, note)
     resolved = LinearCrossEntropyOptions().resolve(n, d, c, dtype, device)
+    cap = float(softcap or 0.0)
 
     def accel_step(policy: str, acc: torch.dtype):
         def step(x, w, t):
             loss = torch.ops.accel.linear_cross_entropy(x, w, t, None, None, "mean", -100, 0.0,
                                                         resolved.batch_chunk_size, policy, acc, False, True, True,
-                                                        False)[0]
+                                                        False, cap, z_loss)[0]
             loss.backward()
             return loss
         return step
@@ -116,13 +133,23 @@ def _candidates(device: torch.device, dtype: torch.dtype, n: int, d: int, c: int
 
     options = accel.nn.LinearCrossEntropyOptions()  # torch's own class where accel.nn hands out torch's function
 
-    def accel_nn(x, w, t):
-        loss = accel_f.linear_cross_entropy(x, w, t, options=options)
-        loss.backward()
-        return loss
+    if softcap is None and not z_loss:
+        def accel_nn(x, w, t):
+            loss = accel_f.linear_cross_entropy(x, w, t, options=options)
+            loss.backward()
+            return loss
 
-    out["accel nn"] = (accel_nn, "accel.nn.functional.linear_cross_entropy(options=accel.nn.LinearCrossEntropyOptions()): "
-                                 "the public function, its target range check included")
+        out["accel nn"] = (accel_nn, "accel.nn.functional.linear_cross_entropy(options=accel.nn."
+                                     "LinearCrossEntropyOptions()): the public function, its target range check "
+                                     "included")
+    else:
+        def accel_nn(x, w, t):
+            loss = accel_f.lm_head_loss(x, w, t, softcap=softcap, z_loss=z_loss, options=options)
+            loss.backward()
+            return loss
+
+        out["accel nn"] = (accel_nn, "accel.nn.functional.lm_head_loss(softcap=..., z_loss=..., options=accel.nn."
+                                     "LinearCrossEntropyOptions()): the public function, its range check included")
     if acc != dtype:
         out["accel accurate"] = (accel_step("accurate", acc), "acc_policy accurate: fp32 logits and grad_W scratch")
     eager = accel_step(resolved.acc_policy, acc)
@@ -136,26 +163,26 @@ def _candidates(device: torch.device, dtype: torch.dtype, n: int, d: int, c: int
         from accel.kernels.ops.linear_cross_entropy import triton_impl
 
         for schedule in ("rows", "tiles"):
-            out[f"accel {schedule}"] = (_forced(triton_impl, schedule, resolved),
+            out[f"accel {schedule}"] = (_forced(triton_impl, schedule, resolved, cap, z_loss),
                                         f"accel's Triton impl called with schedule={schedule!r} (not routed)")
     return out
 
 
-def _forced(triton_impl, schedule: str, resolved):
+def _forced(triton_impl, schedule: str, resolved, softcap: float = 0.0, z_loss: float = 0.0):
     """A step calling accel's Triton impl with one schedule forced, its gradients set as backward would (the
     loss's gradient is 1), so the two schedules are timed side by side whatever the default picks."""
     def step(x, w, t):
         loss, gx, gw, _ = triton_impl.linear_cross_entropy(
             x.detach(), w.detach(), t, None, None, "mean", -100, 0.0, resolved.batch_chunk_size,
-            resolved.acc_policy, resolved.acc_dtype, False, True, True, False, schedule=schedule)
+            resolved.acc_policy, resolved.acc_dtype, False, True, True, False, softcap, z_loss, schedule=schedule)
         x.grad, w.grad = gx, gw
         return loss
     return step
 
 
-def _fp32_reference(x, w, t):
+def _fp32_reference(x, w, t, softcap=None, z_loss=0.0):
     xs, ws = x.detach().float().requires_grad_(), w.detach().float().requires_grad_()
-    loss = F.cross_entropy(F.linear(xs, ws), t)
+    loss = _written_out(F.linear(xs, ws), t, softcap, z_loss)
     gx, gw = torch.autograd.grad(loss, (xs, ws))
     return float(loss.detach()), gx, gw
 
@@ -241,7 +268,18 @@ def _inputs(device: torch.device, dtype: torch.dtype, n: int, d: int, c: int):
     return x, w, t
 
 
-def run(device: torch.device, dtype: torch.dtype, rows, reps: int, warmup: int) -> dict:
+def _gemm_tflops(x: torch.Tensor, w: torch.Tensor, device: torch.device, reps: int, warmup: int) -> float:
+    """The logits GEMM alone (``x @ w.T`` into a preallocated output), median TFLOP/s over ``reps`` calls: the
+    rate the loss's three GEMMs could reach on this device, measured beside the candidates."""
+    out = torch.empty(x.shape[0], w.shape[0], dtype=x.dtype, device=device)
+    xs, wt = x.detach(), w.detach().t()
+    times = _time_rows({"gemm": (lambda *_: torch.mm(xs, wt, out=out), "")}, (x, w, None), device, reps, warmup)
+    del out
+    return 2 * x.shape[0] * x.shape[1] * w.shape[0] / (statistics.median(times["gemm"]) * 1e-3) / 1e12
+
+
+def run(device: torch.device, dtype: torch.dtype, rows, reps: int, warmup: int, softcap: float | None = None,
+        z_loss: float = 0.0) -> dict:
     from accel import _compat
     from accel._compat import nn as compat_nn
 
@@ -250,7 +288,7 @@ def run(device: torch.device, dtype: torch.dtype, rows, reps: int, warmup: int) 
             "device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
             "torch": torch.__version__, "dtype": str(dtype).removeprefix("torch."), "reps": reps,
             "installed": installed, "triton": _compat.module_version("triton"), "rows": [], "skipped": [],
-            "notes": [],
+            "notes": [], "softcap": softcap, "z_loss": z_loss,
         }
         if not any(op.startswith("torch_nn") for op in compat_nn.torch_nn_chunked_ops()) or \
                 "_linear_cross_entropy_batch_chunked" not in compat_nn.upstream_overrides():
@@ -265,8 +303,8 @@ def run(device: torch.device, dtype: torch.dtype, rows, reps: int, warmup: int) 
             x, w, t = _inputs(device, dtype, n, d, c)
             t[:: 17] = -100  # some ignored rows, as a padded batch has
             skipped = report["skipped"]
-            candidates = _candidates(device, dtype, n, d, c, skipped)
-            ref_loss, ref_gx, ref_gw = _fp32_reference(x, w, t)
+            candidates = _candidates(device, dtype, n, d, c, skipped, softcap, z_loss)
+            ref_loss, ref_gx, ref_gw = _fp32_reference(x, w, t, softcap, z_loss)
             before = _routed()
             results = {}
             for name, (step, note) in candidates.items():
@@ -286,38 +324,69 @@ def run(device: torch.device, dtype: torch.dtype, rows, reps: int, warmup: int) 
             for name, (step, _note) in candidates.items():
                 results[name]["peak_bytes"] = _peak(step, (x, w, t), device)
             times = _time_rows(candidates, (x, w, t), device, reps, warmup)
+            gemm = _gemm_tflops(x, w, device, reps, warmup)
             for name in candidates:
-                results[name]["ms"] = statistics.median(times[name])
-                results[name]["ms_all"] = times[name]
-            report["rows"].append({"tokens": n, "d": d, "vocab": c, "results": results,
-                                   "targets": _targets(results, c == max(r[2] for r in rows))})
+                ms = statistics.median(times[name])
+                tflops = 6 * n * d * c / (ms * 1e-3) / 1e12
+                results[name].update(ms=ms, ms_all=times[name], tflops=tflops, pct_gemm=100 * tflops / gemm)
+            report["rows"].append({"tokens": n, "d": d, "vocab": c, "gemm_tflops": gemm, "results": results,
+                                   "targets": _targets(results, c)})
             del x, w, t
             if device.type == "cuda":
                 torch.cuda.empty_cache()
     return report
 
 
-def _targets(results: dict, largest_vocab: bool) -> dict:
-    """The issue's targets for one row: time <= 0.95x Liger's, peak <= Liger's and (largest vocabulary) >= 4x below
-    the unfused path's, loss within 1e-5 relative of fp32, gradients within the unfused path's error."""
+#: CuTeDSL peers: accel's time must be at most the best of these (where they run).
+CUTE_PEERS = ("liger sm90", "quack")
+
+
+def _targets(results: dict, vocab: int) -> dict:
+    """The loss issue's targets for one row: time <= 0.9x Liger's Triton path and <= 1.0x the best CuTeDSL peer's;
+    >= 75 % of the GEMM rate at vocabularies >= 128256; peak at most the best peer's, or up to 1.1x where that
+    buys >= 10 % time against it (the chunk rule's allowance); loss within 1e-5 relative of fp32; gradients
+    within the unfused path's error."""
     a, u, lg = results.get("accel"), results.get("unfused"), results.get("liger")
     pub = results.get("accel nn")
     out = {"loss_within_1e-5": a["loss_rel_err"] <= 1e-5,
            "grads_within_unfused_error": (a["grad_input_err"] <= u["grad_input_err"] * 1.0001 + 1e-12
-                                          and a["grad_weight_err"] <= u["grad_weight_err"] * 1.0001 + 1e-12)}
+                                          and a["grad_weight_err"] <= u["grad_weight_err"] * 1.0001 + 1e-12),
+           "pct_gemm": a["pct_gemm"]}
+    if vocab >= 128256:
+        out["pct_gemm_at_least_75"] = a["pct_gemm"] >= 75
     if lg is not None:
-        out["time_vs_liger"] = a["ms"] / lg["ms"] if "ms" in a else None
-        out["time_at_most_0.95_liger"] = out["time_vs_liger"] is not None and out["time_vs_liger"] <= 0.95
-        if pub is not None and "ms" in pub:
+        out["time_vs_liger"] = a["ms"] / lg["ms"]
+        out["time_at_most_0.9_liger"] = out["time_vs_liger"] <= 0.9
+        if pub is not None:
             out["public_time_vs_liger"] = pub["ms"] / lg["ms"]
-        if a["peak_bytes"] is not None and lg["peak_bytes"]:
-            out["peak_vs_liger"] = a["peak_bytes"] / lg["peak_bytes"]
-            out["peak_at_most_liger"] = a["peak_bytes"] <= lg["peak_bytes"]
+    cute = [results[k] for k in CUTE_PEERS if k in results]
+    if cute:
+        best = min(cute, key=lambda r: r["ms"])
+        out["time_vs_best_cutedsl"] = a["ms"] / best["ms"]
+        out["time_at_most_best_cutedsl"] = out["time_vs_best_cutedsl"] <= 1.0
+    peers = [r for k, r in results.items() if k in ("liger", *CUTE_PEERS) and r.get("peak_bytes")]
+    if a["peak_bytes"] is not None and peers:
+        best = min(peers, key=lambda r: r["peak_bytes"])
+        ratio = a["peak_bytes"] / best["peak_bytes"]
+        out["peak_vs_best_peer"] = ratio
+        out["peak_within_rule"] = ratio <= 1.0 or (ratio <= 1.1 and a["ms"] <= 0.9 * best["ms"])
     if a["peak_bytes"] and u["peak_bytes"]:
         out["unfused_peak_over_accel"] = u["peak_bytes"] / a["peak_bytes"]
-        if largest_vocab:
-            out["peak_4x_below_unfused"] = out["unfused_peak_over_accel"] >= 4
     return out
+
+
+def json_lines(report: dict) -> list[dict]:
+    """One record per (candidate, row): the fields the loss issue asks for, and what they were measured with."""
+    lines = []
+    for row in report["rows"]:
+        for name, r in row["results"].items():
+            lines.append({"impl": name, "d": row["d"], "vocab": row["vocab"], "n": row["tokens"], "ms": r["ms"],
+                          "peak_mib": None if r["peak_bytes"] is None else r["peak_bytes"] / 2**20,
+                          "tflops": r["tflops"], "pct_gemm": r["pct_gemm"], "loss_rel_err": r["loss_rel_err"],
+                          "gpu": report["device"], "gemm_tflops": row["gemm_tflops"], "dtype": report["dtype"],
+                          "softcap": report["softcap"], "z_loss": report["z_loss"], "torch": report["torch"],
+                          "triton": report["triton"]})
+    return lines
 
 
 def _mib(b: int | None) -> str:
@@ -328,14 +397,19 @@ def markdown(report: dict, command: str) -> str:
     lines = [f"# Linear cross-entropy, forward + backward ({report['dtype']})", "",
              (f"{report['device']}, torch {report['torch']}, triton {report['triton']}, median of {report['reps']} "
               f"reps. Command: `{command}`"), "",
-             "| tokens | d | vocab | candidate | ms | peak MiB | loss rel err | grad_input err | grad_W err |",
-             "|---:|---:|---:|---|---:|---:|---:|---:|---:|"]
+             (f"Softcap {report['softcap']}, z-loss {report['z_loss']}. TFLOP/s: 6 N d V / time; % GEMM: of the "
+              f"logits GEMM's own rate, measured in this run (in the row's header)."), "",
+             "| tokens | d | vocab | candidate | ms | TFLOP/s | % GEMM | peak MiB | loss rel err | grad_input err | "
+             "grad_W err |",
+             "|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
     for row in report["rows"]:
+        lines.append(f"| {row['tokens']} | {row['d']} | {row['vocab']} | *GEMM alone* | | "
+                     f"{row['gemm_tflops']:.1f} | 100 | | | | |")
         for name, r in row["results"].items():
             lines.append(f"| {row['tokens']} | {row['d']} | {row['vocab']} | {name} | {r['ms']:.2f} | "
-                         f"{_mib(r['peak_bytes'])} | {r['loss_rel_err']:.1e} | {r['grad_input_err']:.1e} | "
-                         f"{r['grad_weight_err']:.1e} |")
-    lines += ["", "Targets per row (accel against Liger and the unfused path):", ""]
+                         f"{r['tflops']:.1f} | {r['pct_gemm']:.0f} | {_mib(r['peak_bytes'])} | {r['loss_rel_err']:.1e} "
+                         f"| {r['grad_input_err']:.1e} | {r['grad_weight_err']:.1e} |")
+    lines += ["", "Targets per row (accel against Liger, the CuTeDSL peers and the unfused path):", ""]
     for row in report["rows"]:
         shown = ", ".join(f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}" for k, v in row["targets"].items())
         lines.append(f"- {row['tokens']}x{row['d']}, vocab {row['vocab']}: {shown}")
@@ -425,6 +499,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--chunk-sweep", action="store_true",
                         help="time accel's loss per rows-per-chunk (SWEEP_CHUNKS) at the real models' head shapes "
                              "(SWEEP_SHAPES; --quick: QUICK_ROWS): linear_cross_entropy-chunks.{md,json}")
+    parser.add_argument("--rows", type=_shapes, metavar="NxDxV,...",
+                        help="tokens x hidden x vocab rows to measure (default: ROWS; --grid full: FULL_ROWS)")
+    parser.add_argument("--grid", choices=("default", "full"), default="default",
+                        help="full: tokens {8192, 16384} x d {2048, 4096} x vocab {32000, 128256, 256000}")
+    parser.add_argument("--softcap", type=float, default=None, help="final-logit cap in every candidate that has one")
+    parser.add_argument("--z-loss", type=float, default=0.0, help="z-loss weight in every candidate that has one")
+    parser.add_argument("--jsonl", type=Path, default=None,
+                        help="append one JSON line per (candidate, row) to this file (benchmarks/results/<gpu>/)")
     parser.add_argument("--sweep-shapes", type=_shapes, metavar="NxDxV,...",
                         help="with --chunk-sweep: these tokens x hidden x vocab shapes instead of SWEEP_SHAPES "
                              "(e.g. 8192x2048x128256)")
@@ -436,6 +518,10 @@ def main(argv: list[str] | None = None) -> int:
     warmup = args.warmup if args.warmup is not None else (1 if args.quick else 3)
     if reps < 1 or warmup < 0:
         parser.error(f"--reps {reps} / --warmup {warmup}: need reps >= 1 and warmup >= 0")
+    if args.softcap is not None and not args.softcap > 0:
+        parser.error(f"--softcap {args.softcap}: give a cap > 0 (Gemma 2 uses 30)")
+    if args.z_loss < 0:
+        parser.error(f"--z-loss {args.z_loss}: give a weight >= 0 (PaLM used 1e-4)")
     command = "python benchmarks/linear_cross_entropy.py " + " ".join(sys.argv[1:] if argv is None else argv)
     if args.chunk_sweep:
         report = chunk_sweep(device, DTYPES[args.dtype],
@@ -443,8 +529,13 @@ def main(argv: list[str] | None = None) -> int:
                              [8, 16, 32] if args.quick else SWEEP_CHUNKS, reps, warmup)
         stem, to_markdown = "linear_cross_entropy-chunks", sweep_markdown
     else:
-        report = run(device, DTYPES[args.dtype], QUICK_ROWS if args.quick else ROWS, reps, warmup)
+        rows = args.rows or (QUICK_ROWS if args.quick else FULL_ROWS if args.grid == "full" else ROWS)
+        report = run(device, DTYPES[args.dtype], rows, reps, warmup, args.softcap, args.z_loss)
         stem, to_markdown = "linear_cross_entropy", markdown
+        if args.jsonl is not None:
+            args.jsonl.parent.mkdir(parents=True, exist_ok=True)
+            with args.jsonl.open("a") as fh:
+                fh.writelines(json.dumps(line) + "\n" for line in json_lines(report))
     report["command"] = command
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"{stem}.json").write_text(json.dumps(report, indent=1) + "\n")

@@ -133,3 +133,28 @@ def test_degenerate_batches_through_the_routed_loss(case, installed):
         assert torch.isnan(grads[n]).any() == torch.isnan(want_grads[n]).any(), n
         if case in ("all_ignored", "num_items_0"):
             assert not torch.isnan(grads[n]).any() and grads[n].abs().max() == 0, n
+
+
+def test_gemma2_softcapped_loss_runs_in_the_kernel_and_matches_the_models_own(installed):
+    """Gemma 2's final-logit softcapping (30.0) inside the routed loss kernel: the loss within 1e-3 relative of the
+    model's own capped-logits loss (bf16 logits there, fp32 math in the kernel), the input and head gradients
+    within bf16 rounding, and the loss op routed to accel's kernel."""
+    import accel.integrations.transformers as hf
+
+    cfg = transformers.Gemma2Config(hidden_size=D, intermediate_size=2 * D, num_hidden_layers=2, num_attention_heads=4,
+                                    num_key_value_heads=2, head_dim=D // 4, vocab_size=V, max_position_embeddings=2 * S,
+                                    final_logit_softcapping=30.0)
+    torch.manual_seed(0)
+    ref = transformers.Gemma2ForCausalLM(cfg).to("cuda", torch.bfloat16).train()
+    model = hf.patch(transformers.Gemma2ForCausalLM(cfg).to("cuda", torch.bfloat16).train())
+    model.load_state_dict(ref.state_dict())
+    ids = _ids()
+    assert "Gemma2ForCausalLM" in hf.report(model).replaced
+    before = _routed(installed, "accel::linear_cross_entropy")
+    loss, grads = _loss_and_grads(model, input_ids=ids, labels=ids)
+    assert _routed(installed, "accel::linear_cross_entropy") > before
+    want, want_grads = _loss_and_grads(ref, input_ids=ids, labels=ids)
+    assert abs(float(loss) - float(want)) <= 1e-3 * abs(float(want))
+    for name in ("lm_head.weight", "model.embed_tokens.weight"):
+        if name in want_grads:
+            torch.testing.assert_close(grads[name], want_grads[name], rtol=5e-2, atol=5e-3, msg=name)

@@ -36,6 +36,35 @@ def test_quick_run_writes_the_table_and_json(tmp_path, capsys):
 
 
 @pytest.mark.skipif(not SCRIPT.exists(), reason="benchmarks/ is not in this checkout")
+def test_softcap_z_loss_rows_and_json_lines(tmp_path):
+    """``--rows``, ``--softcap`` and ``--z-loss`` reach every candidate and the fp32 reference (accel's loss
+    within 1e-5 of it), the GEMM rate is measured per row, and ``--jsonl`` appends the loss issue's fields per
+    (candidate, row); the CPU skips the GPU peers with their reasons."""
+    spec = importlib.util.spec_from_file_location("lce_benchmark_capped", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    lines = tmp_path / "lce.jsonl"
+    lines.write_text('{"impl": "earlier run"}\n')
+    assert module.main(["--quick", "--device", "cpu", "--reps", "1", "--warmup", "0", "--rows", "40x16x300",
+                        "--softcap", "3", "--z-loss", "0.001", "--jsonl", str(lines), "--out", str(tmp_path)]) == 0
+    report = json.loads((tmp_path / "linear_cross_entropy.json").read_text())
+    assert report["softcap"] == 3.0 and report["z_loss"] == 0.001
+    (row,) = report["rows"]
+    assert (row["tokens"], row["d"], row["vocab"]) == (40, 16, 300) and row["gemm_tflops"] > 0
+    assert row["targets"]["loss_within_1e-5"] and row["results"]["accel"]["pct_gemm"] > 0
+    assert "lm_head_loss" in row["results"]["accel nn"]["note"] and "softcap 3.0" in row["results"]["unfused"]["note"]
+    assert any(s.startswith("quack:") for s in report["skipped"])
+    records = [json.loads(x) for x in lines.read_text().splitlines()]
+    assert records[0] == {"impl": "earlier run"} and len(records) == 1 + len(row["results"])
+    fields = {"impl", "d", "vocab", "n", "ms", "peak_mib", "tflops", "pct_gemm", "loss_rel_err", "gpu"}
+    assert all(fields <= set(r) and r["softcap"] == 3.0 for r in records[1:])
+    assert module.FULL_ROWS[0] == (8192, 2048, 32000) and len(module.FULL_ROWS) == 12
+    for bad in (["--softcap", "0"], ["--z-loss", "-1"]):
+        with pytest.raises(SystemExit):
+            module.main(["--quick", "--device", "cpu", "--out", str(tmp_path), *bad])
+
+
+@pytest.mark.skipif(not SCRIPT.exists(), reason="benchmarks/ is not in this checkout")
 def test_chunk_sweep_times_each_rows_per_chunk_and_marks_the_rule(tmp_path):
     spec = importlib.util.spec_from_file_location("lce_benchmark_sweep", SCRIPT)
     module = importlib.util.module_from_spec(spec)

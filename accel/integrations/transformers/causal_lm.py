@@ -3,16 +3,19 @@ cross-entropy on the last hidden states, the ``[tokens, vocab]`` logits never st
 
 The class's own ``forward`` keeps its decorator chain (``can_return_tuple``, ``deprecate_kwarg``, ...:
 :func:`.code.rewrap`); only its centre is accel's. The fused loss runs where the call is what Hugging Face's
-``ForCausalLMLoss`` computes on ``lm_head``'s own output: labels given, ``logits_to_keep=0``, no final-logit
-softcapping, the model's ``loss_function`` transformers' own, and ``lm_head`` a plain ``nn.Linear`` whose call
+``ForCausalLMLoss`` computes on ``lm_head``'s own output: labels given, ``logits_to_keep=0``, the model's
+``loss_function`` transformers' own, and ``lm_head`` a plain ``nn.Linear`` whose call
 is its ``forward`` alone (no hook, adapter, replaced ``forward`` or tensor-subclass weight: the fused loss reads
-the weight, so anything calling the module would add is skipped). Elsewhere the model's own code runs, and a
-step-aside a user can change is said once (``IntegrationWarning``).
+the weight, so anything calling the module would add is skipped). A ``config.final_logit_softcapping`` (Gemma 2)
+is the op's ``softcap`` (``cap * tanh(z / cap)`` inside the loss kernel, :func:`accel.nn.lm_head.lm_head_loss`'s
+option). Elsewhere the model's own code runs, and a step-aside a user can change is said once
+(``IntegrationWarning``).
 """
 
 from __future__ import annotations
 
 import inspect
+import math
 import sys
 import typing
 from typing import Any
@@ -40,10 +43,20 @@ def instance_reason(module: nn.Module) -> str | None:
     head = getattr(module, "lm_head", None)
     if not isinstance(head, nn.Linear):
         return "lm_head is not an nn.Linear"
-    cap = getattr(getattr(module, "config", None), "final_logit_softcapping", None)
-    if cap is not None:
-        return f"config.final_logit_softcapping={cap}: the logits are capped before the loss"
+    cap = _softcap(getattr(module, "config", None))
+    if isinstance(cap, str):
+        return cap
     return instance_forward(module)
+
+
+def _softcap(config: Any) -> float | str:
+    """The config's final-logit cap as the op's ``softcap`` (0.0 for none), or why it is not one."""
+    cap = getattr(config, "final_logit_softcapping", None)
+    if cap is None:
+        return 0.0
+    if isinstance(cap, bool) or not isinstance(cap, (int, float)) or not math.isfinite(cap) or cap <= 0:
+        return f"config.final_logit_softcapping={cap!r} is not a finite cap > 0"
+    return float(cap)
 
 
 def head_reason(head: Any) -> str | None:
@@ -107,9 +120,9 @@ def build(cls: type, variant: str | None) -> tuple[type | None, str | None]:
         labels = a.get("labels")
         head = self.lm_head
         keep = a.get("logits_to_keep", 0)
-        cap = getattr(self.config, "final_logit_softcapping", None)
-        if (labels is None or not torch.is_grad_enabled() or cap is not None or not isinstance(keep, int) or keep != 0
-                or self.loss_function is not own_loss or _steps_aside(head)):
+        cap = _softcap(self.config)
+        if (labels is None or not torch.is_grad_enabled() or isinstance(cap, str) or not isinstance(keep, int)
+                or keep != 0 or self.loss_function is not own_loss or _steps_aside(head)):
             return inner(self, *args, **kwargs)  # the class's own forward, unchanged (logits as always)
         base_args = {k: v for k, v in a.items() if k not in ("self", "return_dict", *_ARGS)}
         # a forward that takes return_dict itself (transformers 4.x GPT-2; can_return_tuple pops it before)
@@ -124,12 +137,12 @@ def build(cls: type, variant: str | None) -> tuple[type | None, str | None]:
             base_args["use_cache"] = False
         outputs = _base_model(self)(**base_args, **extra, return_dict=True)
         hidden = outputs.last_hidden_state
-        loss = _loss(hidden, head, labels, extra, lce, getattr(self, "accel_loss_options", None))
+        loss = _loss(hidden, head, labels, extra, lce, getattr(self, "accel_loss_options", None), cap)
         if loss is None:  # no accel kernel takes the loss here: the model's own code (logits, loss_function)
-            logits = head(hidden)
+            logits = _capped(head(hidden), cap)
             loss = self.loss_function(logits=logits, labels=labels, vocab_size=self.config.vocab_size, **extra)
         else:
-            logits = head(hidden) if return_logits else None
+            logits = _capped(head(hidden), cap) if return_logits else None
         out = out_cls(loss=loss, logits=logits, **{f: getattr(outputs, f, None) for f in rest})
         return out if return_dict else out.to_tuple()
 
@@ -146,6 +159,11 @@ def build(cls: type, variant: str | None) -> tuple[type | None, str | None]:
                              f"training mode with labels and no cache passed, no KV cache is built (nor "
                              f"returned) unless use_cache=True is passed.")
     return subclass(cls, "causal_lm", {"forward": forward_accel}), None
+
+
+def _capped(logits: torch.Tensor, cap: float) -> torch.Tensor:
+    """The logits as the causal LMs with a final-logit cap compute them (Gemma 2: divide, ``tanh``, multiply)."""
+    return logits if not cap else torch.tanh(logits / cap) * cap
 
 
 def _major(cls: type) -> int:
@@ -222,11 +240,12 @@ def _options(lce: Any, options: Any, n: int, d: int, c: int, dtype: torch.dtype,
 
 
 def _loss(hidden: torch.Tensor, head: nn.Linear, labels: torch.Tensor, extra: dict[str, Any],
-          lce: Any, options: Any) -> torch.Tensor | None:
+          lce: Any, options: Any, softcap: float = 0.0) -> torch.Tensor | None:
     """``ForCausalLMLoss`` (transformers' default) on the last hidden states, without the logits: the labels
-    shifted by one (or ``shift_labels``), mean over non-ignored tokens or sum / ``num_items_in_batch``. The
-    loss is fp32, as HF's (:func:`accel.nn.linear_cross_entropy.linear_cross_entropy_fp32`). ``None`` where no
-    accel kernel takes the call (:func:`.guards.accel_takes`): the caller runs the model's own loss."""
+    shifted by one (or ``shift_labels``), mean over non-ignored tokens or sum / ``num_items_in_batch``, the
+    logits capped by ``softcap`` (0: none) inside the op. The loss is fp32, as HF's
+    (:func:`accel.nn.lm_head.lm_head_loss`). ``None`` where no accel kernel takes the call
+    (:func:`.guards.accel_takes`): the caller runs the model's own loss."""
     if not live(OP, hidden.device.type) or type(hidden) is not torch.Tensor:  # before any op: the model's own
         return None  # loss runs exactly as without accel (a DTensor activation: its own dispatch serves it)
     ignore_index = extra.get("ignore_index", -100)
@@ -257,12 +276,14 @@ def _loss(hidden: torch.Tensor, head: nn.Linear, labels: torch.Tensor, extra: di
     grad = torch.is_grad_enabled()
     if not accel_takes(OP, x, w, target, b, None, reduction, ignore_index, 0.0, r.batch_chunk_size,
                        r.acc_policy, r.acc_dtype, r.allow_retain_graph, x.requires_grad and grad,
-                       w.requires_grad and grad, b is not None and b.requires_grad and grad):
+                       w.requires_grad and grad, b is not None and b.requires_grad and grad, softcap, 0.0):
         return None
     # no host-side range check (a device-to-host read per step: a stall); a label outside the vocabulary gives a
     # NaN loss (HF's eager cross_entropy asserts on the device)
-    loss = lce.linear_cross_entropy_fp32(x, w, target, linear_bias=b, reduction=reduction, ignore_index=ignore_index,
-                                         options=opts, check_target_range=False)
+    from accel.nn.lm_head import lm_head_loss
+
+    loss = lm_head_loss(x, w, target, bias=b, softcap=softcap or None, reduction=reduction, ignore_index=ignore_index,
+                        options=opts, check_target_range=False)
     if reduction == "sum":
         n = torch.as_tensor(num_items, device=loss.device)
         # HF's sum / num_items, NaN for 0 / 0 as theirs; the gradient goes through a divisor of 1 where
