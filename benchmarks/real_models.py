@@ -64,8 +64,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-# ``python benchmarks/real_models.py`` puts this folder first on sys.path, where kernels.py (accel bench's script)
-# would shadow the ``kernels`` distribution that transformers 5.25+ imports; this script imports nothing from it
+# ``python benchmarks/real_models.py`` puts this folder first on sys.path; this script imports nothing from it (a
+# module here named like a distribution would shadow it: ``kernels``, which transformers 5.25+ imports)
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != os.path.dirname(os.path.abspath(__file__))]
 
 MODELS = ("hf_llama", "titan_llama", "vit_b16", "gpt2", "qwen3")

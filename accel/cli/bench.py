@@ -1,6 +1,6 @@
 """``accel bench``: the kernel benchmark (:mod:`accel.kernels.bench`) on the current GPU; ``--json`` prints its
 report stamped with the versioned schema ``accel.bench``; ``--plot PATH`` also draws it (:mod:`accel.cli.plot`).
-:func:`main` is the same command for ``python -m accel.kernels.bench`` and ``python benchmarks/kernels.py``."""
+:func:`main` is the same command for ``python -m accel.kernels.bench`` and ``python benchmarks/kernel_bench.py``."""
 
 from __future__ import annotations
 
@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m accel.kernels.bench`` and ``python benchmarks/kernels.py``: ``accel bench`` itself (the same
+    """``python -m accel.kernels.bench`` and ``python benchmarks/kernel_bench.py``: ``accel bench`` itself (the same
     options, messages, ``--json`` errors and exit codes: 2 for bad input, 1 for what this machine cannot do).
 
     Args:

@@ -101,7 +101,7 @@ for stage in "$@"; do
       ;;
     kernels) # ACCEL_GPU_BENCH_TABLE: a directory of user tables (<arch>.json) for this stage only
              ${ACCEL_GPU_BENCH_TABLE:+env ACCEL_TUNING_DIR="$REPO/$ACCEL_GPU_BENCH_TABLE"} \
-             timeout 300 python3 "$REPO/benchmarks/kernels.py" --budget "${ACCEL_GPU_BENCH_BUDGET:-200}" --out "$OUT" \
+             timeout 300 python3 "$REPO/benchmarks/kernel_bench.py" --budget "${ACCEL_GPU_BENCH_BUDGET:-200}" --out "$OUT" \
                ${ACCEL_GPU_BENCH_ARGS:-} 2>&1 | tail -80 ;;
     tune)
       # ACCEL_GPU_TUNE_ARGS: '|'-separated argument sets, one `accel bench --tune` each, e.g.

@@ -1,6 +1,6 @@
 """Kernel benchmark of every op family: ATen eager vs each DSL kernel vs the routed call vs the peers (Liger-Kernel, quack).
 
-Run as ``accel bench`` or ``python benchmarks/kernels.py``. Needs a CUDA GPU. Per op family, shape, dtype
+Run as ``accel bench`` or ``python benchmarks/kernel_bench.py``. Needs a CUDA GPU. Per op family, shape, dtype
 and direction it reports time (µs, median of CUDA-event timings with the L2 flushed before each rep), GB/s,
 % of the copy ceiling measured in the same run, the speed-up over ATen and over the best peer, and the
 router's own cost on an 8-element tensor. The peers are benchmark-only and used when importable. Every
@@ -21,7 +21,7 @@ candidates), found through :func:`accel.kernels.catalog.families`.
 
 The command line sits above this package: ``accel bench`` (:mod:`accel.cli.bench`) calls
 :func:`run_from_args`, and this package never imports :mod:`accel.cli`. ``python -m accel.kernels.bench`` and
-``python benchmarks/kernels.py`` are ``accel bench`` itself (:func:`accel.cli.bench.main`).
+``python benchmarks/kernel_bench.py`` are ``accel bench`` itself (:func:`accel.cli.bench.main`).
 """
 
 from __future__ import annotations

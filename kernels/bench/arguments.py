@@ -1,4 +1,4 @@
-"""The options of ``accel bench`` (and ``benchmarks/kernels.py``), parsed and checked before any device is used.
+"""The options of ``accel bench`` (and ``benchmarks/kernel_bench.py``), parsed and checked before any device is used.
 
 Every refusal is a :class:`~accel.errors.BenchArgumentError` (a ``ValueError``: the CLI exits 2) naming the
 option, the value given and a value that works.
@@ -153,7 +153,7 @@ def parse_ops(text: str | None, known: Mapping[str, object]) -> tuple[str, ...]:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    """Add the benchmark's options to ``p`` (shared by ``accel bench`` and ``benchmarks/kernels.py``)."""
+    """Add the benchmark's options to ``p`` (shared by ``accel bench`` and ``benchmarks/kernel_bench.py``)."""
     p.add_argument("--json", action="store_true", help="print the JSON report instead of tables")
     p.add_argument("--out", metavar="DIR", help="write kernels-<time>.json and .md into DIR")
     p.add_argument("--dtypes", default="bf16", help="comma-separated: bf16,fp16,fp32 (default bf16)")

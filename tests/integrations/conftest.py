@@ -35,3 +35,35 @@ def cpu_kernels():
             ak.unregister(n)
 
 
+
+
+#: The ops :func:`declining` registers.
+DECLINING_OPS = ("accel::rms_norm_hf", "accel::add_rms_norm_hf", "accel::rope", "accel::swiglu")
+
+
+@pytest.fixture
+def declining():
+    """Each op of :data:`DECLINING_OPS`'s reference registered at the CPU key behind a cacheable cond that takes
+    only calls of more than 10**6 elements (none in these tests): the registry declines every call, as a GPU
+    kernel declines decode's tensors. Yields ``({op: [the shapes its cond saw]}, [registration names])``."""
+    import accel.kernels as ak
+
+    calls: dict = {op: [] for op in DECLINING_OPS}
+    names = []
+
+    def cond_for(op):
+        def cond(*args, **kwargs):
+            calls[op].append(tuple(args[0].shape))
+            return args[0].numel() > 10**6
+        cond.cacheable = True
+        return cond
+
+    try:
+        for op, fn in _references().items():
+            if op in DECLINING_OPS:
+                names.append(ak.register(op, impl=fn, backends=["cpu"], dsl="triton", cond=cond_for(op),
+                                         name=f"declining_{op[7:]}.cpu"))
+        yield calls, names
+    finally:
+        for n in names:
+            ak.unregister(n)

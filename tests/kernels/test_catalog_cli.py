@@ -207,7 +207,7 @@ def test_accel_bench_errors_without_gpu(capsys):
 
 
 def test_benchmark_script_entry_point_is_accel_bench(capsys):
-    """python benchmarks/kernels.py and python -m accel.kernels.bench (accel.cli.bench.main) report bad input as
+    """python benchmarks/kernel_bench.py and python -m accel.kernels.bench (accel.cli.bench.main) report bad input as
     accel bench does: one line, exit 2."""
     from accel.cli import bench
 

@@ -1,7 +1,7 @@
 """accel's RMSNorm kernels on a real NVIDIA GPU: dispatch, routing, numerics, fail-safe, compile.
 
 Marked ``cuda``: skipped (with the probe's reason) where no NVIDIA GPU is visible.
-Numbers (GB/s) live in ``benchmarks/kernels.py``, never here.
+Numbers (GB/s) live in ``benchmarks/kernel_bench.py``, never here.
 """
 
 from __future__ import annotations

@@ -26,6 +26,7 @@ from accel.kernels.core.plans import signature
 from accel.kernels.ops.rope import op as rope_ops
 from accel.kernels.ops.rope import reference as rope_reference
 
+from . import declines
 from .code import RewrapError, innermost, rewrap, scope, subclass, with_globals
 from .guards import (FORCED, accel_takes, device_type, instance_forward, live, outer_saved_tensor_hooks,
                      plain_linear, transforms_active)
@@ -71,15 +72,27 @@ def _plain(*tensors: Any) -> bool:
     return all(type(t) is torch.Tensor for t in tensors)
 
 
+def _rope_key(k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, unsqueeze_dim: int) -> tuple:
+    """What besides q's own layout a RoPE call's kernel decision reads (:func:`.declines.key`'s extras)."""
+    return (k.shape, k.stride(), cos.shape, cos.stride(), cos.dtype, sin.stride(), unsqueeze_dim)
+
+
 def rope_function(original: Any) -> Any:
     """``apply_rotary_pos_emb`` on ``accel::rope`` where it takes the arguments, else ``original``."""
 
+    memo = declines.Memo()  # this function's declined calls (declines.py)
+
     def apply_rotary_pos_emb(q, k, cos, sin, *args, **kwargs):
         unsqueeze_dim = kwargs.get("unsqueeze_dim", 1)
-        if (args or set(kwargs) - {"unsqueeze_dim"} or not _plain(q, k, cos, sin)
-                or not rope_reference.accepts(q, k, cos, sin, unsqueeze_dim)
-                or not accel_takes(OP, q, k, cos, sin, unsqueeze_dim)):
+        if args or set(kwargs) - {"unsqueeze_dim"} or not _plain(q, k, cos, sin):
             return original(q, k, cos, sin, *args, **kwargs)  # the model's own code
+        if memo.__dict__ and declines.declined(memo, OP, q, *_rope_key(k, cos, sin, unsqueeze_dim)):
+            return original(q, k, cos, sin, *args, **kwargs)
+        if not rope_reference.accepts(q, k, cos, sin, unsqueeze_dim):
+            return original(q, k, cos, sin, *args, **kwargs)
+        if not accel_takes(OP, q, k, cos, sin, unsqueeze_dim):
+            declines.remember(memo, OP, q, *_rope_key(k, cos, sin, unsqueeze_dim))
+            return original(q, k, cos, sin, *args, **kwargs)
         return rope_ops.apply_rope(q, k, cos, sin, unsqueeze_dim)
 
     apply_rotary_pos_emb.__doc__ = getattr(original, "__doc__", None)

@@ -104,6 +104,7 @@ def build(cls: type, variant: str | None) -> tuple[type | None, str | None]:
         return None, f"transformers.loss.loss_utils.ForCausalLMLoss does not import here ({exc})"
     rest = [f for f in fields if f not in ("loss", "logits")]
     cache_names = [n for n in ("past_key_values", "cache") if n in params]
+    labels_at = params.index("labels") - 1  # positional arguments after self that reach labels: more than this
     # transformers 4.x builds an explicit causal mask where no cache is passed (its SDPA then takes a mask, and
     # accel's one-node attention steps aside): there the cache a training step drops costs less than its absence
     cache_param = "use_cache" in params and bool(cache_names) and _major(cls) >= 5
@@ -111,6 +112,8 @@ def build(cls: type, variant: str | None) -> tuple[type | None, str | None]:
     def centre(self, *args, **kwargs):
         # under no_grad (evaluation: Trainer.evaluate's compute_metrics reads the logits) the model's own code runs
         return_logits = kwargs.pop("return_logits", False)
+        if not torch.is_grad_enabled() or (kwargs.get("labels") is None and len(args) <= labels_at):
+            return inner(self, *args, **kwargs)  # no loss to fuse: a generation or evaluation step, unbound
         try:
             bound = sig.bind(self, *args, **kwargs)
         except TypeError:

@@ -17,6 +17,7 @@ from torch import nn
 
 from accel.kernels.ops.add_rms_norm_hf import op as add_rms_norm_ops
 
+from . import declines
 from .code import innermost, subclass
 from .guards import PLAIN_TENSORS, decision, instance_forward, outer_saved_tensor_hooks, transforms_active, weight
 from .handoff import HANDOFFS, RECIPES, RecomputeNorm
@@ -56,13 +57,23 @@ def build(cls: type, variant: str | None) -> tuple[type | None, str | None]:
 
     def forward_accel(self, hidden_states, *args, **kwargs):
         post = self._modules.get("post_attention_layernorm")
-        if (args or torch.compiler.is_compiling() or transforms_active() or outer_saved_tensor_hooks()
+        if args or type(hidden_states) is not torch.Tensor:
+            return forward(self, hidden_states, *args, **kwargs)
+        if (declines.declined(self, OP, hidden_states)  # the adds' kernel declined this shape before
+                or torch.compiler.is_compiling() or transforms_active() or outer_saved_tensor_hooks()
                 or not plain(post)):
             return forward(self, hidden_states, *args, **kwargs)
         residual = hidden_states
         hidden_states = self.input_layernorm(hidden_states)
         hidden_states, _ = self.self_attn(hidden_states=hidden_states, **{**defaults, **kwargs})
-        residual, hidden_states = _add_norm(post, hidden_states, residual)
+        fused = fused_add_norm(post, hidden_states, residual)
+        if fused:
+            residual, hidden_states = fused
+        else:
+            if fused is False:  # the registry declined the add + norm of this shape: the layer's own code next time
+                declines.remember(self, OP, residual)
+            residual = residual + hidden_states
+            hidden_states = post(residual)
         hidden_states = self.mlp(hidden_states)
         return _add_handing_off(self, hidden_states, residual)
 
@@ -92,9 +103,11 @@ def link_layers(model: nn.Module, is_known) -> None:
 
 
 def fused_add_norm(norm: nn.Module, h: torch.Tensor, residual: torch.Tensor,
-                   hand_off: bool = False) -> tuple | None:
-    """``(residual + h, norm(residual + h))`` from accel's fused kernel where one takes the call, else ``None``.
-    ``hand_off``: the norm output is also offered to the norm's own call on the sum (:class:`.handoff.Handoffs`)."""
+                   hand_off: bool = False) -> tuple | bool | None:
+    """``(residual + h, norm(residual + h))`` from accel's fused kernel where one takes the call, else ``False``
+    where the registry declined it and ``None`` where the call is not one the kernel may take (a subclass tensor,
+    mixed dtypes). ``hand_off``: the norm output is also offered to the norm's own call on the sum
+    (:class:`.handoff.Handoffs`)."""
     w = weight(norm)
     eps = getattr(norm, type(norm).accel_eps_attr)
     unit = type(norm).accel_unit_offset
@@ -102,24 +115,17 @@ def fused_add_norm(norm: nn.Module, h: torch.Tensor, residual: torch.Tensor,
     # activation keeps the model's own add and norm, which FSDP's hooks and DTensor's dispatch serve
     if (type(w) not in PLAIN_TENSORS or type(h) is not torch.Tensor or type(residual) is not torch.Tensor
             or h.shape != residual.shape or h.dtype != residual.dtype
-            or not (type(norm).accel_mixed_ok or h.dtype == w.dtype)
-            or not (answer := decision(OP, h, residual, w, eps, unit))):
+            or not (type(norm).accel_mixed_ok or h.dtype == w.dtype)):
         return None
+    answer = decision(OP, h, residual, w, eps, unit)
+    if not answer:
+        return False
     s, y = add_rms_norm_ops.add_rms_norm(h, residual, w, eps, unit, answer=answer)
     if torch.is_grad_enabled():
         RECIPES.keep(y, RecomputeNorm(eps, unit), (s, w), norm.__dict__.get("accel_norm_recompute", True))
     if hand_off:
         HANDOFFS.offer(s, w, eps, unit, y)
     return s, y
-
-
-def _add_norm(norm: nn.Module, h: torch.Tensor, residual: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The layer's ``residual + h`` and ``norm`` of it: one kernel where accel's takes it, else the model's code."""
-    fused = fused_add_norm(norm, h, residual)
-    if fused is not None:
-        return fused
-    s = residual + h
-    return s, norm(s)
 
 
 def _add_handing_off(layer: nn.Module, h: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
@@ -130,6 +136,6 @@ def _add_handing_off(layer: nn.Module, h: torch.Tensor, residual: torch.Tensor) 
     nxt = link[0] if link else None
     if nxt is not None and not torch.is_inference_mode_enabled() and plain(nxt):
         fused = fused_add_norm(nxt, h, residual, hand_off=True)
-        if fused is not None:
+        if fused:
             return fused[0]
     return residual + h

@@ -19,6 +19,7 @@ from accel.kernels.ops.swiglu import op as swiglu_ops
 from accel.kernels.ops.swiglu.linear import swiglu_linear
 from accel.kernels.ops.swiglu.mlp import swiglu_mlp
 
+from . import declines
 from .code import innermost, subclass
 from .guards import (accel_takes, device_type, instance_forward, live, outer_saved_tensor_hooks, plain_linear,
                      transforms_active)
@@ -93,14 +94,21 @@ def build(cls: type, variant: str | None) -> tuple[type | None, str | None]:
             mods = self._modules
             if args or kwargs or not is_silu(mods.get("act_fn")):  # (a set lookup once the class is known)
                 return forward(self, x, *args, **kwargs)
+            if type(x) is not torch.Tensor:
+                return forward(self, x)
+            if declines.declined(self, OP, x):  # the SwiGLU kernel declined this shape before
+                return forward(self, x)
             g, u, d = mods.get("gate_proj"), mods.get("up_proj"), mods.get("down_proj")
             if fused(self, x, g, u, d):
                 gp, up, dp = g._parameters, u._parameters, d._parameters
                 return swiglu_mlp(x, gp["weight"], up["weight"], dp["weight"], gp["bias"], up["bias"], dp["bias"],
                                   recompute=RECIPES.recipe(x))
             gate = self.gate_proj(x)
-            if type(gate) is not torch.Tensor or not accel_takes(OP, gate, gate):  # (up: gate's shape and dtype)
+            if type(gate) is not torch.Tensor:
                 return self.down_proj(self.act_fn(gate) * self.up_proj(x))  # the model's own code
+            if not accel_takes(OP, gate, gate):  # (up: gate's shape and dtype)
+                declines.remember(self, OP, x)
+                return self.down_proj(self.act_fn(gate) * self.up_proj(x))
             up = self.up_proj(x)
             if gate.shape != up.shape or gate.dtype != up.dtype or type(up) is not torch.Tensor:
                 return self.down_proj(self.act_fn(gate) * up)

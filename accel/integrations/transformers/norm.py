@@ -16,6 +16,7 @@ from torch import nn
 from accel.kernels.ops.rms_norm_hf import op as rms_norm_ops
 from accel.kernels.ops.rms_norm_hf import reference as rms_norm_reference
 
+from . import declines
 from .code import functions, subclass
 from .guards import PLAIN_TENSORS, decision, global_hooks, hooked, instance_forward, weight
 from .handoff import HANDOFFS, RECIPES, RecomputeNorm
@@ -62,9 +63,14 @@ def build(cls: type, variant: str | None) -> tuple[type | None, str | None]:
         # a tensor-subclass weight (fake quantisation, FSDP2's sharded DTensor) or activation (sequence
         # parallelism's DTensor) computes its own way: the model's code, not the op on raw values
         if (args or kwargs or type(w) not in PLAIN_TENSORS or type(hidden_states) is not torch.Tensor
-                or not (mixed_ok or hidden_states.dtype == w.dtype)
-                or not (answer := decision(OP, hidden_states, w, eps, unit))):
+                or not (mixed_ok or hidden_states.dtype == w.dtype)):
             return forward(self, hidden_states, *args, **kwargs)  # the model's own code
+        if declines.declined(self, OP, hidden_states, w.dtype):
+            return forward(self, hidden_states)
+        answer = decision(OP, hidden_states, w, eps, unit)
+        if not answer:
+            declines.remember(self, OP, hidden_states, w.dtype)
+            return forward(self, hidden_states)  # the model's own code
         y = rms_norm_ops.rms_norm(hidden_states, w, eps, unit, answer=answer)
         if torch.is_grad_enabled() and not torch.compiler.is_compiling():
             # how to make y again: a consumer that keeps this instead of y recomputes it in backward (where

@@ -3,8 +3,8 @@ Liger-Kernel and quack.
 
 Usage (on a CUDA GPU; < 3 minutes on an H200)::
 
-    python benchmarks/kernels.py --out benchmarks/results        # tables + JSON/markdown files
-    python benchmarks/kernels.py --json                          # JSON report on stdout
+    python benchmarks/kernel_bench.py --out benchmarks/results        # tables + JSON/markdown files
+    python benchmarks/kernel_bench.py --json                          # JSON report on stdout
 
 Same as ``accel bench`` (:func:`accel.cli.bench.main`); the benchmark's code lives in :mod:`accel.kernels.bench`.
 """

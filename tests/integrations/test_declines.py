@@ -1,0 +1,105 @@
+"""A patched model where accel's kernels decline (decode: tiny tensors below every kernel's size floor): each replaced
+module remembers a declined shape and runs the model's own code at once the next time; generation gives the
+unpatched model's tokens; the memo is forgotten when the registry changes and never fed by a step-aside.
+Host time itself is measured in ``benchmarks/decode_host_cpu.py``, not here.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers", reason="transformers is not installed (pip install "
+                                                          "'accel-portability[transformers]')")
+
+from accel.integrations import transformers as hf  # noqa: E402
+from accel.integrations.transformers import declines  # noqa: E402
+
+pytestmark = [pytest.mark.cpu, pytest.mark.filterwarnings("ignore:`past_key_values` is deprecated")]
+V = 64
+from conftest import DECLINING_OPS as OPS  # noqa: E402
+
+
+def _llama(seed: int = 0):
+    cfg = transformers.LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                   num_key_value_heads=2, vocab_size=V, max_position_embeddings=128, pad_token_id=0)
+    torch.manual_seed(seed)
+    return transformers.LlamaForCausalLM(cfg).eval()
+
+
+def _decode_steps(model, steps=4):
+    ids = torch.randint(1, V, (1, 6), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        out = model(ids, use_cache=True)
+        cache, logits = out.past_key_values, [out.logits]
+        tok = out.logits[:, -1:].argmax(-1)
+        for i in range(steps):
+            out = model(tok, past_key_values=cache, use_cache=True, position_ids=torch.tensor([[6 + i]]))
+            logits.append(out.logits)
+            tok = out.logits[:, -1:].argmax(-1)
+    return logits
+
+
+def test_declined_shapes_skip_the_registry_and_compute_the_models_own_numbers(declining):
+    calls, _ = declining
+    ref, model = _llama(), None
+    model = hf.patch(copy.deepcopy(ref))
+    want = _decode_steps(ref)
+    got = _decode_steps(model)
+    assert all(torch.equal(a, b) for a, b in zip(got, want))  # the model's own code, bit for bit
+    # each op's cond ran once per distinct shape it saw (prefill and decode), not once per call
+    for op in OPS:
+        assert calls[op] and len(calls[op]) == len(set(calls[op])), (op, calls[op])
+    layer = model.model.layers[0]
+    assert any(k[0] == "accel::add_rms_norm_hf" for k in vars(layer)[declines.ATTR])
+    assert declines.ATTR not in model.state_dict() and all(declines.ATTR not in n for n, _ in model.named_buffers())
+
+
+def test_kept_declines_count_as_declines_and_are_forgotten_when_the_registry_changes(declining):
+    import accel.kernels as ak
+
+    calls, names = declining
+    model = hf.patch(_llama())
+    _decode_steps(model, steps=3)
+    (norm,) = [o for o in ak.overrides() if o.name in names and o.op == "accel::rms_norm_hf"]
+    assert norm.declined >= (2 * 2 + 1) * 4  # every norm call of the prefill and 3 decode steps, memo hits included
+    seen = len(calls["accel::rms_norm_hf"])
+    _decode_steps(model, steps=3)
+    assert len(calls["accel::rms_norm_hf"]) == seen  # nothing new to decide
+    # a kernel that takes these shapes registered later (accel.kernels.install() after a first generation): the
+    # kept declines no longer hold, and the norms route to it
+    from accel.kernels.ops.rms_norm_hf import reference
+
+    taker = ak.register("accel::rms_norm_hf", impl=reference.rms_norm_hf, backends=["cpu"], dsl="triton",
+                        name="taking_rms_norm_hf.cpu")
+    try:
+        _decode_steps(model, steps=1)
+        (info,) = [o for o in ak.overrides() if o.name == taker]
+        assert info.routed > 0
+    finally:
+        ak.unregister(taker)
+
+
+def test_a_step_aside_is_not_remembered(declining):
+    """A hook makes the MLP run as modules (a step-aside), which must not be kept as a decline of its shape."""
+    model = hf.patch(_llama())
+    mlp = model.model.layers[0].mlp
+    handle = mlp.register_forward_hook(lambda *a: None)
+    _decode_steps(model, steps=1)
+    handle.remove()
+    assert not vars(mlp).get(declines.ATTR) or all(k[0] == "accel::swiglu" for k in vars(mlp)[declines.ATTR])
+
+
+@pytest.mark.parametrize("beams", [1, 3])
+def test_generate_with_left_padding_gives_the_unpatched_models_tokens(beams, declining):
+    ref = _llama()
+    model = hf.patch(copy.deepcopy(ref))
+    ids = torch.randint(1, V, (2, 7), generator=torch.Generator().manual_seed(2))
+    mask = torch.ones_like(ids)
+    ids[1, :3], mask[1, :3] = 0, 0  # the second row left-padded
+    kw = dict(attention_mask=mask, max_new_tokens=6, do_sample=False, num_beams=beams, pad_token_id=0)
+    want = ref.generate(ids, **kw)
+    got = model.generate(ids, **kw)
+    assert torch.equal(got, want)
