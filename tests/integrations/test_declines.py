@@ -103,3 +103,19 @@ def test_generate_with_left_padding_gives_the_unpatched_models_tokens(beams, dec
     want = ref.generate(ids, **kw)
     got = model.generate(ids, **kw)
     assert torch.equal(got, want)
+
+
+def test_a_model_with_kept_declines_deep_copies_and_saves(declining, tmp_path):
+    """The memo holds the registry's live overrides: copy.deepcopy and torch.save take it empty (the copy decides
+    afresh), and the loaded model computes what the original does."""
+    model = hf.patch(_llama())
+    _decode_steps(model, steps=1)
+    layer = model.model.layers[0]
+    assert vars(layer)[declines.ATTR]
+    twin = copy.deepcopy(model)
+    assert not vars(twin.model.layers[0])[declines.ATTR]
+    torch.save(model, tmp_path / "model.pt")
+    loaded = torch.load(tmp_path / "model.pt", weights_only=False)
+    assert not vars(loaded.model.layers[0])[declines.ATTR]
+    assert all(torch.equal(a, b) for a, b in zip(_decode_steps(loaded), _decode_steps(model)))
+    assert vars(layer)[declines.ATTR]  # the original keeps its own

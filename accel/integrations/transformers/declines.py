@@ -38,6 +38,18 @@ class Memo:
     """A holder of declines for a replaced function that belongs to no module (the attention's RoPE)."""
 
 
+class _Declines(dict):
+    """A module's declines: ``{(op, key): epoch}``. Copied (``copy.deepcopy``) and pickled (``torch.save``) empty:
+    its epochs hold the registry's live overrides, which are neither copyable nor picklable and mean nothing
+    elsewhere; the copy decides afresh."""
+
+    def __deepcopy__(self, memo: dict) -> _Declines:
+        return _Declines()
+
+    def __reduce__(self) -> tuple:
+        return (_Declines, ())
+
+
 def key(x: torch.Tensor, *more: Any) -> tuple:
     """The call's key: ``x``'s shape, strides, dtype and device, the grad mode, and ``more`` (hashable extras)."""
     return (x.shape, x.stride(), x.dtype, x.device, torch.is_grad_enabled(), *more)
@@ -76,7 +88,7 @@ def remember(module: Any, op: str, x: torch.Tensor, *more: Any) -> None:
         return
     memo = module.__dict__.get(ATTR)
     if memo is None:
-        memo = module.__dict__[ATTR] = {}
+        memo = module.__dict__[ATTR] = _Declines()
     elif len(memo) >= MAX:
         memo.clear()
     memo[(op, key(x, *more))] = epoch
