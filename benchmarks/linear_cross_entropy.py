@@ -274,7 +274,6 @@ def _gemm_tflops(x: torch.Tensor, w: torch.Tensor, device: torch.device, reps: i
     out = torch.empty(x.shape[0], w.shape[0], dtype=x.dtype, device=device)
     xs, wt = x.detach(), w.detach().t()
     times = _time_rows({"gemm": (lambda *_: torch.mm(xs, wt, out=out), "")}, (x, w, None), device, reps, warmup)
-    del out
     return 2 * x.shape[0] * x.shape[1] * w.shape[0] / (statistics.median(times["gemm"]) * 1e-3) / 1e12
 
 

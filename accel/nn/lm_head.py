@@ -38,7 +38,7 @@ import torch
 from accel.errors import LossInputError
 from accel.kernels.ops.linear_cross_entropy import op as _op
 
-from .linear_cross_entropy import _check_inputs
+from .checks import check_inputs
 from .options import LinearCrossEntropyOptions, as_options, model_chunk_rows
 
 __all__ = ["lm_head_loss"]
@@ -134,7 +134,7 @@ def lm_head_loss(hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tenso
     if weight.dim() != 2:
         raise LossInputError(f"{_WHERE}: weight is {list(weight.shape)}. It must be (V, D).")
     x, t = hidden.reshape(-1, hidden.shape[-1]), target.reshape(-1)
-    _check_inputs(x, weight, t, bias, class_weight, reduction, ignore_index, label_smoothing, True,
+    check_inputs(x, weight, t, bias, class_weight, reduction, ignore_index, label_smoothing, True,
                   check_target_range, where=_WHERE)
     n, d = x.shape
     c = weight.shape[0]

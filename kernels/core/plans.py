@@ -11,7 +11,7 @@ and compiled kernel fixed once, :class:`accel.kernels.dsl.triton_utils.LaunchPla
 the impl itself.
 
 Why: on the H200's host a routed RMSNorm call cost 39 µs where ATen's costs 17
-(``benchmarks/results/h200/session4/launch_cost-runF.md``); the cond, two tuning
+(``benchmarks/launch_cost.py`` on the H200); the cond, two tuning
 table lookups and Triton's per-call specialization key were about half of it.
 """
 

@@ -14,7 +14,7 @@ captures again (:meth:`~accel.kernels.core.slot.Slot.after_invalidated`), never 
 
 A bare router at the CUDA key that falls through to the captured kernel adds about 4 µs per call
 on the H200's host (``accel bench`` times it beside accel's router:
-``benchmarks/results/h200/session9/kernels-20261201-150218.md``); accel's own part is the floor gate and the
+``accel bench`` on the H200); accel's own part is the floor gate and the
 override loop.
 """
 

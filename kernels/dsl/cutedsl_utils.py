@@ -108,7 +108,7 @@ class Kernel:
     - otherwise ``fn`` is CuTeDSL's executor, called with ``cute.Pointer`` objects (``pointers(addresses)``)
       and a ``CUstream``. Measured on the H200's host (torch 2.11, CuTeDSL 4.8.1): 33-37 µs per softmax
       launch on ``[4, 1024]`` where ATen's softmax takes 12.5-13.0
-      (``benchmarks/results/h200/session7/cutedsl_smoke-runA.txt``, ``cutedsl_smoke-runD-layer_norm.txt``).
+      (``ci/gpu/cutedsl_smoke.py`` on the H200).
     """
 
     __slots__ = ("fn", "ffi", "pointers", "compiled")

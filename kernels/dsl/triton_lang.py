@@ -9,7 +9,7 @@ backward) takes as constexprs, so the tuner can measure them per shape:
 - ``HINTS``: L2 eviction hints (``evict_first`` on data read once, ``evict_last`` on the
   weight every program rereads). Off unless a tuned config (``"hints": True``) says otherwise,
   because on the H200 the RMSNorm rows kernel was 1-5 % faster *without* them on every tuned
-  shape (``benchmarks/results/h200/session5/tune-runC-rms_norm.json``).
+  shape (``accel bench --tune`` for rms_norm on the H200).
 
 Split-row kernels (one row over ``SPLIT`` programs, each holding its ``PART`` of the row in
 registers) exchange one pair of fp32 partial results per part through a zeroed int64
@@ -111,7 +111,7 @@ def split_place(SPLIT: tl.constexpr):
     program-id order (CUDA starts a 1-D grid so): only the last group started can be incomplete,
     and every other resident program finishes. (Taking the place from an atomic ticket counter
     instead, which holds whatever the start order, was measured 5-20 % slower on the H200:
-    ``benchmarks/results/h200/session6/split_smoke-runB.txt``.)
+    ``ci/gpu/split_smoke.py`` on the H200.)
     """
     pid = tl.program_id(0)
     return (pid // SPLIT).to(tl.int64), pid % SPLIT

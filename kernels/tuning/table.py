@@ -137,7 +137,7 @@ TABLE_ONLY = 1 << 62
 #: here takes misses of at least this many elements on every arch, whatever the tables declare. Only
 #: CuTeDSL is named by default, with :data:`TABLE_ONLY`: its kernels serve only the buckets a table names
 #: for them (their row-length constraints and 37 µs host cost per launch make a miss no evidence of a win:
-#: ``benchmarks/results/h200/session7/cutedsl_smoke-runA.txt``). Tests and diagnostic scripts set
+#: ``ci/gpu/cutedsl_smoke.py`` on the H200). Tests and diagnostic scripts set
 #: ``MIN_NUMEL["triton"] = 0`` to route tiny interpreter shapes. Changing it takes effect at once (conds
 #: and router). Triton's and Helion's floors are the tables' (the 2**20 floor measured on sm_90 is the
 #: ``sm_90`` table's declared default, ``kernels/tuning/sm_90.json``).

@@ -11,7 +11,7 @@ fewer in forward and the norm's input gradient written and read back once fewer 
 what the norm alone saved (the sum, the weight, ``rstd``). On the H200, HF Llama's training step (session
 19, after the q/k/v gradient sums moved into their GEMMs) still ran 32 bf16 add kernels (residual and
 gradient sums), 0.74 ms of 41.78 ms of kernel time, beside the norms
-(``benchmarks/results/h200/session19/README.md``). The fused kernels are not timed against the unfused pair
+(``benchmarks/real_models.py --ops`` on the H200). The fused kernels are not timed against the unfused pair
 yet (the tuning table's rows for them repeat rms_norm_hf's floors).
 
 The numbers are the unfused ones bit for bit: ``sum`` is ``input + residual`` rounded to their dtype as torch

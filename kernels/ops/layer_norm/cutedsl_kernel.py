@@ -12,7 +12,7 @@ fp32 registers over its rows and writes them to ``[G, N]`` partials, which the c
 
 Why: the Triton rows kernel walks each program's rows one after another, so every row's two block
 reductions stall the SM's memory pipe (1.02x ATen on 4096x4096 bf16, H200,
-``benchmarks/results/h200/session7/kernels-20261201-092252.md``). Here
+``accel bench`` on the H200). Here
 each thread issues the next row's ``cp.async`` copies (global to shared, 16 bytes each, of the
 vectors it will read itself: no barrier for the staging) before this row's reductions, so the
 loads of row ``i + 1`` overlap the math of row ``i``; one CTA barrier per row, for the warp sums.
@@ -21,7 +21,7 @@ Configs are ``{"threads": T, "ctas_per_sm": P}``: ``G = min(M, P * SMs)`` CTAs o
 config fits rows of ``N`` when ``N % (T * vec) == 0``, each thread holds at most 32 values per row (16
 with 512 threads) and the two staged rows fit in shared memory (:func:`.cutedsl_configs.fits`).
 
-Measured (H200, bf16, ``benchmarks/results/h200/session7/cutedsl_smoke-runD-layer_norm.txt``): 4096x4096 56.2 us
+Measured (H200, bf16, ``ci/gpu/cutedsl_smoke.py``): 4096x4096 56.2 us
 (quack 59.1, ATen 73.7), 16384x8192 256.1 us (quack 259.7), 32768x4096 246.4 us (quack 319.2).
 """
 

@@ -7,7 +7,7 @@ Forward ``y = (x - mean) * rstd * w + b``: ``ROWS`` rows per program with each
 row whole in registers, ``N <= MAX_BLOCK_N`` (one read, one write per element).
 Longer rows go to ATen: a looped kernel (three passes in chunks: mean, centred
 variance, write, the later reads mostly from L2) ran at 0.87x ATen on 8192x32768
-bf16 on the H200 and was removed (``benchmarks/results/h200/session6/kernels-20261201-071246.md``).
+bf16 on the H200 and was removed (``accel bench`` on the H200).
 
 Backward (``N <= MAX_BLOCK_N``): a fixed grid of ``G`` programs (a few per SM),
 each walking a contiguous range of rows with the row in registers:
@@ -17,7 +17,7 @@ go to ``[G, N]`` buffers, summed and cast by :func:`partials_finish` (small next
 
 At N = 16384 those partials (2 x 16384 fp32 per program) spill registers: best 608 us
 on the H200 for 8192x16384 bf16 against Helion's 408 and ATen's 511. Measured and removed
-(``benchmarks/results/h200/session4/tune-runA-layer_norm.json``, ``tune-runB-layer_norm.json``):
+(``accel bench --tune`` for layer_norm on the H200):
 32-warp programs (no better); two or four column slabs per row range, each program
 rereading the rest of the row for the row sums (best 450.7 us: the rereads cost L2
 bandwidth); partials kept for half or a quarter of the columns with a column-reduction
@@ -29,7 +29,7 @@ next row's loads issued before this row's wait), the parts exchanging their two 
 sums through the slots buffer (:mod:`accel.kernels.dsl.triton_lang`) before writing ``dx``, and
 keeping ``dw``/``db`` partials for their own columns only (``PART`` fp32 each: no spill) in
 ``[groups, N]`` buffers. On the H200 (8192x16384 bf16): 266-272 us against the rows kernel's
-608, Helion's 408 and ATen's 511-525 (``benchmarks/results/h200/session6/split_smoke-runD.txt``).
+608, Helion's 408 and ATen's 511-525 (``ci/gpu/split_smoke.py`` on the H200).
 """
 
 from __future__ import annotations
@@ -202,7 +202,7 @@ def split_bwd_candidates(n: int) -> list[dict]:
     """Split backward configs for rows of ``n >= 8192``: 2, 4 or 8 parts of at least 1024 columns, 4 or 8
     warps with 4-32 elements per thread, 1, 2 or 4 programs per SM (so ``M / groups`` rows per group,
     ``[groups, N]`` fp32 partials for dw and db). Measured on the H200, 8192x16384 bf16
-    (``benchmarks/results/h200/session6/split_smoke-runC.txt``, ``split_smoke-runD.txt``): about one program per SM is
+    (``ci/gpu/split_smoke.py`` on the H200): about one program per SM is
     best (groups of 128 rows at 2 parts: 269 us; 16 rows: 329 us; 256 rows, half the SMs idle: 460 us);
     16 warps were 1.7x slower."""
     out = []

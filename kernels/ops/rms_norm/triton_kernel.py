@@ -46,7 +46,7 @@ def rms_norm_fwd_rows(X, W, Y, RSTD, M, N, eps,
     # Liger's kernel; the PTX otherwise issues it after the reduction's bar.sync). Longer rows load it after:
     # held through the reduction beside x it cost registers (H200: the same order in the LayerNorm forward
     # fell from 95 to 73 % of the ceiling on 16384x8192; RMSNorm 16384x8192 -1 %, 4096x4096 +3 %;
-    # benchmarks/results/h200/session8/kernels-20261201-125434-runF.md).
+    # ``accel bench`` on the H200).
     if HAS_W and BLOCK_N <= 4096:
         w = hinted_load(W + cols, col_ok, 0.0, HINTS, "evict_last").to(tl.float32)
     rstd = tl.rsqrt(tl.sum(x * x, axis=1) / N + eps)
@@ -126,7 +126,7 @@ def candidate_configs(n: int) -> list[dict]:
     """Forward configs ``accel bench --tune`` times (default first): rows in registers, 1-16 rows per
     program, 4/8/16 warps with 4-64 elements per thread, without and with L2 eviction hints
     (``hints``, default off: on the H200 every shape tuned was 1-5 % faster without them,
-    ``benchmarks/results/h200/session5/tune-runC-rms_norm.json``); chunked (looped) above
+    ``accel bench --tune`` for rms_norm on the H200); chunked (looped) above
     :data:`MAX_BLOCK_N`."""
     block_n = next_power_of_2(n)
     out = [default_config(n)]

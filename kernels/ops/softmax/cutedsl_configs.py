@@ -46,7 +46,7 @@ def default_config(n: int, itemsize: int, inputs: int = 1) -> dict | None:
 
     (H200, 8192x32768 bf16: that gives ``{4, 256}`` forward, 264.6 µs against the best config's
     262.1, and ``{8, 256}`` backward, the fastest at 369.7; 512-thread CTAs were the slowest backward
-    configs, 404-409 µs: ``benchmarks/results/h200/session7/cutedsl_smoke-runA.txt``.)
+    configs, 404-409 µs: ``ci/gpu/cutedsl_smoke.py`` on the H200.)
     """
     for threads in (256, 128, 512):
         for cluster in CLUSTERS:

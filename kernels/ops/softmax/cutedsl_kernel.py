@@ -13,7 +13,7 @@ less than a round trip through L2. On the H200 the Triton kernels top out at 86-
 ceiling on 8192x32768 bf16 (``candidate_configs`` in :mod:`.triton_kernel` lists what was tried);
 this kernel reaches 98.7 % forward (``{4, 128}``: 262.1 us vs quack 263.7, Triton 293.8) and moves
 104 % of a copy's bytes per second backward (``{8, 256}``: 369.7 us vs Triton 384.4;
-``benchmarks/results/h200/session7/cutedsl_smoke-runA.txt``).
+``ci/gpu/cutedsl_smoke.py`` on the H200).
 
 Special values as ATen: a row of only -inf, or one holding a nan or +inf, gives nan throughout; a warp
 of only -inf beside finite logits gives 0 (its scale is set to 0, as ``exp(0 - M)`` may overflow).

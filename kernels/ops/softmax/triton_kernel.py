@@ -155,19 +155,19 @@ def candidate_configs(n: int) -> list[dict]:
       precision for large logits;
     - thread-block clusters (``num_ctas`` 2/4, one row over a cluster's CTAs as quack's CuTe softmax
       does): they do not compile, Triton 3.6's ``TritonGPUPlanCTAPass`` fails on the row reduction
-      (``benchmarks/results/h200/session3-runB.log``);
+      (``accel bench`` on the H200);
     - persistent grids (1-2 programs per SM, row in registers, next row's load before this row's
       reductions): forward best 299.2 us vs 293.4, no backward among the ten fastest
-      (``benchmarks/results/h200/session4/runA-softmax-trials.txt``);
+      (``accel bench --tune`` for softmax on the H200);
     - a row-wide running max in the looped forward (two exps per element instead of three): 311.8 us
       vs 291.6, so the special-function unit is not the limit
-      (``benchmarks/results/h200/session4/tune-runD-softmax.json``);
+      (``accel bench --tune`` for softmax on the H200);
     - a split forward streaming the other parts of the row from L2 (2 or 4 programs a row): 529.4 us vs
-      293.1 (``benchmarks/results/h200/session5/tune-runF-softmax.json``);
+      293.1 (``accel bench --tune`` for softmax on the H200);
     - split kernels whose 2-16 parts wait for each other through a zeroed slots buffer
       (:mod:`accel.kernels.dsl.triton_lang`; the exchange that wins for the LayerNorm backward): forward
       287.4 us vs 291.2-293.3, backward 393.3 vs 384.1-386.9, no gain worth a kernel
-      (``benchmarks/results/h200/session6/split_smoke-runD.txt``, ``tune-runE-softmax.json``).
+      (``ci/gpu/split_smoke.py`` on the H200, ``accel bench --tune`` for softmax).
     """
     block_n = next_power_of_2(n)
     out = [default_config(n)]
