@@ -2,13 +2,13 @@
 
 A ``DTensor`` reaching a custom op that DTensor knows no strategy for raises ``NotImplementedError`` from the
 middle of a step. Each accel op (``accel::rms_norm_hf``, ``accel::add_rms_norm_hf``, ``accel::swiglu``,
-``accel::rope``, ``accel::linear_cross_entropy`` and their backward ops) gets a rule here, in the form of
+``accel::geglu``, ``accel::rope``, ``accel::linear_cross_entropy`` and their backward ops) gets a rule here, in the form of
 ``torch.distributed.tensor.experimental.register_sharding``: the placements (one mesh dimension) under which
 the op computed on each rank's shard gives that rank's shard of the whole result, and beside them
 all-``Replicate``. DTensor picks the cheapest; inputs placed otherwise (sharded over the normalised dim,
 ``Partial`` sums) are redistributed to one of them first, so every placement gives the unsharded op's result.
 
-- ``swiglu`` and its backward: elementwise; any dim, ``a``, ``b`` and the gradient sharded alike.
+- ``swiglu``, ``geglu`` and their backward ops: elementwise; any dim, ``a``, ``b`` and the gradient sharded alike.
 - ``rms_norm_hf``, ``add_rms_norm_hf``: any dim but the last (the sequence or batch, as ``SequenceParallel``
   shards it) with the weight replicated; the backward's weight gradient is a ``Partial`` sum over the ranks.
 - ``rope``: the batch, heads or sequence dim of ``q`` and ``k``, ``cos`` and ``sin`` sharded on the batch
@@ -36,7 +36,7 @@ from typing import Any
 __all__ = ["MODULES", "RULES", "install", "register", "registered"]
 
 #: The modules that define the ops, imported by :func:`register` (custom ops exist once their module ran).
-MODULES = ("swiglu", "rms_norm_hf", "add_rms_norm_hf", "rope", "linear_cross_entropy")
+MODULES = ("swiglu", "geglu", "rms_norm_hf", "add_rms_norm_hf", "rope", "linear_cross_entropy")
 _DTENSOR = "torch.distributed.tensor"
 _LOCK = threading.Lock()
 _DONE: list[str] = []
@@ -63,6 +63,16 @@ def swiglu(a, b):
 
 def swiglu_backward(grad_out, a, b):
     """``accel::swiglu_backward(grad_out, a, b) -> (grad_a, grad_b)``: elementwise."""
+    return _same(a.ndim, 2, 3)
+
+
+def geglu(a, b):
+    """``accel::geglu(a, b) -> y``: elementwise."""
+    return _same(a.ndim, 1, 2)
+
+
+def geglu_backward(grad_out, a, b):
+    """``accel::geglu_backward(grad_out, a, b) -> (grad_a, grad_b)``: elementwise."""
     return _same(a.ndim, 2, 3)
 
 
@@ -168,7 +178,7 @@ def linear_cross_entropy_backward(grad_loss, input, linear_weight, target, linea
 
 #: op name (``torch.ops.accel.<name>``) -> its rule.
 RULES: dict[str, Callable[..., list]] = {f.__name__: f for f in (
-    swiglu, swiglu_backward, rms_norm_hf, rms_norm_hf_backward, add_rms_norm_hf, add_rms_norm_hf_backward, rope,
+    swiglu, swiglu_backward, geglu, geglu_backward, rms_norm_hf, rms_norm_hf_backward, add_rms_norm_hf, add_rms_norm_hf_backward, rope,
     rope_backward, linear_cross_entropy, linear_cross_entropy_backward)}
 
 

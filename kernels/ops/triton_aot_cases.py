@@ -35,6 +35,7 @@ ROW_CLASSES: dict[str, tuple[int, ...]] = {
     "rms_norm_hf": (128, 1024, 4096, 16384),
     "add_rms_norm_hf": (128, 1024, 4096, 16384),
     "swiglu": (1024, 5632, 14336),  # Llama-7B/70B, Mistral intermediate sizes
+    "geglu": (6912, 9216, 14336),  # Gemma-3-1B, Gemma-2-2B, Gemma-2-9B intermediate sizes
     "rope": ((32, 8, 64), (32, 8, 32), (64, 8, 64), (16, 16, 128)),  # (q heads, kv heads, half head dim)
     "linear_cross_entropy": (32000, 128256),  # Llama 2 / Llama 3 vocabularies
 }
@@ -46,6 +47,7 @@ KERNEL_OPS: dict[str, tuple[str, ...]] = {
     "rms_norm_hf": ("rms_norm_hf_fwd", "rms_norm_hf_bwd"),
     "add_rms_norm_hf": ("add_rms_norm_hf_fwd", "add_rms_norm_hf_bwd"),
     "swiglu": ("swiglu_fwd", "swiglu_bwd"),
+    "geglu": ("geglu_fwd", "geglu_bwd"),
     "rope": ("rope_fwd", "rope_bwd"),
     "linear_cross_entropy": ("linear_cross_entropy_fwd", "linear_cross_entropy_bwd"),
 }
@@ -58,7 +60,7 @@ _SWEPT = {"rms_norm": (4096, 16384), "softmax": (32768,), "layer_norm": (4096, 1
 
 
 #: Families whose kernels are another family's (with flags on): family -> the kernel module's family.
-_KERNELS_OF = {"add_rms_norm_hf": "rms_norm_hf"}
+_KERNELS_OF = {"add_rms_norm_hf": "rms_norm_hf", "geglu": "swiglu"}
 
 
 def _k(family: str) -> Any:
@@ -182,16 +184,17 @@ def _rms_norm_hf(op: str, cfg: dict, n: int, dt: str, source: str) -> Case:
 
 def _swiglu(op: str, cfg: dict, n: int, dt: str, source: str, product: bool = False) -> Case:
     """``product``: the backward's variant that also writes the product (``swiglu_bwd_product``, the same
-    arguments and config as ``swiglu_bwd``)."""
+    arguments and config as ``swiglu_bwd``). GeGLU's ops (``geglu_*``): the same kernels with ``ACT`` GELU-tanh."""
     k = _k("swiglu")
     p = f"*{dt}"
-    if op == "swiglu_bwd":
+    if op.endswith("_bwd"):
         fn = k.swiglu_bwd_product if product else k.swiglu_bwd
         ptrs, strides = ("DY", "A", "B", "DA", "DB"), ("sdy", "sa", "sb", "sda", "sdb")
     else:
         fn, ptrs, strides = k.swiglu_fwd, ("A", "B", "Y"), ("sa", "sb", "sy")
     types = {**{a: p for a in ptrs}, "M": "i32", "N": "i32", **{s: "i32" for s in strides}}
-    cx = dict(BLOCK_N=cfg["block_n"], ROWS=cfg["rows"], WIDE=False)
+    cx = dict(BLOCK_N=cfg["block_n"], ROWS=cfg["rows"], WIDE=False,
+              ACT=k.GELU_TANH if op.startswith("geglu") else k.SILU)
     return _rows_case(op, fn, types, cx, (*ptrs, "N", *strides), cfg, n, dt, source)
 
 
@@ -295,7 +298,7 @@ def _fits(family: str, op: str, cfg: dict, n: Any) -> bool:
 
 #: The case builder of each family, ``(op, cfg, n, dt, source) -> Case``.
 _BUILDERS = {"rms_norm": _rms_norm, "softmax": _softmax, "layer_norm": _layer_norm, "rms_norm_hf": _rms_norm_hf,
-             "add_rms_norm_hf": _rms_norm_hf, "swiglu": _swiglu, "rope": _rope}
+             "add_rms_norm_hf": _rms_norm_hf, "swiglu": _swiglu, "geglu": _swiglu, "rope": _rope}
 
 
 def _build(family: str, op: str, cfg: dict, n: Any, dt: str, source: str) -> Iterator[Case]:

@@ -69,6 +69,14 @@ def swiglu_last_dim(mesh):  # elementwise: the ColwiseParallel gate/up output (s
 
 
 @case
+def geglu_last_dim(mesh):  # Gemma's gated MLP: elementwise, sharded on the features as SwiGLU is
+    from torch.distributed.tensor import Shard
+
+    a, b = torch.randn(2, 6, 8), torch.randn(2, 6, 8)
+    return _compare(torch.ops.accel.geglu, [a, b], [[Shard(2)]] * 2, mesh, {0, 1})
+
+
+@case
 def rms_norm_sequence(mesh):  # SequenceParallel: rows sharded on the sequence, the weight replicated
     from accel.kernels.ops.rms_norm_hf.op import rms_norm
     from torch.distributed.tensor import Replicate, Shard

@@ -24,6 +24,7 @@ TOL = 1e-4
 LOCAL = {
     "swiglu_rows": ["(Shard(dim=1),)"],
     "swiglu_last_dim": ["(Shard(dim=2),)"],
+    "geglu_last_dim": ["(Shard(dim=2),)"],
     "rms_norm_sequence": ["(Shard(dim=1),)"],
     "rms_norm_gemma_batch": ["(Shard(dim=0),)"],
     "add_rms_norm_sequence": ["(Shard(dim=1),)"] * 2,
@@ -40,7 +41,7 @@ LOCAL = {
 REPLICATED = {"rms_norm_features": ["(Replicate(),)"], "lce_mean_rows": ["(Replicate(),)"]}
 GRADS = {"rms_norm_sequence": ["(Shard(dim=1),)", "(Partial(sum),)"],
          "lce_sum_rows": ["(Shard(dim=0),)", "(Partial(sum),)", "(Partial(sum),)"]}
-OPS = ["accel::swiglu", "accel::swiglu_backward", "accel::rms_norm_hf", "accel::rms_norm_hf_backward",
+OPS = ["accel::swiglu", "accel::swiglu_backward", "accel::geglu", "accel::geglu_backward", "accel::rms_norm_hf", "accel::rms_norm_hf_backward",
        "accel::add_rms_norm_hf", "accel::add_rms_norm_hf_backward", "accel::rope", "accel::rope_backward",
        "accel::linear_cross_entropy", "accel::linear_cross_entropy_backward"]
 

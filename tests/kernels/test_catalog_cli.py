@@ -26,8 +26,8 @@ def test_availability_without_gpu_names_the_probe():
     found = {(a.kernel, a.dsl): a for a in ak.availability()}
     assert set(found) == ({(k, d) for k in ("rms_norm", "softmax", "layer_norm") for d in ("triton", "helion")}
                           | {("softmax", "cutedsl"), ("layer_norm", "cutedsl")}
-                          | {(k, "triton") for k in ("add_rms_norm_hf", "linear_cross_entropy", "rms_norm_hf", "rope",
-                                                   "swiglu")})
+                          | {(k, "triton") for k in ("add_rms_norm_hf", "geglu", "linear_cross_entropy", "rms_norm_hf",
+                                                   "rope", "swiglu")})
     for a in found.values():
         # Triton kernels are offered on every GPU vendor (issue 23); Helion and CuTeDSL on NVIDIA only
         vendors = ("cuda", "rocm", "xpu") if a.dsl == "triton" else ("cuda",)
@@ -44,7 +44,7 @@ def test_install_refuses_unknown_dsl_or_kernel_names():
     cases = (({"dsl": "cute"}, "unknown DSL 'cute'; the built-in kernels have cutedsl, helion, triton"),
              ({"dsl": ["triton", "CuTeDSL"]}, "unknown DSL 'CuTeDSL'; the built-in kernels have cutedsl, helion, triton"),
              ({"kernels": "softmx"}, "unknown kernel family 'softmx'; the built-in kernels have add_rms_norm_hf, "
-                                     "layer_norm, linear_cross_entropy, rms_norm, rms_norm_hf, rope, softmax, swiglu"))
+                                     "geglu, layer_norm, linear_cross_entropy, rms_norm, rms_norm_hf, rope, softmax, swiglu"))
     for kwargs, message in cases:
         with pytest.raises(UnknownKernelError, match=message):
             ak.install(**kwargs)

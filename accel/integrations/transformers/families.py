@@ -41,9 +41,9 @@ FAMILIES: dict[str, tuple[str, dict[str, tuple[str, str | None]]]] = {
     "mistral": _decoder("Mistral", "mistral"),
     "qwen2": _decoder("Qwen2", "qwen2"),
     "qwen3": _decoder("Qwen3", "qwen3"),
-    "gemma": _decoder("Gemma", "gemma", norm="gemma"),
-    "gemma2": _decoder("Gemma2", "gemma2", norm="gemma"),
-    "gemma3": _decoder("Gemma3", "gemma3", norm="gemma"),
+    "gemma": _decoder("Gemma", "gemma", norm="gemma", mlp="geglu"),
+    "gemma2": _decoder("Gemma2", "gemma2", norm="gemma", mlp="geglu"),
+    "gemma3": _decoder("Gemma3", "gemma3", norm="gemma", mlp="geglu"),
     "phi3": _decoder("Phi3", "phi3", mlp="fused"),
     "gpt2": ("transformers.models.gpt2.modeling_gpt2", {"GPT2LMHeadModel": ("causal_lm", None)}),
     "bert": ("transformers.models.bert.modeling_bert", {}),
@@ -52,14 +52,14 @@ FAMILIES: dict[str, tuple[str, dict[str, tuple[str, str | None]]]] = {
 
 #: The roles each family gets on every tested release (with the configs of :data:`TINY`): a role of this set that
 #: a class loses (its verification fails) is said once as an ``IntegrationWarning``; the others are only listed
-#: by :func:`report` (Gemma's MLP is GELU-tanh, not SwiGLU; Gemma 2/3 and Phi-3 layers are not Llama's; Gemma 2's
+#: by :func:`report` (Gemma 2/3 and Phi-3 layers are not Llama's; Gemma's MLP is GeGLU, ``accel::geglu``; Gemma 2's
 #: capped logits are the loss op's softcap).
 EXPECTED: dict[str, frozenset[str]] = {
     **{f: frozenset(ROLES) for f in ("llama", "mistral", "qwen2", "qwen3")},
     "phi3": frozenset({"rms_norm", "mlp", "attention", "causal_lm"}),
-    "gemma": frozenset({"rms_norm", "attention", "decoder_layer", "causal_lm"}),
-    "gemma2": frozenset({"rms_norm", "attention", "causal_lm"}),
-    "gemma3": frozenset({"rms_norm", "attention", "causal_lm"}),
+    "gemma": frozenset(ROLES),
+    "gemma2": frozenset({"rms_norm", "mlp", "attention", "causal_lm"}),
+    "gemma3": frozenset({"rms_norm", "mlp", "attention", "causal_lm"}),
     "gpt2": frozenset({"causal_lm"}), "bert": frozenset(), "t5": frozenset({"rms_norm"}),
 }
 

@@ -108,7 +108,7 @@ def enable(*, families: Iterable[str] | None = None, norms: bool = True, mlp: bo
                     skipped[name] = why
                     continue
                 mapping[key] = accel_cls
-                registered[name] = OPS[role]
+                registered[name] = accel_cls.accel_op
         if mapping:
             mp.register_patch_mapping(mapping)
             try:  # transformers 5.17's hook imports every module alias it finds (image processors: torchvision)

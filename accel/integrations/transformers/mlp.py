@@ -1,9 +1,11 @@
 """The MLP role: Hugging Face's gated MLPs (``down(act(gate(x)) * up(x))``, or Phi-3's ``gate_up_proj`` halves)
-on ``accel::swiglu``, where the activation computes SiLU.
+on ``accel::swiglu`` where the activation computes SiLU, and Gemma's (variant ``"geglu"``) on ``accel::geglu``
+where it computes GELU's tanh approximation.
 
 Where all three projections are plain ``nn.Linear`` and a kernel serves the SwiGLU, the whole MLP is one
 autograd node (:func:`accel.kernels.ops.swiglu.mlp.swiglu_mlp`); with a fused ``gate_up_proj`` the down
-projection alone (:func:`accel.kernels.ops.swiglu.linear.swiglu_linear`).
+projection alone (:func:`accel.kernels.ops.swiglu.linear.swiglu_linear`). GeGLU runs as the fused activation
+between the model's own projections (``mlp_recompute`` does not apply to it).
 """
 
 from __future__ import annotations
@@ -15,50 +17,69 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from accel.kernels.ops.geglu import op as geglu_ops
 from accel.kernels.ops.swiglu import op as swiglu_ops
 from accel.kernels.ops.swiglu.linear import swiglu_linear
 from accel.kernels.ops.swiglu.mlp import swiglu_mlp
 
 from . import declines
 from .code import innermost, subclass
+from .families import known, original
 from .guards import (accel_takes, device_type, instance_forward, live, outer_saved_tensor_hooks, plain_linear,
                      transforms_active)
 from .handoff import RECIPES
 
-__all__ = ["OP", "build", "instance_reason", "is_silu"]
+__all__ = ["GEGLU_OP", "OP", "build", "instance_reason", "is_gelu_tanh", "is_silu"]
 
 OP = "accel::swiglu"
+GEGLU_OP = "accel::geglu"
 
 #: The submodules (and the one method) each layout's forward uses.
 _NAMES = {"split": {"down_proj", "act_fn", "gate_proj", "up_proj"},
-          "fused": {"gate_up_proj", "chunk", "activation_fn", "down_proj"}}
-
-#: Activation classes verified to compute SiLU (the replacement checks the instance's per call).
-_SILU_TYPES: set[type] = {nn.SiLU}
-_NOT_SILU: set[type] = set()
+          "fused": {"gate_up_proj", "chunk", "activation_fn", "down_proj"},
+          "geglu": {"down_proj", "act_fn", "gate_proj", "up_proj"}}
 
 
-def is_silu(act: Any) -> bool:
-    """Whether ``act`` (an activation module) computes ``F.silu``: checked once per class on fp32 and bf16."""
-    cls = type(act)
-    if cls in _SILU_TYPES:
-        return True
-    if cls in _NOT_SILU or not isinstance(act, nn.Module):
-        return False
-    t = torch.linspace(-8.0, 8.0, 97)
-    try:
-        with torch.no_grad():
-            same = all(torch.equal(act(t.to(dt)), F.silu(t.to(dt))) for dt in (torch.float32, torch.bfloat16))
-    except Exception:  # noqa: BLE001 - an activation that cannot run on a CPU vector is not taken for SiLU
-        same = False
-    (_SILU_TYPES if same else _NOT_SILU).add(cls)
-    return same
+def _gelu_tanh(t: torch.Tensor) -> torch.Tensor:
+    return F.gelu(t, approximate="tanh")
+
+
+class _Probe:
+    """Activation classes checked, once per class on fp32 and bf16, to compute ``fn`` bit for bit."""
+
+    def __init__(self, fn: Any, known: set[type]) -> None:
+        self.fn, self.same, self.other = fn, set(known), set()
+
+    def __call__(self, act: Any) -> bool:
+        cls = type(act)
+        if cls in self.same:
+            return True
+        if cls in self.other or not isinstance(act, nn.Module):
+            return False
+        t = torch.linspace(-8.0, 8.0, 97)
+        try:
+            with torch.no_grad():
+                same = all(torch.equal(act(t.to(dt)), self.fn(t.to(dt))) for dt in (torch.float32, torch.bfloat16))
+        except Exception:  # noqa: BLE001 - an activation that cannot run on a CPU vector is not taken for fn
+            same = False
+        (self.same if same else self.other).add(cls)
+        return same
+
+
+#: ``is_silu(act)``: whether ``act`` (an activation module) computes ``F.silu``.
+is_silu = _Probe(F.silu, {nn.SiLU})
+#: ``is_gelu_tanh(act)``: whether ``act`` computes ``F.gelu(approximate="tanh")`` (Gemma's ``gelu_pytorch_tanh``).
+is_gelu_tanh = _Probe(_gelu_tanh, set())
 
 
 def instance_reason(module: nn.Module) -> str | None:
     """Why this MLP is not replaced although its class is verified, or ``None``."""
+    k = known(original(type(module)))
     act = getattr(module, "act_fn", getattr(module, "activation_fn", None))
-    if not is_silu(act):
+    if k is not None and k[2] == "geglu":
+        if not is_gelu_tanh(act):
+            return f"activation {type(act).__name__} is not GELU-tanh: the gated MLP is not GeGLU"
+    elif not is_silu(act):
         return f"activation {type(act).__name__} is not SiLU: the gated MLP is not SwiGLU"
     return instance_forward(module)
 
@@ -89,7 +110,23 @@ def build(cls: type, variant: str | None) -> tuple[type | None, str | None]:
         like = x.new_empty((*x.shape[:-1], g.out_features))
         return accel_takes(OP, like, like)
 
-    if variant == "split":
+    if variant == "geglu":
+        def forward_accel(self, x, *args, **kwargs):
+            if args or kwargs or type(x) is not torch.Tensor or not is_gelu_tanh(self._modules.get("act_fn")):
+                return forward(self, x, *args, **kwargs)
+            if declines.declined(self, GEGLU_OP, x):  # the GeGLU kernel declined this shape before
+                return forward(self, x)
+            gate = self.gate_proj(x)
+            if type(gate) is not torch.Tensor:
+                return self.down_proj(self.act_fn(gate) * self.up_proj(x))  # the model's own code
+            if not accel_takes(GEGLU_OP, gate, gate):  # (up: gate's shape and dtype)
+                declines.remember(self, GEGLU_OP, x)
+                return self.down_proj(self.act_fn(gate) * self.up_proj(x))
+            up = self.up_proj(x)
+            if gate.shape != up.shape or gate.dtype != up.dtype or type(up) is not torch.Tensor:
+                return self.down_proj(self.act_fn(gate) * up)
+            return self.down_proj(geglu_ops.geglu(gate, up))
+    elif variant == "split":
         def forward_accel(self, x, *args, **kwargs):
             mods = self._modules
             if args or kwargs or not is_silu(mods.get("act_fn")):  # (a set lookup once the class is known)
@@ -125,4 +162,7 @@ def build(cls: type, variant: str | None) -> tuple[type | None, str | None]:
 
     forward_accel.__doc__ = forward.__doc__
     forward_accel.__signature__ = inspect.signature(forward)  # what transformers' callers read, not (*args)
-    return subclass(cls, "mlp", {"forward": forward_accel}), None
+    namespace = {"forward": forward_accel}
+    if variant == "geglu":
+        namespace["accel_op"] = GEGLU_OP
+    return subclass(cls, "mlp", namespace), None

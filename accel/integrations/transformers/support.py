@@ -44,7 +44,8 @@ def support() -> dict[str, dict[str, str]]:
 
 def support_table() -> str:
     """:func:`support` as a Markdown table (one row per family, one column per role with its op)."""
-    head = "| family | " + " | ".join(f"{_ROLE_NAMES[r]} (`{OPS[r]}`)" for r in ROLES) + " |"
+    ops = {**OPS, "mlp": "accel::swiglu` / `accel::geglu"}  # Gemma's MLP is GeGLU
+    head = "| family | " + " | ".join(f"{_ROLE_NAMES[r]} (`{ops[r]}`)" for r in ROLES) + " |"
     rows = [head, "|---|" + "---|" * len(ROLES)]
     rows += [f"| {family} | " + " | ".join(row[r] for r in ROLES) + " |" for family, row in support().items()]
     return "\n".join(rows)

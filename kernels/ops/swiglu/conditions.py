@@ -70,20 +70,22 @@ def _check(a: torch.Tensor, b: torch.Tensor, devices: dict[str, str | None], dsl
     return None
 
 
-def make_conds(dsl: str, backends: Sequence[str]) -> tuple[Callable[..., bool], Callable[..., bool]]:
+def make_conds(dsl: str, backends: Sequence[str], family: str = "swiglu",
+               ) -> tuple[Callable[..., bool], Callable[..., bool]]:
     """``(forward cond, backward cond)`` with the two ops' signatures, each with ``why_not``, ``floor`` and
-    ``cacheable`` (:func:`accel.kernels.ops.conds.conds_from_keys`; the sentences name ``a``'s device and dtype)."""
+    ``cacheable`` (:func:`accel.kernels.ops.conds.conds_from_keys`; the sentences name ``a``'s device and dtype).
+    ``family``: ``"swiglu"`` or ``"geglu"`` (the same kernels and layouts; the tuning tables are the family's)."""
     devices = device_types_for(backends)
 
     def key_fwd(a, b):
-        return _check(a, b, devices, dsl, "swiglu_fwd")
+        return _check(a, b, devices, dsl, f"{family}_fwd")
 
     def key_bwd(grad_out, a, b):
-        key = _check(a, b, devices, dsl, "swiglu_bwd")
+        key = _check(a, b, devices, dsl, f"{family}_bwd")
         if key is None and (grad_out.shape != a.shape or grad_out.dtype != a.dtype or grad_out.device != a.device):
             return "shape"
         if key is None and row_stride(grad_out) is None:
             return "layout"
         return key
 
-    return conds_from_keys("swiglu", dsl, devices, _REASONS, key_fwd, key_bwd, subject_fwd="a", subject_bwd="a")
+    return conds_from_keys(family, dsl, devices, _REASONS, key_fwd, key_bwd, subject_fwd="a", subject_bwd="a")

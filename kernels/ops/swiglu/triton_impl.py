@@ -27,14 +27,14 @@ DSL = "triton"
 _kernels = lazy_module(__package__ + ".triton_kernel")  # imports the DSL at the first launch
 
 
-def launch(kernel: Any, cfg: Mapping[str, Any], m: int, n: int, strides: Sequence[int]) -> LaunchPlan:
+def launch(kernel: Any, cfg: Mapping[str, Any], m: int, n: int, strides: Sequence[int], act: int = 0) -> LaunchPlan:
     """The launch of ``kernel`` (``swiglu_fwd`` or ``swiglu_bwd``) over ``m`` rows of ``n`` with tile ``cfg``
     (``block_n``, ``rows``, ``num_warps``) and the tensors' row ``strides``; int64 offsets where an offset
-    could reach ``2**31``."""
+    could reach ``2**31``. ``act``: the gate's activation (``triton_kernel.SILU`` or ``GELU_TANH``)."""
     rows, block_n = cfg["rows"], cfg["block_n"]
     wide = (m + rows) * max(max(strides), n) >= 1 << 31
     return LaunchPlan(kernel, (-(-m // rows), -(-n // block_n)), (m, n, *strides), BLOCK_N=block_n, ROWS=rows,
-                      WIDE=wide, num_warps=cfg["num_warps"])
+                      WIDE=wide, ACT=act, num_warps=cfg["num_warps"])
 
 
 def _config(op_name: str, a: torch.Tensor, m: int, n: int) -> Mapping[str, Any]:

@@ -5,7 +5,10 @@ row stride (Phi-3's gate and up halves are views into one ``[M, 2N]`` projection
 fp32 math, one rounding per output.
 
 Forward: ``y = a * sigmoid(a) * b``. Backward: with ``s = sigmoid(a)``, ``db = dy * a * s`` and
-``da = dy * b * s * (1 + a * (1 - s))``; :func:`swiglu_bwd_product` also writes ``y`` over ``dy`` (the MLP's
+``da = dy * b * s * (1 + a * (1 - s))``. ``ACT = 1`` swaps the activation for GELU's tanh approximation (GeGLU,
+``accel::geglu``): ``g(a) = 0.5 * a * (1 + t)``, ``t = tanh(k * (a + 0.044715 * a**3))``, ``k = sqrt(2 / pi)``,
+``g'(a) = 0.5 * (1 + t) + 0.5 * a * (1 - t**2) * k * (1 + 3 * 0.044715 * a**2)`` (``F.gelu(approximate="tanh")``'s
+formula); :func:`swiglu_bwd_product` also writes ``y`` over ``dy`` (the MLP's
 backward needs the product for the down projection's weight gradient: one pass instead of a second one).
 A program covers ``ROWS x BLOCK_N`` elements (grid
 ``(cdiv(M, ROWS), cdiv(N, BLOCK_N))``): elementwise, so the only choice is the tile, which
@@ -18,7 +21,8 @@ import triton
 import triton.language as tl
 from accel.kernels.dsl.triton_configs import next_power_of_2
 
-__all__ = ["candidate_configs", "default_config", "swiglu_bwd", "swiglu_bwd_product", "swiglu_fwd"]
+__all__ = ["GELU_TANH", "SILU", "candidate_configs", "default_config", "swiglu_bwd", "swiglu_bwd_product",
+           "swiglu_fwd"]
 
 #: Elements per program of the default tile.
 TILE = 4096
@@ -34,43 +38,73 @@ def _tile(M, N, BLOCK_N: tl.constexpr, ROWS: tl.constexpr, WIDE: tl.constexpr):
     return rows[:, None], cols[None, :], mask
 
 
+#: ``ACT`` values: the gate's activation.
+SILU, GELU_TANH = 0, 1
+_K: tl.constexpr = tl.constexpr(0.7978845608028654)  # sqrt(2 / pi)
+_C: tl.constexpr = tl.constexpr(0.044715)
+
+
 @triton.jit
-def swiglu_fwd(A, B, Y, M, N, sa, sb, sy, BLOCK_N: tl.constexpr, ROWS: tl.constexpr, WIDE: tl.constexpr):
-    """``Y = silu(A) * B`` on one ``ROWS x BLOCK_N`` tile; ``sa``, ``sb``, ``sy``: row strides (elements)."""
+def _gelu_t(a):
+    """``tanh(k * (a + 0.044715 * a**3))`` from one ``exp`` (Triton has no portable ``tanh`` across CUDA, ROCm and
+    the interpreter): ``1 - 2 / (exp(2x) + 1)``, exact at the limits; near 0 its absolute error is fp32's."""
+    x = _K * (a + _C * a * a * a)
+    return 1.0 - 2.0 / (tl.exp(2.0 * x) + 1.0)
+
+
+@triton.jit
+def _act(a, ACT: tl.constexpr):
+    """The gate's activation of ``a`` (fp32): ``silu`` or GELU's tanh approximation."""
+    if ACT == 1:
+        return 0.5 * a * (1.0 + _gelu_t(a))
+    return a * tl.sigmoid(a)
+
+
+@triton.jit
+def swiglu_fwd(A, B, Y, M, N, sa, sb, sy, BLOCK_N: tl.constexpr, ROWS: tl.constexpr, WIDE: tl.constexpr,
+               ACT: tl.constexpr = 0):
+    """``Y = act(A) * B`` on one ``ROWS x BLOCK_N`` tile; ``sa``, ``sb``, ``sy``: row strides (elements)."""
     r, c, mask = _tile(M, N, BLOCK_N, ROWS, WIDE)
     a = tl.load(A + r * sa + c, mask=mask, other=0.0).to(tl.float32)
     b = tl.load(B + r * sb + c, mask=mask, other=0.0).to(tl.float32)
-    y = a * tl.sigmoid(a) * b
+    y = _act(a, ACT) * b
     tl.store(Y + r * sy + c, y.to(Y.dtype.element_ty), mask=mask)
 
 
 @triton.jit
 def _backward(DY, A, B, DA, DB, M, N, sdy, sa, sb, sda, sdb, BLOCK_N: tl.constexpr, ROWS: tl.constexpr,
-              WIDE: tl.constexpr, PRODUCT: tl.constexpr):
+              WIDE: tl.constexpr, PRODUCT: tl.constexpr, ACT: tl.constexpr):
     r, c, mask = _tile(M, N, BLOCK_N, ROWS, WIDE)
     dy = tl.load(DY + r * sdy + c, mask=mask, other=0.0).to(tl.float32)
     a = tl.load(A + r * sa + c, mask=mask, other=0.0).to(tl.float32)
     b = tl.load(B + r * sb + c, mask=mask, other=0.0).to(tl.float32)
-    s = tl.sigmoid(a)
-    tl.store(DB + r * sdb + c, (dy * a * s).to(DB.dtype.element_ty), mask=mask)
-    tl.store(DA + r * sda + c, (dy * b * s * (1.0 + a * (1.0 - s))).to(DA.dtype.element_ty), mask=mask)
-    if PRODUCT:  # swiglu_fwd's arithmetic, a * sigmoid(a) * b: the same bits
-        tl.store(DY + r * sdy + c, (a * s * b).to(DY.dtype.element_ty), mask=mask)
+    if ACT == 1:
+        t = _gelu_t(a)
+        g = 0.5 * a * (1.0 + t)
+        dg = 0.5 * (1.0 + t) + 0.5 * a * (1.0 - t * t) * _K * (1.0 + 3.0 * _C * a * a)
+    else:
+        s = tl.sigmoid(a)
+        g = a * s
+        dg = s * (1.0 + a * (1.0 - s))
+    tl.store(DB + r * sdb + c, (dy * g).to(DB.dtype.element_ty), mask=mask)
+    tl.store(DA + r * sda + c, (dy * b * dg).to(DA.dtype.element_ty), mask=mask)
+    if PRODUCT:  # swiglu_fwd's arithmetic, act(a) * b: the same bits
+        tl.store(DY + r * sdy + c, (g * b).to(DY.dtype.element_ty), mask=mask)
 
 
 @triton.jit
 def swiglu_bwd(DY, A, B, DA, DB, M, N, sdy, sa, sb, sda, sdb, BLOCK_N: tl.constexpr, ROWS: tl.constexpr,
-               WIDE: tl.constexpr):
-    """``DA``, ``DB`` of ``silu(A) * B`` for ``DY`` on one tile (row strides as :func:`swiglu_fwd`)."""
-    _backward(DY, A, B, DA, DB, M, N, sdy, sa, sb, sda, sdb, BLOCK_N, ROWS, WIDE, False)
+               WIDE: tl.constexpr, ACT: tl.constexpr = 0):
+    """``DA``, ``DB`` of ``act(A) * B`` for ``DY`` on one tile (row strides as :func:`swiglu_fwd`)."""
+    _backward(DY, A, B, DA, DB, M, N, sdy, sa, sb, sda, sdb, BLOCK_N, ROWS, WIDE, False, ACT)
 
 
 @triton.jit
 def swiglu_bwd_product(DY, A, B, DA, DB, M, N, sdy, sa, sb, sda, sdb, BLOCK_N: tl.constexpr, ROWS: tl.constexpr,
-                       WIDE: tl.constexpr):
-    """:func:`swiglu_bwd`, and ``Y = silu(A) * B`` (:func:`swiglu_fwd`'s arithmetic, the same bits) stored over
+                       WIDE: tl.constexpr, ACT: tl.constexpr = 0):
+    """:func:`swiglu_bwd`, and ``Y = act(A) * B`` (:func:`swiglu_fwd`'s arithmetic, the same bits) stored over
     ``DY``: each element is read before the program that read it writes it."""
-    _backward(DY, A, B, DA, DB, M, N, sdy, sa, sb, sda, sdb, BLOCK_N, ROWS, WIDE, True)
+    _backward(DY, A, B, DA, DB, M, N, sdy, sa, sb, sda, sdb, BLOCK_N, ROWS, WIDE, True, ACT)
 
 
 def default_config(n: int) -> dict:
