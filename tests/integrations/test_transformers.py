@@ -74,10 +74,9 @@ EXPECTED = {
     "llama": ("Llama", "swiglu", True, True), "mistral": ("Mistral", "swiglu", True, True),
     "qwen2": ("Qwen2", "swiglu", True, True), "qwen3": ("Qwen3", "swiglu", True, True),
     "phi3": ("Phi3", "swiglu", True, False), "gemma": ("Gemma", "geglu", True, True),
-    "gemma2": ("Gemma2", "geglu", True, False), "gemma3": ("Gemma3", "geglu", True, False),
+    "gemma2": ("Gemma2", "geglu", True, True), "gemma3": ("Gemma3", "geglu", True, True),
 }
-#: Why a decoder layer whose residual adds accel does not fuse is left (Phi-3's dropout on each branch, Gemma 2/3's
-#: norms after the attention and the MLP).
+#: Why a decoder layer whose residual adds accel does not fuse is left (Phi-3's dropout on each branch).
 LAYER_LEFT = "its modules are not a pre-norm layer's (input_layernorm, mlp, post_attention_layernorm, self_attn): it holds "
 
 

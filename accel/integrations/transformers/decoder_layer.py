@@ -1,7 +1,9 @@
 """The decoder-layer role: a pre-norm layer (``h = x + attn(norm1(x)); out = h + mlp(norm2(h))``: Llama, Mistral,
 Qwen2/3, Gemma) whose residual adds run inside the RMSNorm that reads each sum (``accel::add_rms_norm_hf``): the
 post-attention norm, and the next layer's input norm (or the model's final norm) through a hand-off
-(:class:`.handoff.Handoffs`).
+(:class:`.handoff.Handoffs`). Variant ``"sandwich"`` (Gemma 2 and 3: a norm before and after each branch,
+``h = x + norm2(attn(norm1(x))); out = h + norm4(mlp(norm3(h)))``): the first add runs inside the
+pre-feed-forward norm, the second inside the next layer's input norm.
 
 The layer's attention gets every argument of the layer's own call by name, defaults filled in, as Llama's code
 passes them (whatever the release calls the cache: ``past_key_values`` or ``cache``); whether that computes what
@@ -11,6 +13,7 @@ the class's own ``forward`` computes is verified by behaviour (:mod:`.verify`).
 from __future__ import annotations
 
 import inspect
+from typing import Any
 
 import torch
 from torch import nn
@@ -19,6 +22,7 @@ from accel.kernels.ops.add_rms_norm_hf import op as add_rms_norm_ops
 
 from . import declines
 from .code import innermost, subclass
+from .families import known, original
 from .guards import PLAIN_TENSORS, decision, instance_forward, outer_saved_tensor_hooks, transforms_active, weight
 from .handoff import HANDOFFS, RECIPES, RecomputeNorm
 from .norm import plain
@@ -28,13 +32,18 @@ __all__ = ["OP", "build", "instance_reason", "link_layers"]
 OP = "accel::add_rms_norm_hf"
 #: The submodules of a pre-norm layer, and nothing else.
 _CHILDREN = frozenset({"self_attn", "mlp", "input_layernorm", "post_attention_layernorm"})
+#: ... and of a sandwich-norm layer (Gemma 2 and 3).
+_SANDWICH = _CHILDREN | {"pre_feedforward_layernorm", "post_feedforward_layernorm"}
 
 
 def instance_reason(module: nn.Module) -> str | None:
     """Why this layer is not replaced although its class is verified, or ``None``."""
-    extra = sorted(set(module._modules) - _CHILDREN)
-    if extra or not _CHILDREN <= set(module._modules):
-        return (f"its modules are not a pre-norm layer's ({', '.join(sorted(_CHILDREN))}): it holds "
+    k = known(original(type(module)))
+    children = _SANDWICH if k is not None and k[2] == "sandwich" else _CHILDREN
+    extra = sorted(set(module._modules) - children)
+    if extra or not children <= set(module._modules):
+        kind = "a sandwich-norm" if children is _SANDWICH else "a pre-norm"
+        return (f"its modules are not {kind} layer's ({', '.join(sorted(children))}): it holds "
                 f"{', '.join(extra) or 'fewer'}")
     return instance_forward(module)
 
@@ -45,8 +54,9 @@ def build(cls: type, variant: str | None) -> tuple[type | None, str | None]:
     forward = getattr(cls, "forward", None)
     inner = innermost(forward)
     code = getattr(inner, "__code__", None)
-    if code is None or not _CHILDREN <= set(code.co_names):
-        return None, "its forward does not call a pre-norm layer's modules (" + ", ".join(sorted(_CHILDREN)) + ")"
+    children = _SANDWICH if variant == "sandwich" else _CHILDREN
+    if code is None or not children <= set(code.co_names):
+        return None, "its forward does not call the layer's modules (" + ", ".join(sorted(children)) + ")"
     params = list(inspect.signature(inner).parameters.values())
     if (len(params) < 2 or params[1].name != "hidden_states"
             or not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params)):
@@ -77,10 +87,54 @@ def build(cls: type, variant: str | None) -> tuple[type | None, str | None]:
         hidden_states = self.mlp(hidden_states)
         return _add_handing_off(self, hidden_states, residual)
 
+    if variant == "sandwich":
+        forward_accel = _sandwich(forward, defaults, {p.name for p in params})
     forward_accel.__doc__ = forward.__doc__
     forward_accel.__signature__ = inspect.signature(forward)  # what transformers' callers read, not (*args)
     forward_accel.__qualname__ = f"Accel{cls.__name__}.forward"
     return subclass(cls, "decoder_layer", {"forward": forward_accel}), None
+
+
+def _sandwich(forward: Any, defaults: dict[str, Any], names: set[str]) -> Any:
+    """The sandwich-norm layer's forward (Gemma 2 and 3). transformers 4.x's layers also take
+    ``output_attentions`` and return a tuple, and 4.x's Gemma 3 layer picks its RoPE tables by the attention's
+    kind (``position_embeddings_global`` / ``_local``): both are followed where the signature has them."""
+    tuple_out = "output_attentions" in names
+    local_global = {"position_embeddings_global", "position_embeddings_local"} <= names
+
+    def forward_accel(self, hidden_states, *args, **kwargs):
+        pre_ff = self._modules.get("pre_feedforward_layernorm")
+        if args or type(hidden_states) is not torch.Tensor:
+            return forward(self, hidden_states, *args, **kwargs)
+        if (declines.declined(self, OP, hidden_states)  # the adds' kernel declined this shape before
+                or torch.compiler.is_compiling() or transforms_active() or outer_saved_tensor_hooks()
+                or not plain(pre_ff)):
+            return forward(self, hidden_states, *args, **kwargs)
+        attn_kwargs = {**defaults, **kwargs}
+        if local_global:
+            glob = attn_kwargs.pop("position_embeddings_global", None)
+            loc = attn_kwargs.pop("position_embeddings_local", None)
+            attn_kwargs["position_embeddings"] = loc if self.self_attn.is_sliding else glob
+        residual = hidden_states
+        hidden_states = self.input_layernorm(hidden_states)
+        hidden_states, weights = self.self_attn(hidden_states=hidden_states, **attn_kwargs)
+        hidden_states = self.post_attention_layernorm(hidden_states)
+        fused = fused_add_norm(pre_ff, hidden_states, residual)
+        if fused:
+            residual, hidden_states = fused
+        else:
+            if fused is False:  # the registry declined the add + norm of this shape: the layer's own code next time
+                declines.remember(self, OP, residual)
+            residual = residual + hidden_states
+            hidden_states = pre_ff(residual)
+        hidden_states = self.mlp(hidden_states)
+        hidden_states = self.post_feedforward_layernorm(hidden_states)
+        out = _add_handing_off(self, hidden_states, residual)
+        if tuple_out:
+            return (out, weights) if attn_kwargs.get("output_attentions") else (out,)
+        return out
+
+    return forward_accel
 
 
 def link_layers(model: nn.Module, is_known) -> None:

@@ -25,11 +25,11 @@ ROLES = tuple(OPS)
 TESTED = ("4.57.6", "5.17.0", "5.25.0")
 
 
-def _decoder(prefix: str, family: str, norm: str = "llama", mlp: str = "split",
+def _decoder(prefix: str, family: str, norm: str = "llama", mlp: str = "split", layer: str | None = None,
              lm: str | None = None) -> tuple[str, dict[str, tuple[str, str | None]]]:
     module = f"transformers.models.{family}.modeling_{family}"
     return module, {f"{prefix}RMSNorm": ("rms_norm", norm), f"{prefix}MLP": ("mlp", mlp),
-                    f"{prefix}Attention": ("attention", None), f"{prefix}DecoderLayer": ("decoder_layer", None),
+                    f"{prefix}Attention": ("attention", None), f"{prefix}DecoderLayer": ("decoder_layer", layer),
                     lm or f"{prefix}ForCausalLM": ("causal_lm", None)}
 
 
@@ -42,8 +42,8 @@ FAMILIES: dict[str, tuple[str, dict[str, tuple[str, str | None]]]] = {
     "qwen2": _decoder("Qwen2", "qwen2"),
     "qwen3": _decoder("Qwen3", "qwen3"),
     "gemma": _decoder("Gemma", "gemma", norm="gemma", mlp="geglu"),
-    "gemma2": _decoder("Gemma2", "gemma2", norm="gemma", mlp="geglu"),
-    "gemma3": _decoder("Gemma3", "gemma3", norm="gemma", mlp="geglu"),
+    "gemma2": _decoder("Gemma2", "gemma2", norm="gemma", mlp="geglu", layer="sandwich"),
+    "gemma3": _decoder("Gemma3", "gemma3", norm="gemma", mlp="geglu", layer="sandwich"),
     "phi3": _decoder("Phi3", "phi3", mlp="fused"),
     "gpt2": ("transformers.models.gpt2.modeling_gpt2", {"GPT2LMHeadModel": ("causal_lm", None)}),
     "bert": ("transformers.models.bert.modeling_bert", {}),
@@ -52,14 +52,12 @@ FAMILIES: dict[str, tuple[str, dict[str, tuple[str, str | None]]]] = {
 
 #: The roles each family gets on every tested release (with the configs of :data:`TINY`): a role of this set that
 #: a class loses (its verification fails) is said once as an ``IntegrationWarning``; the others are only listed
-#: by :func:`report` (Gemma 2/3 and Phi-3 layers are not Llama's; Gemma's MLP is GeGLU, ``accel::geglu``; Gemma 2's
-#: capped logits are the loss op's softcap).
+#: by :func:`report` (Phi-3's layers hold a dropout on each branch; Gemma's MLP is GeGLU, ``accel::geglu``; Gemma 2
+#: and 3 layers are sandwich-norm layers; Gemma 2's capped logits are the loss op's softcap).
 EXPECTED: dict[str, frozenset[str]] = {
     **{f: frozenset(ROLES) for f in ("llama", "mistral", "qwen2", "qwen3")},
     "phi3": frozenset({"rms_norm", "mlp", "attention", "causal_lm"}),
-    "gemma": frozenset(ROLES),
-    "gemma2": frozenset({"rms_norm", "mlp", "attention", "causal_lm"}),
-    "gemma3": frozenset({"rms_norm", "mlp", "attention", "causal_lm"}),
+    **{f: frozenset(ROLES) for f in ("gemma", "gemma2", "gemma3")},
     "gpt2": frozenset({"causal_lm"}), "bert": frozenset(), "t5": frozenset({"rms_norm"}),
 }
 
