@@ -67,3 +67,23 @@ def test_checkpointed_patched_model_gives_the_unpatched_gradients(family, reentr
         torch.testing.assert_close(grads[name], want_grads[name], rtol=1e-4, atol=1e-6, msg=name)
     assert len(HANDOFFS) == 0
     assert sum(o.routed for o in ak.overrides() if o.name in cpu_kernels.values()) > 0  # accel's ops ran
+
+
+def test_phi3_layers_with_dropout_draw_what_the_model_draws(cpu_kernels):
+    """Phi-3's residual and attention dropouts on (p = 0.1, training): the patched layer calls the dropouts where
+    the model does, so one seed gives the unpatched model's loss and gradients, with the fused adds routed."""
+    config = transformers.Phi3Config(**_DECODER, pad_token_id=0, resid_pdrop=0.1, attention_dropout=0.1)
+    torch.manual_seed(0)
+    ref = transformers.Phi3ForCausalLM(config).train()
+    model = hf.patch(copy.deepcopy(ref))
+    assert hf.report(model).replaced["Phi3DecoderLayer"]["op"] == "accel::add_rms_norm_hf"
+    ids = torch.randint(1, V, (2, 12), generator=torch.Generator().manual_seed(1))
+    torch.manual_seed(3)
+    want, want_grads = _loss_and_grads(ref, ids, ids)
+    torch.manual_seed(3)
+    got, grads = _loss_and_grads(model, ids, ids)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    for name in want_grads:
+        torch.testing.assert_close(grads[name], want_grads[name], rtol=1e-4, atol=1e-6, msg=name)
+    (add,) = [o for o in ak.overrides() if o.name == cpu_kernels["accel::add_rms_norm_hf"]]
+    assert add.routed > 0

@@ -73,7 +73,7 @@ def _configs() -> dict:
 EXPECTED = {
     "llama": ("Llama", "swiglu", True, True), "mistral": ("Mistral", "swiglu", True, True),
     "qwen2": ("Qwen2", "swiglu", True, True), "qwen3": ("Qwen3", "swiglu", True, True),
-    "phi3": ("Phi3", "swiglu", True, False), "gemma": ("Gemma", "geglu", True, True),
+    "phi3": ("Phi3", "swiglu", True, True), "gemma": ("Gemma", "geglu", True, True),
     "gemma2": ("Gemma2", "geglu", True, True), "gemma3": ("Gemma3", "geglu", True, True),
 }
 #: Why a decoder layer whose residual adds accel does not fuse is left (Phi-3's dropout on each branch).

@@ -3,7 +3,9 @@ Qwen2/3, Gemma) whose residual adds run inside the RMSNorm that reads each sum (
 post-attention norm, and the next layer's input norm (or the model's final norm) through a hand-off
 (:class:`.handoff.Handoffs`). Variant ``"sandwich"`` (Gemma 2 and 3: a norm before and after each branch,
 ``h = x + norm2(attn(norm1(x))); out = h + norm4(mlp(norm3(h)))``): the first add runs inside the
-pre-feed-forward norm, the second inside the next layer's input norm.
+pre-feed-forward norm, the second inside the next layer's input norm. Variant ``"dropout"`` (Phi-3: each
+branch's output through a residual dropout before its add): the pre-norm layer's fusions, the dropouts called
+where the model calls them.
 
 The layer's attention gets every argument of the layer's own call by name, defaults filled in, as Llama's code
 passes them (whatever the release calls the cache: ``past_key_values`` or ``cache``); whether that computes what
@@ -32,18 +34,19 @@ __all__ = ["OP", "build", "instance_reason", "link_layers"]
 OP = "accel::add_rms_norm_hf"
 #: The submodules of a pre-norm layer, and nothing else.
 _CHILDREN = frozenset({"self_attn", "mlp", "input_layernorm", "post_attention_layernorm"})
-#: ... and of a sandwich-norm layer (Gemma 2 and 3).
+#: ... of a sandwich-norm layer (Gemma 2 and 3), and of a pre-norm layer with a dropout on each branch (Phi-3).
 _SANDWICH = _CHILDREN | {"pre_feedforward_layernorm", "post_feedforward_layernorm"}
+_DROPOUT = _CHILDREN | {"resid_attn_dropout", "resid_mlp_dropout"}
+_LAYOUTS = {None: _CHILDREN, "sandwich": _SANDWICH, "dropout": _DROPOUT}
 
 
 def instance_reason(module: nn.Module) -> str | None:
     """Why this layer is not replaced although its class is verified, or ``None``."""
     k = known(original(type(module)))
-    children = _SANDWICH if k is not None and k[2] == "sandwich" else _CHILDREN
+    children = _LAYOUTS.get(k[2] if k is not None else None, _CHILDREN)
     extra = sorted(set(module._modules) - children)
     if extra or not children <= set(module._modules):
-        kind = "a sandwich-norm" if children is _SANDWICH else "a pre-norm"
-        return (f"its modules are not {kind} layer's ({', '.join(sorted(children))}): it holds "
+        return (f"its modules are not a pre-norm layer's ({', '.join(sorted(children))}): it holds "
                 f"{', '.join(extra) or 'fewer'}")
     return instance_forward(module)
 
@@ -54,7 +57,7 @@ def build(cls: type, variant: str | None) -> tuple[type | None, str | None]:
     forward = getattr(cls, "forward", None)
     inner = innermost(forward)
     code = getattr(inner, "__code__", None)
-    children = _SANDWICH if variant == "sandwich" else _CHILDREN
+    children = _LAYOUTS.get(variant, _CHILDREN)
     if code is None or not children <= set(code.co_names):
         return None, "its forward does not call the layer's modules (" + ", ".join(sorted(children)) + ")"
     params = list(inspect.signature(inner).parameters.values())
@@ -65,50 +68,33 @@ def build(cls: type, variant: str | None) -> tuple[type | None, str | None]:
     defaults = {p.name: p.default for p in params[2:]
                 if p.kind is not inspect.Parameter.VAR_KEYWORD and p.default is not inspect.Parameter.empty}
 
-    def forward_accel(self, hidden_states, *args, **kwargs):
-        post = self._modules.get("post_attention_layernorm")
-        if args or type(hidden_states) is not torch.Tensor:
-            return forward(self, hidden_states, *args, **kwargs)
-        if (declines.declined(self, OP, hidden_states)  # the adds' kernel declined this shape before
-                or torch.compiler.is_compiling() or transforms_active() or outer_saved_tensor_hooks()
-                or not plain(post)):
-            return forward(self, hidden_states, *args, **kwargs)
-        residual = hidden_states
-        hidden_states = self.input_layernorm(hidden_states)
-        hidden_states, _ = self.self_attn(hidden_states=hidden_states, **{**defaults, **kwargs})
-        fused = fused_add_norm(post, hidden_states, residual)
-        if fused:
-            residual, hidden_states = fused
-        else:
-            if fused is False:  # the registry declined the add + norm of this shape: the layer's own code next time
-                declines.remember(self, OP, residual)
-            residual = residual + hidden_states
-            hidden_states = post(residual)
-        hidden_states = self.mlp(hidden_states)
-        return _add_handing_off(self, hidden_states, residual)
-
-    if variant == "sandwich":
-        forward_accel = _sandwich(forward, defaults, {p.name for p in params})
+    forward_accel = _layer_forward(forward, defaults, {p.name for p in params}, variant)
     forward_accel.__doc__ = forward.__doc__
     forward_accel.__signature__ = inspect.signature(forward)  # what transformers' callers read, not (*args)
     forward_accel.__qualname__ = f"Accel{cls.__name__}.forward"
     return subclass(cls, "decoder_layer", {"forward": forward_accel}), None
 
 
-def _sandwich(forward: Any, defaults: dict[str, Any], names: set[str]) -> Any:
-    """The sandwich-norm layer's forward (Gemma 2 and 3). transformers 4.x's layers also take
+def _layer_forward(forward: Any, defaults: dict[str, Any], names: set[str], variant: str | None) -> Any:
+    """The layer's forward on accel's fused adds, for its layout: ``None`` (pre-norm: the attention's add inside
+    ``post_attention_layernorm``), ``"sandwich"`` (Gemma 2/3: each branch's output normed first, the attention's
+    add inside ``pre_feedforward_layernorm``) or ``"dropout"`` (Phi-3: each branch's output through its residual
+    dropout first, the same modules called in the same order, so the same random draws). The MLP's add goes to
+    the next layer's input norm (:func:`_add_handing_off`). transformers 4.x's sandwich layers also take
     ``output_attentions`` and return a tuple, and 4.x's Gemma 3 layer picks its RoPE tables by the attention's
     kind (``position_embeddings_global`` / ``_local``): both are followed where the signature has them."""
     tuple_out = "output_attentions" in names
     local_global = {"position_embeddings_global", "position_embeddings_local"} <= names
+    sandwich, dropout = variant == "sandwich", variant == "dropout"
+    norm_name = "pre_feedforward_layernorm" if sandwich else "post_attention_layernorm"
 
     def forward_accel(self, hidden_states, *args, **kwargs):
-        pre_ff = self._modules.get("pre_feedforward_layernorm")
+        norm = self._modules.get(norm_name)
         if args or type(hidden_states) is not torch.Tensor:
             return forward(self, hidden_states, *args, **kwargs)
         if (declines.declined(self, OP, hidden_states)  # the adds' kernel declined this shape before
                 or torch.compiler.is_compiling() or transforms_active() or outer_saved_tensor_hooks()
-                or not plain(pre_ff)):
+                or not plain(norm)):
             return forward(self, hidden_states, *args, **kwargs)
         attn_kwargs = {**defaults, **kwargs}
         if local_global:
@@ -118,17 +104,23 @@ def _sandwich(forward: Any, defaults: dict[str, Any], names: set[str]) -> Any:
         residual = hidden_states
         hidden_states = self.input_layernorm(hidden_states)
         hidden_states, weights = self.self_attn(hidden_states=hidden_states, **attn_kwargs)
-        hidden_states = self.post_attention_layernorm(hidden_states)
-        fused = fused_add_norm(pre_ff, hidden_states, residual)
+        if sandwich:
+            hidden_states = self.post_attention_layernorm(hidden_states)
+        elif dropout:
+            hidden_states = self.resid_attn_dropout(hidden_states)
+        fused = fused_add_norm(norm, hidden_states, residual)
         if fused:
             residual, hidden_states = fused
         else:
             if fused is False:  # the registry declined the add + norm of this shape: the layer's own code next time
                 declines.remember(self, OP, residual)
             residual = residual + hidden_states
-            hidden_states = pre_ff(residual)
+            hidden_states = norm(residual)
         hidden_states = self.mlp(hidden_states)
-        hidden_states = self.post_feedforward_layernorm(hidden_states)
+        if sandwich:
+            hidden_states = self.post_feedforward_layernorm(hidden_states)
+        elif dropout:
+            hidden_states = self.resid_mlp_dropout(hidden_states)
         out = _add_handing_off(self, hidden_states, residual)
         if tuple_out:
             return (out, weights) if attn_kwargs.get("output_attentions") else (out,)
