@@ -8,7 +8,13 @@ Models (bf16 on a GPU; ``--quick``: tiny versions in fp32 on whatever device the
 - ``vit_b16``: timm ``vit_base_patch16_224``, batch 256, 1000 classes;
 - ``gpt2``: Hugging Face ``GPT2LMHeadModel``, d 1536, 12 layers, 12 heads, vocab 50257, 8 x 1024 tokens;
 - ``qwen3``: Hugging Face ``Qwen3ForCausalLM``, Qwen3-0.6B-style (d 1024, 12 layers, 16/8 heads of 128,
-  MLP 3072, vocab 151936, tied embeddings), 4 x 2048 tokens.
+  MLP 3072, vocab 151936, tied embeddings), 4 x 2048 tokens;
+- ``gemma2``, ``gemma3``, ``phi3``: Gemma-2-2B, Gemma-3-1B and Phi-3-mini shapes with 8 layers, 4 x 2048 tokens
+  (:mod:`hf_families`: Gemma 2 with its attention softcapping, eager attention, in every mode).
+
+Every line of a causal LM also carries its MFU: the step's model FLOPs (:func:`hf_families.train_flops`) over
+its time and the GPU's datasheet bf16 dense peak (``mfu``), and the same FLOP rate over a bf16 GEMM's measured
+in the same process (``pct_gemm``).
 
 Modes:
 
@@ -68,7 +74,7 @@ from typing import Any
 # module here named like a distribution would shadow it: ``kernels``, which transformers 5.25+ imports)
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != os.path.dirname(os.path.abspath(__file__))]
 
-MODELS = ("hf_llama", "titan_llama", "vit_b16", "gpt2", "qwen3")
+MODELS = ("hf_llama", "titan_llama", "vit_b16", "gpt2", "qwen3", "gemma2", "gemma3", "phi3")
 MODES = ("eager", "accel", "liger", "compile", "accel_compile")
 #: What ``accel.integrations.transformers.patch`` may replace (its keyword arguments), all by default.
 PATCH_ROLES = ("norms", "mlp", "rope", "loss")
@@ -77,7 +83,17 @@ PIPELINED_MIN_STEPS = 10
 OPTIMIZERS = ("adamw", "sgd")
 #: Liger-Kernel's patch function per model (``None``: Liger has none).
 LIGER = {"hf_llama": "apply_liger_kernel_to_llama", "qwen3": "apply_liger_kernel_to_qwen3", "titan_llama": None,
-         "vit_b16": None, "gpt2": None}
+         "vit_b16": None, "gpt2": None, "gemma2": "apply_liger_kernel_to_gemma2",
+         "gemma3": "apply_liger_kernel_to_gemma3_text", "phi3": "apply_liger_kernel_to_phi3"}
+
+
+def _families():
+    """:mod:`hf_families`, loaded from this file's folder (which this script keeps off ``sys.path``)."""
+    spec = importlib.util.spec_from_file_location("hf_families", os.path.join(os.path.dirname(
+        os.path.abspath(__file__)), "hf_families.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 @dataclass
@@ -91,11 +107,11 @@ class Bench:
 
 
 # ------------------------------------------------------------------------------------------------ models
-def _hf_causal_lm(cls_name: str, config: Any, batch: int, seq: int, device, dtype) -> Bench:
+def _hf_causal_lm(cls_name: str, config: Any, batch: int, seq: int, device, dtype, attn: str = "sdpa") -> Bench:
     import torch
     import transformers
 
-    config._attn_implementation = "sdpa"
+    config._attn_implementation = attn
     model = getattr(transformers, cls_name)(config).to(device=device, dtype=dtype)
     g = torch.Generator().manual_seed(1)
     ids = torch.randint(0, config.vocab_size, (batch, seq), generator=g).to(device)
@@ -234,10 +250,17 @@ def build_titan_llama(quick: bool, device, dtype) -> Bench:
     return Bench(model, {"ids": ids}, loss, hf=False)
 
 
+def _family_builder(family: str) -> Callable[..., Bench]:
+    def build(quick: bool, device, dtype) -> Bench:
+        return _families().build(family, quick, device, dtype, _hf_causal_lm)
+    return build
+
+
 BUILDERS = {"hf_llama": build_hf_llama, "titan_llama": build_titan_llama, "vit_b16": build_vit_b16,
-            "gpt2": build_gpt2, "qwen3": build_qwen3}
+            "gpt2": build_gpt2, "qwen3": build_qwen3,
+            **{f: _family_builder(f) for f in ("gemma2", "gemma3", "phi3")}}
 NEEDS = {"hf_llama": "transformers", "qwen3": "transformers", "gpt2": "transformers", "vit_b16": "timm",
-         "titan_llama": None}
+         "titan_llama": None, "gemma2": "transformers", "gemma3": "transformers", "phi3": "transformers"}
 
 
 # ------------------------------------------------------------------------------------------- one run
@@ -293,6 +316,25 @@ def profile_steps(step: Callable[[], Any], steps: int, device) -> dict[str, Any]
             "launches": round(sum(v[1] for v in per_name.values()), 1),
             "families_ms": {f: round(v, 3) for f, v in sorted(families.items(), key=lambda kv: -kv[1])},
             "top": [[name[:120], round(ms, 3), round(calls, 2)] for name, (ms, calls) in top]}
+
+
+def _utilisation(bench: Bench, ms: float, device, dtype) -> dict[str, Any]:
+    """``flops`` (model FLOPs per step), ``mfu`` (their rate over the GPU's datasheet bf16 peak) and ``pct_gemm``
+    (over a bf16 GEMM's rate measured now, ``gemm_tflops``), each ``None`` where it cannot be had."""
+    import torch
+
+    families = _families()
+    ids = bench.batch["ids"]
+    flops = families.train_flops(bench.model, ids.numel(), ids.shape[-1])
+    if flops is None:
+        return {}
+    rate = flops / (ms * 1e-3) / 1e12
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else ""
+    peak = families.peak_tflops(name)
+    gemm = families.gemm_tflops(device, dtype)
+    return {"flops": flops, "tflops": round(rate, 1), "mfu": None if peak is None else round(rate / peak, 4),
+            "gemm_tflops": None if gemm is None else round(gemm, 1),
+            "pct_gemm": None if gemm is None else round(100 * rate / gemm, 1)}
 
 
 def run_one(model_name: str, mode: str, *, quick: bool, steps: int, warmup: int, device_spec: str | None,
@@ -417,6 +459,8 @@ def run_one(model_name: str, mode: str, *, quick: bool, steps: int, warmup: int,
               "peak_gib": None if peak is None else round(peak, 3), "loss": values[0], "losses": values,
               "steps": steps, "warmup": warmup, "curve_steps": len(values), "ms_all": [round(t, 3) for t in times],
               **host_times(phases), **(pipelined or {})}
+    if bench.hf and "ids" in bench.batch:
+        result.update(_utilisation(bench, ms, device, dtype))
     if patch_report is not None:
         result["patch"] = patch_report
     if mode in ("accel", "accel_compile"):

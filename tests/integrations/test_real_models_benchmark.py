@@ -76,3 +76,39 @@ def test_the_sgd_optimizer_steps_the_same_first_loss_to_another_curve_and_is_kep
     out = tmp_path / "r.jsonl"
     out.write_text("".join(json.dumps(r) + "\n" for r in runs.values()))
     assert len(rm.load_results(out)) == 2
+
+
+@needs
+def test_gemma_and_phi3_families_run_with_every_role_and_report_their_flops():
+    """The families added for the model-families table: patched with all five roles, the CPU run is the model's own
+    code bit for bit (no kernel), and each line carries the step's model FLOPs (no MFU without a GPU's peak)."""
+    rm = _module()
+    for family in ("gemma2", "gemma3", "phi3"):
+        eager = rm.run_one(family, "eager", quick=True, steps=1, warmup=0, device_spec="cpu", eager_ms=None,
+                           curve_steps=2)
+        accel = rm.run_one(family, "accel", quick=True, steps=1, warmup=0, device_spec="cpu", eager_ms=eager["ms"],
+                           curve_steps=2)
+        assert "error" not in accel and accel["losses"] == eager["losses"], family
+        assert len(accel["patch"]["replaced"]) == 5 and not accel["patch"]["left"], (family, accel["patch"])
+        assert accel["flops"] == eager["flops"] > 0 and accel["mfu"] is None and accel["pct_gemm"] is None
+
+
+@needs
+def test_train_flops_counts_the_linear_weights_and_causal_attention():
+    """HF Llama at the benchmark's shapes, built on the meta device: 6 x tokens x the linear weights, plus
+    12 x layers x heads x head_dim x tokens x seq / 2 for the causal attention (about 23.4 TFLOP per step)."""
+    import torch
+    import transformers
+
+    rm = _module()
+    families = rm._families()
+    cfg = transformers.LlamaConfig(hidden_size=2048, intermediate_size=5632, num_hidden_layers=8,
+                                   num_attention_heads=16, num_key_value_heads=8, vocab_size=32000)
+    with torch.device("meta"):
+        model = transformers.LlamaForCausalLM(cfg)
+    per_layer = 2048 * 2048 * 2 + 2048 * 1024 * 2 + 3 * 2048 * 5632
+    linear = 8 * per_layer + 2048 * 32000
+    want = 6 * 8192 * linear + 12 * 8 * 16 * 128 * 8192 * 2048 / 2
+    assert families.train_flops(model, 8192, 2048) == want
+    assert 2.3e13 < want < 2.4e13
+    assert families.peak_tflops("NVIDIA H100 80GB HBM3") == 989.0 and families.peak_tflops("cpu") is None
