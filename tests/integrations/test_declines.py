@@ -119,3 +119,33 @@ def test_a_model_with_kept_declines_deep_copies_and_saves(declining, tmp_path):
     assert not vars(loaded.model.layers[0])[declines.ATTR]
     assert all(torch.equal(a, b) for a, b in zip(_decode_steps(loaded), _decode_steps(model)))
     assert vars(layer)[declines.ATTR]  # the original keeps its own
+
+
+def test_eval_loss_fuses_the_loss_under_no_grad_only_when_asked(cpu_kernels):
+    """``patch(eval_loss=True)``: an evaluation call with labels under no_grad takes the fused loss (logits None
+    unless asked for), equal to the model's own; without it (the default), the model's own code and logits run, as
+    Trainer.evaluate's compute_metrics needs; a second patch with eval_loss=False turns it off; unpatch forgets."""
+    import accel.kernels as ak
+
+    ref = _llama()
+    model = hf.patch(copy.deepcopy(ref))
+    ids = torch.randint(1, V, (2, 12), generator=torch.Generator().manual_seed(5))
+    def routed():  # (overrides() gives snapshots)
+        return next(o.routed for o in ak.overrides() if o.name == cpu_kernels["accel::linear_cross_entropy"])
+
+    with torch.no_grad():
+        want = ref(input_ids=ids, labels=ids)
+        before = routed()
+        plain = model(input_ids=ids, labels=ids)
+        assert routed() == before and torch.equal(plain.logits, want.logits)
+        hf.patch(model, eval_loss=True)
+        fused = model(input_ids=ids, labels=ids)
+        assert routed() > before and fused.logits is None
+        torch.testing.assert_close(fused.loss, want.loss, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(model(input_ids=ids, labels=ids, return_logits=True).logits, want.logits,
+                                   rtol=1e-5, atol=1e-5)
+        hf.patch(model, eval_loss=False)
+        assert model(input_ids=ids, labels=ids).logits is not None
+        hf.patch(model, eval_loss=True)
+        hf.unpatch(model)
+        assert "accel_eval_loss" not in vars(model)

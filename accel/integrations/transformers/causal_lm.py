@@ -112,7 +112,9 @@ def build(cls: type, variant: str | None) -> tuple[type | None, str | None]:
     def centre(self, *args, **kwargs):
         # under no_grad (evaluation: Trainer.evaluate's compute_metrics reads the logits) the model's own code runs
         return_logits = kwargs.pop("return_logits", False)
-        if not torch.is_grad_enabled() or (kwargs.get("labels") is None and len(args) <= labels_at):
+        # without grad, only where patch(eval_loss=True) said the caller reads the loss alone
+        fuse = torch.is_grad_enabled() or self.__dict__.get("accel_eval_loss", False)
+        if not fuse or (kwargs.get("labels") is None and len(args) <= labels_at):
             return inner(self, *args, **kwargs)  # no loss to fuse: a generation or evaluation step, unbound
         try:
             bound = sig.bind(self, *args, **kwargs)
@@ -124,7 +126,7 @@ def build(cls: type, variant: str | None) -> tuple[type | None, str | None]:
         head = self.lm_head
         keep = a.get("logits_to_keep", 0)
         cap = _softcap(self.config)
-        if (labels is None or not torch.is_grad_enabled() or isinstance(cap, str) or not isinstance(keep, int)
+        if (labels is None or isinstance(cap, str) or not isinstance(keep, int)
                 or keep != 0 or self.loss_function is not own_loss or _steps_aside(head)):
             return inner(self, *args, **kwargs)  # the class's own forward, unchanged (logits as always)
         base_args = {k: v for k, v in a.items() if k not in ("self", "return_dict", *_ARGS)}
@@ -157,8 +159,9 @@ def build(cls: type, variant: str | None) -> tuple[type | None, str | None]:
     except RewrapError as exc:
         return None, f"its forward's decorators cannot be kept around accel's loss ({exc})"
     forward_accel.__doc__ = (f"{cls.__name__}.forward, with the loss from accel's chunked linear cross-entropy "
-                             f"when labels are given and an accel kernel takes it: logits are then None unless "
-                             f"return_logits=True. Elsewhere the model's own logits and loss_function. In "
+                             f"when labels are given with grad on (or under no_grad after patch(eval_loss=True)) "
+                             f"and an accel kernel takes it: logits are then None unless return_logits=True. "
+                             f"Elsewhere the model's own logits and loss_function. In "
                              f"training mode with labels and no cache passed, no KV cache is built (nor "
                              f"returned) unless use_cache=True is passed.")
     return subclass(cls, "causal_lm", {"forward": forward_accel}), None

@@ -18,7 +18,7 @@ __all__ = ["patch", "unpatch"]
 
 def patch(model: nn.Module, *, norms: bool = True, mlp: bool = True, rope: bool = True, loss: bool = True,
           loss_options: Any = None, mlp_recompute: bool | None = None,
-          norm_recompute: bool | None = None) -> nn.Module:
+          norm_recompute: bool | None = None, eval_loss: bool | None = None) -> nn.Module:
     """Make ``model``'s known modules use accel's ops, in place; returns ``model``.
 
     Each module accel covers and verifies (module docstring) gets an accel subclass of its own class as
@@ -26,8 +26,8 @@ def patch(model: nn.Module, *, norms: bool = True, mlp: bool = True, rope: bool 
     (on CPU and without kernels bit for bit: the ops' references are the modules' own arithmetic). A
     model of a family accel does not know is returned as it is; :func:`report` says what was replaced,
     what already routes (``nn.LayerNorm``) and what was left and why. Patching twice replaces nothing more;
-    a second call's ``loss_options``, ``mlp_recompute`` and ``norm_recompute``, where given, replace the
-    first's (:func:`unpatch` undoes the replacements).
+    a second call's ``loss_options``, ``mlp_recompute``, ``norm_recompute`` and ``eval_loss``, where given,
+    replace the first's (:func:`unpatch` undoes the replacements).
 
     Args:
         model: an ``nn.Module`` (a Hugging Face model, or any module holding some).
@@ -87,6 +87,12 @@ def patch(model: nn.Module, *, norms: bool = True, mlp: bool = True, rope: bool 
             is invisible: pass ``False`` there); under other saved-tensor hooks (non-reentrant activation
             checkpointing, offloading) nothing is recomputed and the MLP runs as modules. ``False``: the outputs are kept, as the model's code
             does. ``None`` on a model patched before: keep its setting.
+        eval_loss: ``True``: a call with ``labels`` under ``no_grad`` (an evaluation loop that reads the loss
+            alone) also takes the fused loss, its ``logits`` ``None`` unless the call passes
+            ``return_logits=True``; no ``[tokens, vocab]`` logits nor their fp32 copy are made. ``False`` (what
+            ``None`` means on a first patch): such calls run the model's own code and return its logits, as
+            ``Trainer.evaluate``'s ``compute_metrics`` needs them. ``None`` on a model patched before: keep
+            its setting.
 
     Returns:
         ``model`` itself.
@@ -110,8 +116,8 @@ def patch(model: nn.Module, *, norms: bool = True, mlp: bool = True, rope: bool 
             k = known(cls)
             if k is None and original(cls) is not cls:  # patched before: only the options apply
                 orig = known(original(cls))
-                if loss_options is not None and orig is not None and orig[1] == "causal_lm":
-                    module.accel_loss_options = loss_options
+                if orig is not None and orig[1] == "causal_lm":
+                    _causal_lm_options(module, loss_options, eval_loss)
                 if orig is not None and orig[1] in _FLAGS:
                     _set_flag(module, _FLAGS[orig[1]], flags[orig[1]])
                 continue
@@ -123,12 +129,20 @@ def patch(model: nn.Module, *, norms: bool = True, mlp: bool = True, rope: bool 
                 module.__class__ = accel_cls
                 if role == "attention" and one_node(cls, cfgs.get(family)):
                     vars(module)["accel_one_node"] = True
-                if role == "causal_lm" and loss_options is not None:
-                    module.accel_loss_options = loss_options
+                if role == "causal_lm":
+                    _causal_lm_options(module, loss_options, eval_loss)
                 if role in _FLAGS:
                     _set_flag(module, _FLAGS[role], flags[role])
         link_layers(model, lambda m: family_of(original(type(m))) is not None)
     return model
+
+
+def _causal_lm_options(module: nn.Module, loss_options: Any, eval_loss: bool | None) -> None:
+    """Record ``patch``'s loss options on a replaced causal LM (``None``: keep what it has)."""
+    if loss_options is not None:
+        module.accel_loss_options = loss_options
+    if eval_loss is not None:
+        vars(module)["accel_eval_loss"] = bool(eval_loss)
 
 
 #: The per-module switch of patch's recompute options, by role: the attribute the module's forward reads.
@@ -158,6 +172,7 @@ def unpatch(model: nn.Module) -> nn.Module:
             if orig is not type(module):
                 module.__class__ = orig
                 vars(module).pop("accel_loss_options", None)
+                vars(module).pop("accel_eval_loss", None)
                 vars(module).pop("accel_next_norm", None)
                 vars(module).pop("accel_one_node", None)
                 for attr in _FLAGS.values():
