@@ -12,7 +12,7 @@ ones at a backend's dispatch key (the op family of this folder). Autograd saves 
 
 from __future__ import annotations
 
-import torch
+from accel.kernels.ops.swiglu.op import gated_ops
 
 from . import BWD_OP, FWD_OP, reference
 
@@ -21,46 +21,6 @@ __all__ = ["BACKWARD", "FORWARD", "geglu", "geglu_backward"]
 FORWARD, BACKWARD = FWD_OP, BWD_OP
 
 
-@torch.library.custom_op(FORWARD, mutates_args=())
-def geglu(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """``gelu_tanh(a) * b`` (:func:`.reference.geglu`): ``a``, ``b`` of one shape, dtype and device."""
-    reference.check(a, b)
-    return reference.geglu(a, b)
-
-
-@geglu.register_fake
-def _(a, b):
-    reference.check(a, b)
-    return torch.empty_like(a)
-
-
-@torch.library.custom_op(BACKWARD, mutates_args=())
-def geglu_backward(grad_out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(grad_a, grad_b)`` of :func:`geglu` (:func:`.reference.geglu_backward`)."""
-    reference.check(a, b, BACKWARD)
-    reference.check(grad_out, a, BACKWARD)
-    return reference.geglu_backward(grad_out, a, b)
-
-
-@geglu_backward.register_fake
-def _(grad_out, a, b):
-    reference.check(a, b, BACKWARD)
-    reference.check(grad_out, a, BACKWARD)
-    return torch.empty_like(a), torch.empty_like(b)
-
-
-def _setup_context(ctx, inputs, output):
-    a, b = inputs
-    ctx.save_for_backward(a, b)
-
-
-def _backward(ctx, grad_out):
-    a, b = ctx.saved_tensors
-    need_a, need_b = ctx.needs_input_grad
-    if not (need_a or need_b):
-        return None, None
-    grad_a, grad_b = torch.ops.accel.geglu_backward(grad_out, a, b)
-    return (grad_a if need_a else None), (grad_b if need_b else None)
-
-
-geglu.register_autograd(_backward, setup_context=_setup_context)
+#: ``gelu_tanh(a) * b`` (:func:`.reference.geglu`) and its gradients (:func:`.reference.geglu_backward`): ``a``,
+#: ``b`` of one shape, dtype and device.
+geglu, geglu_backward = gated_ops(FORWARD, BACKWARD, reference)

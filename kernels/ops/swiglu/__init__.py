@@ -20,6 +20,8 @@ from accel.kernels.core.spec import OpFamily
 from . import reference
 
 FWD_OP = "accel::swiglu"
+#: The Triton kernels' ``ACT`` constexpr: the gate's activation (SiLU here; GELU-tanh for :mod:`..geglu`).
+SILU, GELU_TANH = 0, 1
 BWD_OP = "accel::swiglu_backward"
 
 #: The family (registered for NVIDIA: the kernels are measured there first; the reference is the fallback

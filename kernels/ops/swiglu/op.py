@@ -15,6 +15,7 @@ that variant. Autograd saves ``a`` and ``b``
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 import torch
 
@@ -24,55 +25,60 @@ from accel.kernels.core.state import STATE
 
 from . import reference
 
-__all__ = ["BACKWARD", "FORWARD", "WITH_PRODUCT", "backward_with_product", "swiglu", "swiglu_backward"]
+__all__ = ["BACKWARD", "FORWARD", "WITH_PRODUCT", "backward_with_product", "gated_ops", "swiglu", "swiglu_backward"]
 
 FORWARD = "accel::swiglu"
 BACKWARD = "accel::swiglu_backward"
 
 
-@torch.library.custom_op(FORWARD, mutates_args=())
-def swiglu(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """``silu(a) * b`` (:func:`.reference.swiglu`): ``a``, ``b`` of one shape, dtype and device."""
-    reference.check(a, b)
-    return reference.swiglu(a, b)
+def gated_ops(forward: str, backward: str, ref: Any) -> tuple[Any, Any]:
+    """Define the custom ops of one gated activation, ``forward(a, b) -> y`` and ``backward(grad_out, a, b) ->
+    (grad_a, grad_b)``, with fake kernels and autograd (``a`` and ``b`` saved): their default kernels are ``ref``'s
+    (a reference module with ``check``, the forward and the backward, named after the ops: ``ref.swiglu``,
+    ``ref.swiglu_backward``). SwiGLU's here; GeGLU's (:mod:`accel.kernels.ops.geglu.op`) the same way."""
+    name = forward.split("::")[1]
+    fwd_ref, bwd_ref = getattr(ref, name), getattr(ref, f"{name}_backward")
+
+    @torch.library.custom_op(forward, mutates_args=())
+    def fwd(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        ref.check(a, b, forward)
+        return fwd_ref(a, b)
+
+    @fwd.register_fake
+    def _(a, b):
+        ref.check(a, b, forward)
+        return torch.empty_like(a)
+
+    @torch.library.custom_op(backward, mutates_args=())
+    def bwd(grad_out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        ref.check(a, b, backward)
+        ref.check(grad_out, a, backward)
+        return bwd_ref(grad_out, a, b)
+
+    @bwd.register_fake
+    def _(grad_out, a, b):
+        ref.check(a, b, backward)
+        ref.check(grad_out, a, backward)
+        return torch.empty_like(a), torch.empty_like(b)
+
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(*inputs)
+
+    def differentiate(ctx, grad_out):
+        a, b = ctx.saved_tensors
+        need_a, need_b = ctx.needs_input_grad
+        if not (need_a or need_b):
+            return None, None
+        grad_a, grad_b = bwd(grad_out, a, b)
+        return (grad_a if need_a else None), (grad_b if need_b else None)
+
+    fwd.register_autograd(differentiate, setup_context=setup_context)
+    return fwd, bwd
 
 
-@swiglu.register_fake
-def _(a, b):
-    reference.check(a, b)
-    return torch.empty_like(a)
-
-
-@torch.library.custom_op(BACKWARD, mutates_args=())
-def swiglu_backward(grad_out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(grad_a, grad_b)`` of :func:`swiglu` (:func:`.reference.swiglu_backward`)."""
-    reference.check(a, b, BACKWARD)
-    reference.check(grad_out, a, BACKWARD)
-    return reference.swiglu_backward(grad_out, a, b)
-
-
-@swiglu_backward.register_fake
-def _(grad_out, a, b):
-    reference.check(a, b, BACKWARD)
-    reference.check(grad_out, a, BACKWARD)
-    return torch.empty_like(a), torch.empty_like(b)
-
-
-def _setup_context(ctx, inputs, output):
-    a, b = inputs
-    ctx.save_for_backward(a, b)
-
-
-def _backward(ctx, grad_out):
-    a, b = ctx.saved_tensors
-    need_a, need_b = ctx.needs_input_grad
-    if not (need_a or need_b):
-        return None, None
-    grad_a, grad_b = torch.ops.accel.swiglu_backward(grad_out, a, b)
-    return (grad_a if need_a else None), (grad_b if need_b else None)
-
-
-swiglu.register_autograd(_backward, setup_context=_setup_context)
+#: ``silu(a) * b`` (:func:`.reference.swiglu`) and its gradients (:func:`.reference.swiglu_backward`): ``a``, ``b``
+#: of one shape, dtype and device.
+swiglu, swiglu_backward = gated_ops(FORWARD, BACKWARD, reference)
 
 
 #: An impl of ``accel::swiglu_backward`` -> ``(variant, forward)``: ``variant(grad_out, a, b, consume=False) ->

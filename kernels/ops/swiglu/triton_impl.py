@@ -16,7 +16,7 @@ from accel.kernels.dsl.triton_utils import LaunchPlan, available
 from accel.kernels.ops.conds import tuned_config
 from accel.kernels.tuning import table
 
-from . import FAMILY, op  # op defines accel::swiglu, which registration resolves
+from . import FAMILY, SILU, op  # op defines accel::swiglu, which registration resolves
 from .conditions import make_conds, row_stride
 
 __all__ = ["DSL", "available", "backward", "conds", "forward", "launch", "register", "swiglu", "swiglu_backward",
@@ -27,7 +27,7 @@ DSL = "triton"
 _kernels = lazy_module(__package__ + ".triton_kernel")  # imports the DSL at the first launch
 
 
-def launch(kernel: Any, cfg: Mapping[str, Any], m: int, n: int, strides: Sequence[int], act: int = 0) -> LaunchPlan:
+def launch(kernel: Any, cfg: Mapping[str, Any], m: int, n: int, strides: Sequence[int], act: int = SILU) -> LaunchPlan:
     """The launch of ``kernel`` (``swiglu_fwd`` or ``swiglu_bwd``) over ``m`` rows of ``n`` with tile ``cfg``
     (``block_n``, ``rows``, ``num_warps``) and the tensors' row ``strides``; int64 offsets where an offset
     could reach ``2**31``. ``act``: the gate's activation (``triton_kernel.SILU`` or ``GELU_TANH``)."""
@@ -47,12 +47,16 @@ def swiglu(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return plan_fwd(a, b)(a, b)
 
 
-def plan_fwd(a: torch.Tensor, b: torch.Tensor) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
-    """:func:`swiglu` for every call with these arguments' signature: tile and launch fixed here."""
+def plan_fwd(a: torch.Tensor, b: torch.Tensor, *, family: str = "swiglu",
+             act: int = SILU) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    """:func:`swiglu` for every call with these arguments' signature: tile and launch fixed here. ``family`` and
+    ``act``: another gated activation on the same kernel (GeGLU's: ``"geglu"``, ``GELU_TANH``), its tuning table
+    ``<family>_fwd``."""
     n = a.shape[-1]
     m = a.numel() // n
     y_stride = row_stride(torch.empty_like(a, device="meta"))
-    plan = launch(_kernels().swiglu_fwd, _config("swiglu_fwd", a, m, n), m, n, (row_stride(a), row_stride(b), y_stride))
+    plan = launch(_kernels().swiglu_fwd, _config(f"{family}_fwd", a, m, n), m, n,
+                  (row_stride(a), row_stride(b), y_stride), act)
 
     def run(a, b):
         y = empty_like(a)
@@ -70,17 +74,18 @@ def swiglu_backward(grad_out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) ->
     return plan_bwd(grad_out, a, b)(grad_out, a, b)
 
 
-def plan_bwd(grad_out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *,
-             product: bool = False) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
+def plan_bwd(grad_out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *, product: bool = False,
+             family: str = "swiglu", act: int = SILU) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
     """:func:`swiglu_backward` for every call with these arguments' signature (``product``: the launch of
-    :func:`swiglu_backward_product`; the same tile, from the ``swiglu_bwd`` table entry)."""
+    :func:`swiglu_backward_product`; the same tile, from the ``<family>_bwd`` table entry; ``family``, ``act``
+    as :func:`plan_fwd`'s)."""
     n = a.shape[-1]
     m = a.numel() // n
     da_stride = row_stride(torch.empty_like(a, device="meta"))
     db_stride = row_stride(torch.empty_like(b, device="meta"))
     strides = (row_stride(grad_out), row_stride(a), row_stride(b), da_stride, db_stride)
     kernel = _kernels().swiglu_bwd_product if product else _kernels().swiglu_bwd
-    plan = launch(kernel, _config("swiglu_bwd", a, m, n), m, n, strides)
+    plan = launch(kernel, _config(f"{family}_bwd", a, m, n), m, n, strides, act)
 
     def run(grad_out, a, b, consume=False):
         # consume: the gradients over a and b (contiguous, so laid out as empty_like's), which each program reads

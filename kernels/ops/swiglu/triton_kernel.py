@@ -38,8 +38,8 @@ def _tile(M, N, BLOCK_N: tl.constexpr, ROWS: tl.constexpr, WIDE: tl.constexpr):
     return rows[:, None], cols[None, :], mask
 
 
-#: ``ACT`` values: the gate's activation.
-SILU, GELU_TANH = 0, 1
+from . import GELU_TANH, SILU  # noqa: E402,F401 - the ACT values, re-exported for the impls and the AOT cases
+
 _K: tl.constexpr = tl.constexpr(0.7978845608028654)  # sqrt(2 / pi)
 _C: tl.constexpr = tl.constexpr(0.044715)
 
