@@ -3,7 +3,7 @@
 # wheels (.whl: helion 1.4.0, filecheck, Liger-Kernel, platformdirs; optionally quack + CuTeDSL),
 # then run the stages named on the command line, writing logs and results under $OUT (or ./gpu-out).
 #   stages: facts tests rng host launch graphs example plan kernels tune demo-kernels helion-probe cpp-probe compile quant ops
-#           route lce lce-gap bench models
+#           route lce lce-gap bench models generate
 #           allreduce split-smoke cutedsl-smoke config-probe rms-variants ab
 # Usage (device tool, carry [".whl"]): bash ci/gpu/h200.sh facts tests rng host graphs
 set -u
@@ -149,6 +149,7 @@ print('wide routed', {n: c for n, c in w['counts'].items() if c['routed'] or c['
     route) timeout 120 python3 "$REPO/ci/gpu/route_probe.py" --json "$OUT/route_probe.json" 2>&1 | tail -40 ;;
     lce-gap) timeout 300 python3 "$REPO/ci/gpu/lce_gap.py" 2>&1 | tee "$OUT/lce_gap.txt" | tail -150 ;;
     lce) timeout 300 python3 "$REPO/benchmarks/linear_cross_entropy.py" --out "$OUT" ${ACCEL_GPU_LCE_ARGS:-} 2>&1 | tail -40 ;;  # e.g. ACCEL_GPU_LCE_ARGS="--reps 20"
+    generate) timeout 500 python3 "$REPO/benchmarks/generate.py" --out "$OUT/generate.jsonl" ${ACCEL_GPU_GEN_ARGS:-} 2>&1 | tail -20 ;;  # e.g. ACCEL_GPU_GEN_ARGS="--batches 1"
     bench) mkdir -p "$OUT/bench"; timeout 240 python3 -m accel.cli bench --rounds 5 --out "$OUT/bench" 2>&1 | tail -60 ;;
     models)
       # ACCEL_GPU_MODELS: '|'-separated "models:modes[:more arguments]" runs of benchmarks/real_models.py --all, appended to
