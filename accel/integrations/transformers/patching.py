@@ -11,7 +11,7 @@ from .decoder_layer import link_layers
 from .families import family_of, known, original
 from .guards import dispatch_keys
 from .report import check_module
-from .verify import LOCK, ROLE_MODULES, configs, one_node, verdict
+from .verify import LOCK, ROLE_MODULES, config_keys, configs, one_node, verdict
 
 __all__ = ["patch", "unpatch"]
 
@@ -110,7 +110,7 @@ def patch(model: nn.Module, *, norms: bool = True, mlp: bool = True, rope: bool 
     wanted = {"rms_norm": norms, "mlp": mlp, "attention": rope, "causal_lm": loss, "decoder_layer": norms}
     flags = {"mlp": mlp_recompute, "rms_norm": norm_recompute}
     cfgs = configs(model)
-    with LOCK:
+    with LOCK, config_keys():
         for module in model.modules():
             cls = type(module)
             k = known(cls)

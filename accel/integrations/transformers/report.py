@@ -10,7 +10,7 @@ from torch import nn
 from .families import FAMILIES, ROUTES, family_of, known, original
 from .causal_lm import head_reason
 from .guards import instance_forward
-from .verify import ROLE_MODULES, configs, verdict
+from .verify import ROLE_MODULES, config_keys, configs, verdict
 
 __all__ = ["PatchReport", "check_module", "report"]
 
@@ -85,36 +85,37 @@ def report(model: nn.Module) -> PatchReport:
     routes: dict[str, dict[str, Any]] = {}
     left: dict[str, dict[str, Any]] = {}
     cfgs = configs(model)
-    for module in model.modules():
-        cls = type(module)
-        orig = original(cls)
-        family = family_of(orig)
-        if family is not None and family not in families:
-            families.append(family)
-        if orig is not cls:
-            why = instance_forward(module)
-            head = module._modules.get("lm_head") if cls.accel_role == "causal_lm" else None
-            aside = head_reason(head) if why is None and head is not None else None
-            if aside is not None:
-                why = f"its fused loss steps aside at each call: {aside}"
-            if why is None:
-                entry = replaced.setdefault(orig.__name__, {"op": cls.accel_op, "count": 0})
-            else:
-                entry = left.setdefault(orig.__name__, {"count": 0, "reason": f"replaced, but {why}"})
+    with config_keys():
+        for module in model.modules():
+            cls = type(module)
+            orig = original(cls)
+            family = family_of(orig)
+            if family is not None and family not in families:
+                families.append(family)
+            if orig is not cls:
+                why = instance_forward(module)
+                head = module._modules.get("lm_head") if cls.accel_role == "causal_lm" else None
+                aside = head_reason(head) if why is None and head is not None else None
+                if aside is not None:
+                    why = f"its fused loss steps aside at each call: {aside}"
+                if why is None:
+                    entry = replaced.setdefault(orig.__name__, {"op": cls.accel_op, "count": 0})
+                else:
+                    entry = left.setdefault(orig.__name__, {"count": 0, "reason": f"replaced, but {why}"})
+                entry["count"] += 1
+                continue
+            route = next((op for base, op in ROUTES.items() if isinstance(module, base)), None)
+            if route is not None:
+                entry = routes.setdefault(cls.__name__, {"op": route, "count": 0})
+                entry["count"] += 1
+                continue
+            k = known(cls)
+            if k is None:
+                continue
+            _, role, variant = k
+            accel_cls, why = verdict(cls, role, variant, cfgs.get(family))
+            if accel_cls is not None:
+                why = ROLE_MODULES[role].instance_reason(module) or "not patched"
+            entry = left.setdefault(cls.__name__, {"count": 0, "reason": why})
             entry["count"] += 1
-            continue
-        route = next((op for base, op in ROUTES.items() if isinstance(module, base)), None)
-        if route is not None:
-            entry = routes.setdefault(cls.__name__, {"op": route, "count": 0})
-            entry["count"] += 1
-            continue
-        k = known(cls)
-        if k is None:
-            continue
-        _, role, variant = k
-        accel_cls, why = verdict(cls, role, variant, cfgs.get(family))
-        if accel_cls is not None:
-            why = ROLE_MODULES[role].instance_reason(module) or "not patched"
-        entry = left.setdefault(cls.__name__, {"count": 0, "reason": why})
-        entry["count"] += 1
     return PatchReport(original(type(model)).__name__, families, replaced, routes, left)

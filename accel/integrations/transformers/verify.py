@@ -108,9 +108,34 @@ def built(cls: type, role: str, variant: str | None) -> tuple[type | None, str |
         return found
 
 
+class _Keys(threading.local):
+    memo: dict | None = None
+
+
+_KEYS = _Keys()
+
+
+@contextlib.contextmanager
+def config_keys() -> Any:
+    """Within the block (one :func:`patch` or :func:`report` call, which reads each config as it is), each
+    ``(family, config)``'s kind is worked out once, not once per module (0.6 ms each on this project's CPU host)."""
+    outer = _KEYS.memo
+    _KEYS.memo = {} if outer is None else outer
+    try:
+        yield
+    finally:
+        _KEYS.memo = outer
+
+
 def _config_key(family: str | None, config: Any) -> tuple:
+    memo = _KEYS.memo
+    if memo is not None and (family, id(config)) in memo:
+        return memo[family, id(config)][1]
     tiny = _tiny_config(family, config)
-    return (family, "default") if tiny is None else (family, repr(sorted(tiny.to_dict().items())))
+    key = (family, "default") if tiny is None else (family, repr(sorted(tiny.to_dict().items())))
+    if memo is not None:
+        memo[family, id(config)] = (config, key)  # (the config kept alive: its id is not reused in the block)
+    return key
 
 
 _DIMS = {"hidden_size": 32, "n_embd": 32, "intermediate_size": 64, "num_hidden_layers": 2, "n_layer": 2,
