@@ -46,7 +46,8 @@ __all__ = ["lm_head_loss"]
 _WHERE = "accel.nn.lm_head.lm_head_loss"
 
 
-def _check_extras(softcap: float | None, z_loss: float, num_items_in_batch: object, reduction: str) -> None:
+def _check_extras(softcap: float | None, z_loss: float, num_items_in_batch: object, reduction: str,
+                  ignore_index: object, label_smoothing: object) -> None:
     if softcap is not None and (isinstance(softcap, bool) or not isinstance(softcap, (int, float))
                                 or not math.isfinite(softcap) or softcap <= 0):
         raise LossInputError(f"{_WHERE}: softcap={softcap!r}. It must be a finite float > 0 (the cap of "
@@ -54,6 +55,11 @@ def _check_extras(softcap: float | None, z_loss: float, num_items_in_batch: obje
     if isinstance(z_loss, bool) or not isinstance(z_loss, (int, float)) or not math.isfinite(z_loss) or z_loss < 0:
         raise LossInputError(f"{_WHERE}: z_loss={z_loss!r}. It must be a finite float >= 0 (0: no z-loss; "
                              f"PaLM used 1e-4).")
+    if isinstance(ignore_index, bool) or not isinstance(ignore_index, int):
+        raise LossInputError(f"{_WHERE}: ignore_index={ignore_index!r}. It must be an int (the target value that "
+                             f"counts for nothing; Hugging Face uses -100).")
+    if isinstance(label_smoothing, bool) or not isinstance(label_smoothing, (int, float)):
+        raise LossInputError(f"{_WHERE}: label_smoothing={label_smoothing!r}. It must be a float in [0, 1].")
     if num_items_in_batch is None:
         return
     if reduction != "mean":
@@ -101,8 +107,9 @@ def lm_head_loss(hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tenso
         reduction: ``"mean"``, ``"sum"`` or ``"none"`` (``target``'s shape).
         label_smoothing: in ``[0, 1]``.
         class_weight: ``(V,)`` floating, or ``None``.
-        num_items_in_batch: the counted tokens of the whole accumulation step (an int or a one-element tensor),
-            or ``None``; needs ``reduction="mean"``.
+        num_items_in_batch: the counted tokens of the whole accumulation step (an int >= 0, or a one-element
+            tensor, whose value is not checked: reading it would stall the device), or ``None``; needs
+            ``reduction="mean"``.
         options: :class:`accel.nn.LinearCrossEntropyOptions` (accel's or torch's class), or ``None``.
         check_target_range: check the class indices on the host first (one device-to-host read: a stall per
             training step on a GPU). ``False`` skips it; an index out of range then gives a NaN loss.
@@ -112,8 +119,9 @@ def lm_head_loss(hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tenso
 
     Raises:
         LossInputError: (also ``ValueError``) shapes, dtypes or devices that do not fit, ``softcap`` not a
-            finite float > 0, ``z_loss`` negative or not finite, ``num_items_in_batch`` not a count or given
-            with another reduction, ``options`` that accel's chunked path cannot read. Raised before anything runs.
+            finite float > 0, ``z_loss`` negative or not finite, ``ignore_index`` not an int, ``label_smoothing``
+            not a float in ``[0, 1]``, ``num_items_in_batch`` not a count or given with another reduction,
+            ``options`` that accel's chunked path cannot read. Raised before anything runs.
         TargetRangeError: (also ``IndexError``) a class index outside ``[0, V)`` other than ``ignore_index``
             (with ``check_target_range``).
         UnsupportedOperationError: a second ``backward`` through the same graph without
@@ -123,7 +131,7 @@ def lm_head_loss(hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tenso
        one opaque node.
     """
     options = as_options(options, _WHERE)
-    _check_extras(softcap, z_loss, num_items_in_batch, reduction)
+    _check_extras(softcap, z_loss, num_items_in_batch, reduction, ignore_index, label_smoothing)
     for name, t in (("hidden", hidden), ("weight", weight), ("target", target)):
         if not isinstance(t, torch.Tensor):
             raise LossInputError(f"{_WHERE}: {name} is {type(t).__name__}. It must be a tensor.")
@@ -150,7 +158,7 @@ def lm_head_loss(hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tenso
                      weight.requires_grad and grad_on, bias is not None and bias.requires_grad and grad_on,
                      float(softcap or 0.0), float(z_loss))[0]
     if num_items_in_batch is not None:
-        if isinstance(num_items_in_batch, torch.Tensor):
-            num_items_in_batch = num_items_in_batch.to(loss.device)
+        if isinstance(num_items_in_batch, torch.Tensor):  # (its value is not read: no device-to-host stall)
+            num_items_in_batch = num_items_in_batch.to(loss.device).reshape(())
         loss = loss / num_items_in_batch
     return loss.reshape(target.shape) if reduction == "none" else loss

@@ -25,7 +25,25 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-__all__ = ["row_ids", "row_offsets", "hinted_load", "load_rows", "row_run", "pack_pair", "unpack_pair", "split_place", "publish", "gather"]
+__all__ = ["row_ids", "row_offsets", "hinted_load", "load_rows", "row_run", "pack_pair", "unpack_pair", "split_place", "publish", "gather",
+           "tanh_parts"]
+
+
+@triton.jit
+def tanh_parts(x):
+    """``(tanh(x), 1 - tanh(x)**2)`` in fp32, each within a few ulps for every ``x`` (Triton has no portable
+    ``tanh`` across CUDA, ROCm and the interpreter). ``s = 2 / (exp(2|x|) + 1)`` is ``1 - |tanh x|`` without
+    cancellation, so ``1 - tanh**2 = s * (2 - s)`` stays exact where ``tanh`` saturates; below ``|x| = 1/8`` the
+    odd Taylor series to ``x**7`` (its next term is under 2e-10 relative there) replaces ``1 - s``, whose
+    rounding would dominate a small ``tanh``."""
+    ax = tl.abs(x)
+    s = 2.0 / (tl.exp(2.0 * ax) + 1.0)
+    x2 = ax * ax
+    series = ax * (1.0 + x2 * (-1.0 / 3.0 + x2 * (2.0 / 15.0 + x2 * (-17.0 / 315.0))))
+    small = ax < 0.125
+    t_abs = tl.where(small, series, 1.0 - s)
+    d = tl.where(small, 1.0 - t_abs * t_abs, s * (2.0 - s))
+    return tl.where(x < 0, -t_abs, t_abs), d
 
 
 @triton.jit

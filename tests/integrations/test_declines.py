@@ -149,3 +149,21 @@ def test_eval_loss_fuses_the_loss_under_no_grad_only_when_asked(cpu_kernels):
         hf.patch(model, eval_loss=True)
         hf.unpatch(model)
         assert "accel_eval_loss" not in vars(model)
+
+
+def test_an_activation_is_judged_per_instance_not_per_class():
+    """transformers' GELUTanh computes F.gelu(approximate="tanh") by default and a formula one bf16 step away with
+    use_gelu_tanh_python=True: whichever Gemma is patched first, the default one gets accel::geglu and the other
+    keeps its own MLP."""
+    def gemma(act):
+        torch.manual_seed(0)
+        return transformers.GemmaForCausalLM(transformers.GemmaConfig(
+            hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+            vocab_size=V, head_dim=8, hidden_act=act))
+
+    python_tanh = hf.report(hf.patch(gemma("gelu_python_tanh")))
+    default = hf.report(hf.patch(gemma("gelu_pytorch_tanh")))
+    again = hf.report(hf.patch(gemma("gelu_python_tanh")))
+    assert default.replaced["GemmaMLP"]["op"] == "accel::geglu"
+    for r in (python_tanh, again):
+        assert "GemmaMLP" not in r.replaced and "bit for bit" in r.left["GemmaMLP"]["reason"]

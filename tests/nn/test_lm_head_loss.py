@@ -150,6 +150,8 @@ BAD = [
     (dict(num_items_in_batch=-1), "num_items_in_batch"), (dict(num_items_in_batch=torch.ones(2)), "one count"),
     (dict(reduction="avg"), "reduction"), (dict(label_smoothing=1.5), "label_smoothing"),
     (dict(class_weight=torch.ones(3, dtype=torch.float64)), "weight"),
+    (dict(label_smoothing=True), "label_smoothing"), (dict(ignore_index=None), "ignore_index"),
+    (dict(ignore_index=1.5), "ignore_index"),
 ]
 
 
@@ -184,3 +186,10 @@ def test_the_op_traces_with_its_extra_arguments_on_meta():
     with pytest.raises(LossInputError, match="softcap"):
         torch.ops.accel.linear_cross_entropy(x, w, t, None, None, "mean", -100, 0.0, 4, "compact", torch.float32,
                                              False, True, True, False, -1.0, 0.0)
+
+
+def test_a_one_element_count_gives_a_scalar_loss():
+    h, w, _, t = _data()
+    got = lm_head_loss(h, w, t, num_items_in_batch=torch.tensor([9.0]))
+    assert got.shape == ()
+    torch.testing.assert_close(got, _written_out(h, w, t, num_items_in_batch=9), rtol=1e-12, atol=1e-12)

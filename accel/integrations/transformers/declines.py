@@ -5,8 +5,8 @@ Decode calls every replaced module once per token with the same tiny tensors, wh
 its size floor), so the checks a replaced module makes before it falls back to the model's own code (hooks,
 plain weights, the registry's decision, stand-in tensors) are the whole cost accel adds there. Kept per module
 instance (in its ``__dict__``: ``state_dict`` and ``parameters()`` do not see it) and keyed by the activation's
-shape, strides, dtype, device and grad mode, a decline is reused while the registry's decision epoch for the op
-holds (:func:`accel.kernels.core.autograd.decision_epoch`: the live overrides, the tuning tables' generation,
+shape, strides, dtype, device, grad mode and autocast state and the dtypes of the weights the decision reads, a
+decline is reused while the registry's decision epoch for the op holds (:func:`accel.kernels.core.autograd.decision_epoch`: the live overrides, the tuning tables' generation,
 the failure counts); a registration, ``accel.kernels.disable()``, a new tuning table or a failure forgets it.
 
 Only what the registry declined is kept (never a step-aside for a hook, a transform or checkpointing, which may
@@ -51,8 +51,11 @@ class _Declines(dict):
 
 
 def key(x: torch.Tensor, *more: Any) -> tuple:
-    """The call's key: ``x``'s shape, strides, dtype and device, the grad mode, and ``more`` (hashable extras)."""
-    return (x.shape, x.stride(), x.dtype, x.device, torch.is_grad_enabled(), *more)
+    """The call's key: ``x``'s shape, strides, dtype and device, the grad mode, autocast's state at ``x``'s device
+    (its dtype, or ``None``), and ``more`` (hashable extras: the weights' dtypes the decision reads)."""
+    device = x.device
+    cast = torch.get_autocast_dtype(device.type) if torch.is_autocast_enabled(device.type) else None
+    return (x.shape, x.stride(), x.dtype, device, torch.is_grad_enabled(), cast, *more)
 
 
 def declined(module: Any, op: str, x: torch.Tensor, *more: Any) -> bool:

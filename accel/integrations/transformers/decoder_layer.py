@@ -90,9 +90,10 @@ def _layer_forward(forward: Any, defaults: dict[str, Any], names: set[str], vari
 
     def forward_accel(self, hidden_states, *args, **kwargs):
         norm = self._modules.get(norm_name)
-        if args or type(hidden_states) is not torch.Tensor:
+        if args or type(hidden_states) is not torch.Tensor or norm is None:
             return forward(self, hidden_states, *args, **kwargs)
-        if (declines.declined(self, OP, hidden_states)  # the adds' kernel declined this shape before
+        w_dtype = weight(norm).dtype
+        if (declines.declined(self, OP, hidden_states, w_dtype)  # the adds' kernel declined this shape before
                 or torch.compiler.is_compiling() or transforms_active() or outer_saved_tensor_hooks()
                 or not plain(norm)):
             return forward(self, hidden_states, *args, **kwargs)
@@ -113,7 +114,7 @@ def _layer_forward(forward: Any, defaults: dict[str, Any], names: set[str], vari
             residual, hidden_states = fused
         else:
             if fused is False:  # the registry declined the add + norm of this shape: the layer's own code next time
-                declines.remember(self, OP, residual)
+                declines.remember(self, OP, residual, w_dtype)
             residual = residual + hidden_states
             hidden_states = norm(residual)
         hidden_states = self.mlp(hidden_states)

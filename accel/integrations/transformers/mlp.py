@@ -11,6 +11,7 @@ between the model's own projections (``mlp_recompute`` does not apply to it).
 from __future__ import annotations
 
 import inspect
+import weakref
 from typing import Any
 
 import torch
@@ -26,7 +27,7 @@ from . import declines
 from .code import innermost, subclass
 from .families import known, original
 from .guards import (accel_takes, device_type, instance_forward, live, outer_saved_tensor_hooks, plain_linear,
-                     transforms_active)
+                     transforms_active, weight)
 from .handoff import RECIPES
 
 __all__ = ["GEGLU_OP", "OP", "build", "instance_reason", "is_gelu_tanh", "is_silu"]
@@ -45,24 +46,30 @@ def _gelu_tanh(t: torch.Tensor) -> torch.Tensor:
 
 
 class _Probe:
-    """Activation classes checked, once per class on fp32 and bf16, to compute ``fn`` bit for bit."""
+    """Whether an activation module computes ``fn`` bit for bit, checked once per instance on fp32 and bf16: a
+    class may compute different functions per instance (transformers' ``GELUTanh`` is ``F.gelu(approximate=
+    "tanh")`` or, with ``use_gelu_tanh_python=True``, a formula one bf16 step away from it; ``nn.GELU`` by its
+    ``approximate``), so only the classes in ``known`` are taken on their class alone."""
 
     def __init__(self, fn: Any, known: set[type]) -> None:
-        self.fn, self.same, self.other = fn, set(known), set()
+        self.fn, self.known = fn, frozenset(known)
+        self.seen: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
     def __call__(self, act: Any) -> bool:
-        cls = type(act)
-        if cls in self.same:
+        if type(act) in self.known:
             return True
-        if cls in self.other or not isinstance(act, nn.Module):
+        if not isinstance(act, nn.Module):
             return False
-        t = torch.linspace(-8.0, 8.0, 97)
-        try:
-            with torch.no_grad():
-                same = all(torch.equal(act(t.to(dt)), self.fn(t.to(dt))) for dt in (torch.float32, torch.bfloat16))
-        except Exception:  # noqa: BLE001 - an activation that cannot run on a CPU vector is not taken for fn
-            same = False
-        (self.same if same else self.other).add(cls)
+        same = self.seen.get(act)
+        if same is None:
+            t = torch.linspace(-8.0, 8.0, 97)
+            try:
+                with torch.no_grad():
+                    same = all(torch.equal(act(t.to(dt)), self.fn(t.to(dt)))
+                               for dt in (torch.float32, torch.bfloat16))
+            except Exception:  # noqa: BLE001 - an activation that cannot run on a CPU vector is not taken for fn
+                same = False
+            self.seen[act] = same
         return same
 
 
@@ -78,9 +85,10 @@ def instance_reason(module: nn.Module) -> str | None:
     act = getattr(module, "act_fn", getattr(module, "activation_fn", None))
     if k is not None and k[2] == "geglu":
         if not is_gelu_tanh(act):
-            return f"activation {type(act).__name__} is not GELU-tanh: the gated MLP is not GeGLU"
+            return (f"activation {type(act).__name__} does not compute F.gelu(approximate='tanh') bit for bit: the "
+                    f"gated MLP is not GeGLU")
     elif not is_silu(act):
-        return f"activation {type(act).__name__} is not SiLU: the gated MLP is not SwiGLU"
+        return f"activation {type(act).__name__} does not compute F.silu bit for bit: the gated MLP is not SwiGLU"
     return instance_forward(module)
 
 
@@ -112,15 +120,18 @@ def build(cls: type, variant: str | None) -> tuple[type | None, str | None]:
 
     if variant == "geglu":
         def forward_accel(self, x, *args, **kwargs):
-            if args or kwargs or type(x) is not torch.Tensor or not is_gelu_tanh(self._modules.get("act_fn")):
+            g = self._modules.get("gate_proj")
+            if (args or kwargs or type(x) is not torch.Tensor or g is None
+                    or not is_gelu_tanh(self._modules.get("act_fn"))):
                 return forward(self, x, *args, **kwargs)
-            if declines.declined(self, GEGLU_OP, x):  # the GeGLU kernel declined this shape before
+            g_dtype = weight(g).dtype
+            if declines.declined(self, GEGLU_OP, x, g_dtype):  # the GeGLU kernel declined this shape before
                 return forward(self, x)
             gate = self.gate_proj(x)
             if type(gate) is not torch.Tensor:
                 return self.down_proj(self.act_fn(gate) * self.up_proj(x))  # the model's own code
             if not accel_takes(GEGLU_OP, gate, gate):  # (up: gate's shape and dtype)
-                declines.remember(self, GEGLU_OP, x)
+                declines.remember(self, GEGLU_OP, x, g_dtype)
                 return self.down_proj(self.act_fn(gate) * self.up_proj(x))
             up = self.up_proj(x)
             if gate.shape != up.shape or gate.dtype != up.dtype or type(up) is not torch.Tensor:
@@ -131,11 +142,12 @@ def build(cls: type, variant: str | None) -> tuple[type | None, str | None]:
             mods = self._modules
             if args or kwargs or not is_silu(mods.get("act_fn")):  # (a set lookup once the class is known)
                 return forward(self, x, *args, **kwargs)
-            if type(x) is not torch.Tensor:
-                return forward(self, x)
-            if declines.declined(self, OP, x):  # the SwiGLU kernel declined this shape before
-                return forward(self, x)
             g, u, d = mods.get("gate_proj"), mods.get("up_proj"), mods.get("down_proj")
+            if type(x) is not torch.Tensor or g is None:
+                return forward(self, x)
+            g_dtype = weight(g).dtype  # (the gate's dtype: with autocast's, in the key, what the decision reads)
+            if declines.declined(self, OP, x, g_dtype):  # the SwiGLU kernel declined this shape before
+                return forward(self, x)
             if fused(self, x, g, u, d):
                 gp, up, dp = g._parameters, u._parameters, d._parameters
                 return swiglu_mlp(x, gp["weight"], up["weight"], dp["weight"], gp["bias"], up["bias"], dp["bias"],
@@ -144,7 +156,7 @@ def build(cls: type, variant: str | None) -> tuple[type | None, str | None]:
             if type(gate) is not torch.Tensor:
                 return self.down_proj(self.act_fn(gate) * self.up_proj(x))  # the model's own code
             if not accel_takes(OP, gate, gate):  # (up: gate's shape and dtype)
-                declines.remember(self, OP, x)
+                declines.remember(self, OP, x, g_dtype)
                 return self.down_proj(self.act_fn(gate) * self.up_proj(x))
             up = self.up_proj(x)
             if gate.shape != up.shape or gate.dtype != up.dtype or type(up) is not torch.Tensor:

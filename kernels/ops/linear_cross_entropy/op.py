@@ -96,8 +96,9 @@ def _(grad_loss, input, linear_weight, target, linear_bias, weight, ignore_index
 
 
 _TWICE = ("accel linear_cross_entropy: backward ran a second time through the same graph. The chunked path "
-          "consumes its precomputed gradients. Pass LinearCrossEntropyOptions(allow_retain_graph=True) to keep "
-          "them (one gradient-sized copy per call), or use options=None.")
+          "consumes its precomputed gradients. Pass options=LinearCrossEntropyOptions(allow_retain_graph=True) to "
+          "keep them (one gradient-sized copy per call), or, with accel.nn.functional.linear_cross_entropy, "
+          "options=None (the reference path).")
 
 
 def _setup_context(ctx, inputs, output):

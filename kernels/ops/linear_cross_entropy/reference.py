@@ -291,13 +291,14 @@ def _skipped(coef: Coefficients) -> torch.Tensor | None:
 
 
 def capped(logits: torch.Tensor, coef: Coefficients, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """``(u, t)``: the logits in ``dtype`` after the final-logit softcap (``u = s * tanh(z / s)``, ``t = tanh(z /
-    s)``), or the logits themselves and ``None`` without one."""
+    """``(u, d)``: the logits in ``dtype`` after the final-logit softcap (``u = s * tanh(z / s)``) and its
+    derivative ``d = 1 - tanh(z / s)**2`` (as ``cosh**-2``: no cancellation where ``tanh`` saturates), or the
+    logits themselves and ``None`` without one."""
     z = logits.to(dtype)
     if not coef.softcap:
         return z, None
-    t = torch.tanh(z / coef.softcap)
-    return t * coef.softcap, t
+    x = z / coef.softcap
+    return torch.tanh(x) * coef.softcap, torch.cosh(x).reciprocal().square()
 
 
 def _q(coef: Coefficients, col0: int, cols: int, dtype: torch.dtype) -> torch.Tensor:
@@ -357,7 +358,7 @@ def tile_grad(logits: torch.Tensor, grad: torch.Tensor, coef: Coefficients, lse:
               p_coef: torch.Tensor, col0: int) -> None:
     """The gradient w.r.t. one vocabulary tile's logits (``[rows, cols]``, columns from ``col0``) into ``grad``
     (may be ``logits`` itself), from :func:`finalize`'s ``lse`` and ``p_coef``."""
-    z, t = capped(logits, coef, lse.dtype)
+    z, dz = capped(logits, coef, lse.dtype)
     cols = z.shape[1]
     g = p_coef[:, None] * torch.exp(z - lse[:, None])
     if coef.target.dtype.is_floating_point:
@@ -368,8 +369,8 @@ def tile_grad(logits: torch.Tensor, grad: torch.Tensor, coef: Coefficients, lse:
         g.scatter_add_(1, local.clamp(0, cols - 1)[:, None], torch.where(inside, -coef.a, 0.0)[:, None])
         if coef.b is not None:
             g -= coef.b[:, None] * (1.0 if coef.class_weight is None else coef.class_weight.narrow(0, col0, cols))
-    if t is not None:  # d u / d z of the softcap
-        g = g * (1.0 - t * t)
+    if dz is not None:  # d u / d z of the softcap
+        g = g * dz
     if not coef.target.dtype.is_floating_point:
         g = torch.where(_skipped(coef)[:, None], 0.0, g)
     grad.copy_(g)

@@ -12,7 +12,8 @@ math whatever the storage dtype, coefficients as in :mod:`.reference`:
   has just read, so in place needs no barrier.
 
 With ``SOFTCAP`` every logit is read as ``u = cap * tanh(z / cap)`` and pass 2 multiplies the gradient by
-``1 - tanh(z / cap)**2``; with ``HAS_Z`` the row's z-loss coefficient ``ZC[row]`` adds ``zc * lse**2`` to the
+``1 - tanh(z / cap)**2`` (both from :func:`accel.kernels.dsl.triton_lang.tanh_parts`, within a few fp32 ulps for
+any cap); with ``HAS_Z`` the row's z-loss coefficient ``ZC[row]`` adds ``zc * lse**2`` to the
 loss and ``2 * zc * lse`` to the softmax's coefficient (:mod:`.reference` gives the formulas).
 
 A class-index row whose coefficients are all zero (an ignored row) skips both passes: loss 0, gradient 0.
@@ -34,6 +35,7 @@ import triton
 import triton.language as tl
 
 from accel.kernels.dsl.triton_configs import next_power_of_2
+from accel.kernels.dsl.triton_lang import tanh_parts
 
 __all__ = ["COEF_BLOCK", "SCALE_BLOCK", "SCALE_PROGRAMS", "default_config", "lce_coefs", "lce_rows", "lce_scale",
            "lce_tile_grad", "lce_tile_stats"]
@@ -46,23 +48,15 @@ SCALE_PROGRAMS = 1024
 
 
 @triton.jit
-def _tanh(x):
-    """``tanh(x)`` from one ``exp`` (Triton has no portable ``tanh`` across CUDA, ROCm and the interpreter):
-    ``1 - 2 / (exp(2x) + 1)``, exact at the limits (``exp`` overflowing to ``inf`` gives 1, underflowing to 0
-    gives -1); its absolute error near 0 is that of fp32 (about 1e-7), below a bf16 logit's spacing."""
-    return 1.0 - 2.0 / (tl.exp(2.0 * x) + 1.0)
-
-
-@triton.jit
 def _read(z_row, cols, ok, cap, SOFTCAP: tl.constexpr):
-    """``(u, t)`` at ``cols``: the logits in fp32 after the softcap (``-inf`` outside the row) and ``tanh(z /
-    cap)`` (the logits themselves and 0 without a softcap)."""
+    """``(u, d)`` at ``cols``: the logits in fp32 after the softcap (``-inf`` outside the row) and the softcap's
+    derivative ``1 - tanh(z / cap)**2`` (the logits themselves and 1 without a softcap)."""
     z = tl.load(z_row + cols, mask=ok, other=float("-inf")).to(tl.float32)
-    t = tl.zeros_like(z)
+    d = tl.full(z.shape, 1.0, tl.float32)
     if SOFTCAP:
-        t = _tanh(tl.where(ok, z, 0.0) / cap)
+        t, d = tanh_parts(tl.where(ok, z, 0.0) / cap)
         z = tl.where(ok, cap * t, float("-inf"))
-    return z, t
+    return z, d
 
 
 @triton.jit
@@ -115,7 +109,7 @@ def _row_grad(z_row, g_row, t_row, CW, V, y, a, b, p_coef, lse, smoothing, inv_v
     for start in range(0, V, BLOCK_V):
         cols = start + cols0
         ok = cols < V
-        z, t = _read(z_row, cols, ok, cap, SOFTCAP)
+        z, dz = _read(z_row, cols, ok, cap, SOFTCAP)
         g = p_coef * tl.exp(z - lse)
         if PROB:
             g -= a * _q_block(t_row, CW, cols, ok, smoothing, inv_v, SMOOTH, HAS_CW)
@@ -127,7 +121,7 @@ def _row_grad(z_row, g_row, t_row, CW, V, y, a, b, p_coef, lse, smoothing, inv_v
                 else:
                     g -= b
         if SOFTCAP:
-            g = g * (1.0 - t * t)
+            g = g * dz
         tl.store(g_row + cols, g.to(g_row.dtype.element_ty), mask=ok)
 
 
@@ -184,7 +178,8 @@ def lce_rows(Z, G, T, A, B, BW, CW, ZC, LOSS, V, stride_z, stride_g, stride_t, s
         else:
             zy = tl.load(z_row + y).to(tl.float32)
             if SOFTCAP:
-                zy = cap * _tanh(zy / cap)
+                zt, _ = tanh_parts(zy / cap)
+                zy = cap * zt
             loss = a * ((m - zy) + log_l)  # both halves shifted by the max: no cancellation at large logits
             p_coef = a
             if SMOOTH:
@@ -226,7 +221,8 @@ def lce_tile_stats(Z, T, A, B, CW, ZC, ST, n_st, V, col0, stride_z, stride_t, sm
             inside = (local >= 0) & (local < V)
             zy = tl.load(z_row + local, mask=inside, other=0.0).to(tl.float32)
             if SOFTCAP:
-                zy = cap * _tanh(zy / cap)
+                zt, _ = tanh_parts(zy / cap)
+                zy = cap * zt
             tl.store(ST + 2 * n_st + row, zy, mask=inside)
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 from accel.kernels.dsl.triton_configs import next_power_of_2
+from accel.kernels.dsl.triton_lang import tanh_parts
 
 __all__ = ["GELU_TANH", "SILU", "candidate_configs", "default_config", "swiglu_bwd", "swiglu_bwd_product",
            "swiglu_fwd"]
@@ -40,23 +41,22 @@ def _tile(M, N, BLOCK_N: tl.constexpr, ROWS: tl.constexpr, WIDE: tl.constexpr):
 
 from . import GELU_TANH, SILU  # noqa: E402,F401 - the ACT values, re-exported for the impls and the AOT cases
 
-_K: tl.constexpr = tl.constexpr(0.7978845608028654)  # sqrt(2 / pi)
-_C: tl.constexpr = tl.constexpr(0.044715)
 
 
 @triton.jit
 def _gelu_t(a):
-    """``tanh(k * (a + 0.044715 * a**3))`` from one ``exp`` (Triton has no portable ``tanh`` across CUDA, ROCm and
-    the interpreter): ``1 - 2 / (exp(2x) + 1)``, exact at the limits; near 0 its absolute error is fp32's."""
-    x = _K * (a + _C * a * a * a)
-    return 1.0 - 2.0 / (tl.exp(2.0 * x) + 1.0)
+    """``(t, 1 - t**2)`` for ``t = tanh(k * (a + 0.044715 * a**3))``, ``k = sqrt(2 / pi)``
+    (:func:`.triton_lang.tanh_parts`)."""
+    x = 0.7978845608028654 * (a + 0.044715 * a * a * a)
+    return tanh_parts(x)
 
 
 @triton.jit
 def _act(a, ACT: tl.constexpr):
     """The gate's activation of ``a`` (fp32): ``silu`` or GELU's tanh approximation."""
     if ACT == 1:
-        return 0.5 * a * (1.0 + _gelu_t(a))
+        t, _ = _gelu_t(a)
+        return 0.5 * a * (1.0 + t)
     return a * tl.sigmoid(a)
 
 
@@ -79,9 +79,9 @@ def _backward(DY, A, B, DA, DB, M, N, sdy, sa, sb, sda, sdb, BLOCK_N: tl.constex
     a = tl.load(A + r * sa + c, mask=mask, other=0.0).to(tl.float32)
     b = tl.load(B + r * sb + c, mask=mask, other=0.0).to(tl.float32)
     if ACT == 1:
-        t = _gelu_t(a)
+        t, d = _gelu_t(a)
         g = 0.5 * a * (1.0 + t)
-        dg = 0.5 * (1.0 + t) + 0.5 * a * (1.0 - t * t) * _K * (1.0 + 3.0 * _C * a * a)
+        dg = 0.5 * (1.0 + t) + 0.5 * a * d * 0.7978845608028654 * (1.0 + 3.0 * 0.044715 * a * a)
     else:
         s = tl.sigmoid(a)
         g = a * s
