@@ -167,3 +167,34 @@ def test_an_activation_is_judged_per_instance_not_per_class():
     assert default.replaced["GemmaMLP"]["op"] == "accel::geglu"
     for r in (python_tanh, again):
         assert "GemmaMLP" not in r.replaced and "bit for bit" in r.left["GemmaMLP"]["reason"]
+
+
+def test_a_decline_under_autocast_is_not_kept_for_calls_without_it():
+    """A GeGLU kernel that takes fp32 gates only declines under bf16 autocast; the same shape without autocast is
+    decided afresh (autocast's state is part of the memo's key) and routed."""
+    import accel.kernels as ak
+    from accel.kernels.ops.geglu import reference as gg
+
+    def cond(gate, up):
+        return gate.dtype == torch.float32
+    cond.cacheable = True
+    name = ak.register("accel::geglu", impl=gg.geglu, backends=["cpu"], dsl="triton", cond=cond,
+                       name="fp32_geglu.cpu")
+    try:
+        torch.manual_seed(0)
+        model = hf.patch(transformers.GemmaForCausalLM(transformers.GemmaConfig(
+            hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+            vocab_size=V, head_dim=8)).eval())
+        ids = torch.randint(1, V, (1, 7), generator=torch.Generator().manual_seed(1))
+
+        def routed():
+            return next(o.routed for o in ak.overrides() if o.name == name)
+
+        with torch.no_grad():
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                model(ids)
+            assert routed() == 0 and vars(model.model.layers[0].mlp)[declines.ATTR]
+            model(ids)
+        assert routed() == 2  # both layers' MLPs
+    finally:
+        ak.unregister(name)

@@ -150,6 +150,8 @@ SCRIPT = textwrap.dedent(r"""
         (torch.float32, "index", 0.1, True, True, "mean", "compact", 2.0, 0.01),
         (torch.bfloat16, "index", 0.0, False, False, "none", "accurate", 3.0, 0.0),
         (torch.float32, "prob", 0.0, False, True, "sum", "compact", 1.5, 0.05),
+        # a cap far above the logits: tanh near 0, where 1 - 2 / (exp(2x) + 1) alone lost 7e-2 of the loss
+        (torch.float32, "index", 0.0, False, False, "none", "compact", 1e6, 0.0),
         # z-loss keeps a row whose target's class weight is 0 (its cross-entropy term is 0, its z-loss is not)
         (torch.float32, "zero_weight", 0.0, True, False, "mean", "compact", 0.0, 0.1),
     ]
@@ -305,7 +307,7 @@ def test_interpreted_kernel_matches_the_chunked_reference(interpreted):
     blocks; the final-logit softcap and the z-loss (alone and together, index and probability targets, a row
     kept by its z-loss alone); every output NaN-poisoned before."""
     numerics = interpreted["numerics"]
-    assert len(numerics) == 34 and {e["case"][-1] for e in numerics} == {"rows", "tiles"}
+    assert len(numerics) == 38 and {e["case"][-1] for e in numerics} == {"rows", "tiles"}
     assert {(e["case"][7], e["case"][8]) for e in numerics} >= {(2.0, 0.01), (3.0, 0.0), (1.5, 0.05), (0.0, 0.1)}
     assert [e for e in numerics if e["problem"] is not None] == []
 
