@@ -451,7 +451,9 @@ def test_restore_on_cpu_only_machine(monkeypatch):
 
 def test_numpy_missing(cpu, monkeypatch):
     snap = ar.snapshot()
-    monkeypatch.setattr(ar, "_numpy", lambda: None)
+    from accel import _rng_snapshot
+
+    monkeypatch.setattr(_rng_snapshot, "numpy_module", lambda: None)
     assert ar.snapshot()["numpy"] is None
     expected = [random.random(), torch.rand(2).tolist()]
     with pytest.warns(RngRestoreWarning, match="numpy: skipped: NumPy is not installed here"):
@@ -567,7 +569,9 @@ def test_numpy_refusing_the_state_is_reported_as_corruption(cpu, monkeypatch):
             raise ValueError("state refused")
 
     fake_np = SimpleNamespace(asarray=np.asarray, uint32=np.uint32, random=SimpleNamespace(RandomState=Refusing))
-    monkeypatch.setattr(ar, "_numpy", lambda: fake_np)
+    from accel import _rng_snapshot
+
+    monkeypatch.setattr(_rng_snapshot, "numpy_module", lambda: fake_np)
     before = all_states()
     with pytest.raises(RngSnapshotError, match="RandomState.set_state refuses it: state refused"):
         ar.restore(snap)
