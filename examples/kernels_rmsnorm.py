@@ -14,7 +14,7 @@ import accel.kernels as ak
 from accel.cli import main as accel_cli
 
 device = accel.device()
-gpu = device.type == "cuda"
+gpu = device.type != "cpu"  # any accelerator accel selected (CUDA, ROCm, XPU, MPS)
 dtype = torch.bfloat16 if gpu else torch.float32
 hidden, tokens = (4096, 32768) if gpu else (256, 64)  # 8 sequences of 4096 tokens; small on CPU
 torch.manual_seed(0)

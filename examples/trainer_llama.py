@@ -20,6 +20,7 @@ import tempfile
 import torch
 import transformers
 
+import accel
 from accel.integrations.transformers import AccelCallback
 
 
@@ -59,7 +60,7 @@ def train(steps: int, use_accel: bool, *, hidden: int = 64, vocab: int = 128) ->
     with tempfile.TemporaryDirectory() as out:
         args = transformers.TrainingArguments(output_dir=out, max_steps=steps, per_device_train_batch_size=4,
                                               learning_rate=1e-3, logging_steps=1, save_strategy="no",
-                                              report_to=[], seed=0, use_cpu=not torch.cuda.is_available(),
+                                              report_to=[], seed=0, use_cpu=accel.device().type == "cpu",
                                               disable_tqdm=True, dataloader_num_workers=0)
         trainer = transformers.Trainer(model=model, args=args, train_dataset=_Tokens(64, 32, vocab),
                                        callbacks=callbacks)

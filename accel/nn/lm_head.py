@@ -94,7 +94,7 @@ def lm_head_loss(hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tenso
 
     The chunked op runs whatever ``options`` says (accel's Triton kernel where ``accel.kernels.install()``
     registered it; the same chunk loop in eager PyTorch elsewhere); ``options=None`` picks the chunk size by
-    :func:`accel.nn.options.model_chunk_rows` (compute-bound chunks, at most 1 GiB of chunk buffers).
+    :func:`accel.nn.linear_cross_entropy.model_chunk_rows` (compute-bound chunks, at most 1 GiB of chunk buffers).
 
     Args:
         hidden: ``(..., D)`` floating (fp16/bf16/fp32/fp64): the last hidden states.

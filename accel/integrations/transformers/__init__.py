@@ -11,16 +11,20 @@ module                 accel op                                         rounding
 Mistral, Qwen2/3,                                                       then x weight (the module's own)
 Phi-3), T5LayerNorm
 ``Gemma*RMSNorm``      ``accel::rms_norm_hf`` (``unit_offset=True``)    ``1 + weight``, fp32, one cast at the end
-``*MLP`` (gate/up)     ``accel::swiglu``                                only where the activation is SiLU
+``*MLP`` (gate/up)     ``accel::swiglu``                                where the activation computes SiLU
+``Gemma*MLP``          ``accel::geglu``                                 where it computes ``gelu(approximate=
+                                                                        "tanh")`` (each instance checked)
 ``*DecoderLayer``      ``accel::add_rms_norm_hf``: each residual add    the model's add, then its norm's rounding;
-(pre-norm layers:      with the RMSNorm that reads the sum (the next    where the layer's norms are replaced and
-Llama, Mistral,        layer's input norm, the model's final norm,      unhooked (else the layer's own code)
-Qwen2/3, Gemma)        the layer's post-attention norm)
+(Llama, Mistral,       with the RMSNorm that reads the sum (the next    where the layer's norms are replaced and
+Qwen2/3, Gemma 1-3,    layer's input norm, the model's final norm;      unhooked (else the layer's own code)
+Phi-3)                 the post-attention norm, Gemma 2/3's
+                       pre-feed-forward norm)
 ``*Attention``         ``accel::rope`` (q and k in one call)            HF's ``apply_rotary_pos_emb`` semantics
 (every decoder         and, where verified, the whole block as one      in a training call with SDPA, no cache,
 family)                autograd node (:mod:`.._attention`)              mask or dropout (else the class's code)
-``*ForCausalLM``,      accel's chunked ``linear_cross_entropy`` (the    when ``labels`` are given; logits are then
-``GPT2LMHeadModel``    logits are never stored; the loss in fp32)       ``None`` unless ``return_logits=True``
+``*ForCausalLM``,      accel's chunked loss (``lm_head_loss``: the      when ``labels`` are given; logits are then
+``GPT2LMHeadModel``    logits are never stored; the loss in fp32;       ``None`` unless ``return_logits=True``
+                       Gemma 2's final-logit softcap inside it)
 ``nn.LayerNorm``       ``aten::native_layer_norm`` (no patch needed)    GPT-2, BERT: already routes
 =====================  ===============================================  ==========================================
 
@@ -35,7 +39,7 @@ from the last hidden states. A replacement is made only where it is verified by 
 RMSNorm class and each ``apply_rotary_pos_emb`` is run on small CPU tensors against accel's reference (bit for
 bit, fp32 and bf16), and every other role's replacement, run on a tiny instance of the same class (the model's
 own config kinds, tiny sizes, accel's references standing in for kernels), must give the class's own loss,
-gradients and logits; the activation must compute SiLU. Nothing is compared with a copy of one release's code,
+gradients and logits; the activation must compute SiLU (GELU-tanh for Gemma). Nothing is compared with a copy of one release's code,
 so a transformers release that edits decorators or argument names keeps every role that still computes the
 same. Everything else is left as it is, :func:`report` says why, and a role a family is expected to get but
 loses on the installed release is said once (``IntegrationWarning``). Modules whose ``forward`` is set on the

@@ -23,8 +23,8 @@ class AccelCallback(TrainerCallback):
     patching keeps) and, with ``install_kernels=True``, :func:`accel.kernels.install` first.
 
     Args:
-        install_kernels: also install accel's kernels (``accel.kernels.install()``; on a machine without an
-            accelerator they are listed but not installed, and the model runs its own code).
+        install_kernels: also install accel's kernels (``accel.kernels.install()``; default ``True``; on a
+            machine without an accelerator they are listed but not installed, and the model runs its own code).
         **patch_options: keyword arguments of :func:`accel.integrations.transformers.patch` (``loss=False``,
             ``loss_options=...``, ...).
 

@@ -31,8 +31,9 @@ def patch(model: nn.Module, *, norms: bool = True, mlp: bool = True, rope: bool 
 
     Args:
         model: an ``nn.Module`` (a Hugging Face model, or any module holding some).
-        norms: replace the RMSNorm modules (``accel::rms_norm_hf``), and the pre-norm decoder layers (Llama,
-            Mistral, Qwen2/3, Gemma: verified by behaviour), whose residual adds then run inside the norm
+        norms: replace the RMSNorm modules (``accel::rms_norm_hf``), and the decoder layers (Llama, Mistral,
+            Qwen2/3, Gemma 1-3 with Gemma 2/3's sandwich norms, Phi-3: verified by behaviour), whose residual
+            adds then run inside the norm
             that reads each sum (``accel::add_rms_norm_hf``: the sum and the normalised sum from one kernel,
             and in backward the norm's input gradient and the residual's summed in it; the same bits as the
             add and the norm). The MLP's add is fused with the next layer's input norm (the last layer's with
@@ -42,10 +43,10 @@ def patch(model: nn.Module, *, norms: bool = True, mlp: bool = True, rope: bool 
             the two. Under ``torch.compile``, non-reentrant activation checkpointing and other saved-tensor hooks
             the layers run their own code; in inference mode nothing is handed off; a sharded (FSDP2) or
             subclass weight keeps the model's own add and norm.
-        mlp: replace the SwiGLU MLPs (``accel::swiglu``).
+        mlp: replace the gated MLPs: SwiGLU (``accel::swiglu``), Gemma's GeGLU (``accel::geglu``).
         rope: replace the attention modules' RoPE (``accel::rope``).
-        loss: replace the causal LM's loss (``accel.nn.functional.linear_cross_entropy`` when ``labels`` are
-            given; ``logits`` are then ``None`` unless the call passes ``return_logits=True``). Where an
+        loss: replace the causal LM's loss (:func:`accel.nn.lm_head.lm_head_loss`, Gemma 2's final-logit
+            softcap inside it, when ``labels`` are given; ``logits`` are then ``None`` unless the call passes ``return_logits=True``). Where an
             accel loss kernel is registered for the device (``accel.kernels.install()`` on a GPU), a
             training-mode call with ``labels``, no ``past_key_values`` and no ``use_cache`` builds no KV cache
             (``past_key_values`` is ``None``): Hugging Face builds one by default, a copy of each layer's

@@ -9,10 +9,13 @@ from torch import nn
 
 from .families import FAMILIES, ROUTES, family_of, known, original
 from .causal_lm import head_reason
-from .guards import instance_forward
+from .guards import device_type, instance_forward, live
 from .verify import ROLE_MODULES, config_keys, configs, verdict
 
 __all__ = ["PatchReport", "check_module", "report"]
+
+#: The registry op behind a report label that names a public function (the causal LM's loss).
+OP_OF = {"accel.nn.functional.linear_cross_entropy": "accel::linear_cross_entropy"}
 
 
 @dataclasses.dataclass
@@ -28,6 +31,9 @@ class PatchReport:
         left: class name -> ``{"count": modules, "reason": why it is not replaced}`` for modules of a
             known family that are not (or are not yet: ``"not patched"``), and replaced modules whose class
             never runs (a ``forward`` set on the instance since: the ``kernels`` package's ``kernelize``).
+        idle: where no accel kernel of a replaced module's op is registered for the model's device (a CPU, or
+            before ``accel.kernels.install()``), the sentence saying so: those modules run the model's own code.
+            ``None`` where every replaced op has a kernel there (each call's size and dtype still decide).
     """
 
     model: str
@@ -35,6 +41,7 @@ class PatchReport:
     replaced: dict[str, dict[str, Any]]
     routes: dict[str, dict[str, Any]]
     left: dict[str, dict[str, Any]]
+    idle: str | None = None
 
     @property
     def known(self) -> bool:
@@ -44,7 +51,7 @@ class PatchReport:
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready dict (``json.dumps(report.as_dict())``)."""
         return {"model": self.model, "known": self.known, "families": list(self.families),
-                "replaced": self.replaced, "routes": self.routes, "left": self.left}
+                "replaced": self.replaced, "routes": self.routes, "left": self.left, "idle": self.idle}
 
     def __str__(self) -> str:
         if not self.known:
@@ -54,6 +61,8 @@ class PatchReport:
         lines += [f"  {name} x{e['count']} -> {e['op']}" for name, e in self.replaced.items()]
         lines += [f"  {name} x{e['count']} routes through {e['op']} already" for name, e in self.routes.items()]
         lines += [f"  {name} x{e['count']} left: {e['reason']}" for name, e in self.left.items()]
+        if self.idle:
+            lines.append(f"  note: {self.idle}")
         return "\n".join(lines)
 
 
@@ -118,4 +127,20 @@ def report(model: nn.Module) -> PatchReport:
                 why = ROLE_MODULES[role].instance_reason(module) or "not patched"
             entry = left.setdefault(cls.__name__, {"count": 0, "reason": why})
             entry["count"] += 1
-    return PatchReport(original(type(model)).__name__, families, replaced, routes, left)
+    return PatchReport(original(type(model)).__name__, families, replaced, routes, left, _idle(model, replaced))
+
+
+def _idle(model: nn.Module, replaced: dict[str, dict[str, Any]]) -> str | None:
+    """The :attr:`PatchReport.idle` sentence: the replaced modules' ops with no live accel kernel at the device
+    of the model's first parameter."""
+    param = next(model.parameters(), None)
+    if param is None or not replaced:
+        return None
+    device = device_type(param)
+    ops = sorted({e["op"] for e in replaced.values()})
+    idle = [op for op in ops if live(OP_OF.get(op, op), device) is None]
+    if not idle:
+        return None
+    which = "any replaced module's op" if len(idle) == len(ops) else ", ".join(idle)
+    return (f"no accel kernel serves {which} on {device} here, so those modules run the model's own code "
+            f"(accel.kernels.install() registers accel's kernels on a GPU; `accel kernels` lists them)")

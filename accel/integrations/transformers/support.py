@@ -12,7 +12,7 @@ import torch
 from .families import FAMILIES, OPS, ROLES, TINY
 from .patching import patch
 from .report import report
-from .verify import verdict
+from .verify import quiet, verdict
 
 __all__ = ["support", "support_table"]
 
@@ -30,7 +30,7 @@ def support() -> dict[str, dict[str, str]]:
         row = {role: "-" if role not in roles else "no" for role in ROLES}
         if family in TINY and roles:
             cfg_name, lm_name, kwargs = TINY[family]
-            with torch.random.fork_rng(devices=[]):
+            with torch.random.fork_rng(devices=[]), quiet():
                 model = getattr(transformers, lm_name)(getattr(transformers, cfg_name)(**kwargs))
             replaced = report(patch(model)).replaced
             row.update({role: "yes" for role, name in roles.items() if name in replaced})

@@ -41,7 +41,7 @@ from .code import innermost
 from .families import EXPECTED, OPS, TESTED, TINY, family_of, known, original
 from .guards import forcing
 
-__all__ = ["ROLE_MODULES", "transformers_version", "verdict"]
+__all__ = ["ROLE_MODULES", "quiet", "transformers_version", "verdict"]
 
 ROLE_MODULES = {"rms_norm": norm, "mlp": mlp, "attention": attention, "decoder_layer": decoder_layer,
                 "causal_lm": causal_lm}
@@ -164,7 +164,7 @@ def _tiny_config(family: str | None, config: Any) -> Any:
                 d[k] = d[k] if isinstance(d[k], int) and d[k] < _VOCAB else None
         d.update({k: 0.0 for k, v in d.items() if ("dropout" in k or "pdrop" in k) and isinstance(v, float)})
         d["dtype" if "dtype" in d else "torch_dtype"] = "float32"
-        with _quiet():
+        with quiet():
             return type(config).from_dict(d)
     except Exception:  # noqa: BLE001 - a config that cannot be shrunk: the family's tiny one stands in
         return None
@@ -181,10 +181,11 @@ def _tiny(family: str, config: Any) -> tuple[nn.Module, dict[str, torch.Tensor]]
     cfg_name, lm_name, default = TINY[family]
     cfg = _tiny_config(family, config)
     if cfg is None:
-        cfg = getattr(transformers, cfg_name)(**default)
+        with quiet():  # (the defaults' token ids, e.g. Phi-3's 32000, lie outside the tiny vocabulary)
+            cfg = getattr(transformers, cfg_name)(**default)
     # on CPU whatever default device a caller set (patch inside ``with torch.device("meta")``), the random state
     # left as it was, transformers' notices about the shrunk config unsaid
-    with torch.random.fork_rng(devices=[]), torch.device("cpu"), _quiet():
+    with torch.random.fork_rng(devices=[]), torch.device("cpu"), quiet():
         torch.manual_seed(0)
         try:
             cfg._attn_implementation = "sdpa"  # the one-node attention's path; every replacement must match it
@@ -215,7 +216,7 @@ def _run(model: nn.Module) -> dict[str, torch.Tensor]:
     labels = ids.clone()
     labels[0, :3] = -100
     out: dict[str, torch.Tensor] = {}
-    with _quiet():
+    with quiet():
         model.train()
         model.zero_grad(set_to_none=True)
         loss = model(input_ids=ids, labels=labels, use_cache=False).loss  # as a training step with accel's loss
@@ -239,7 +240,7 @@ def _run(model: nn.Module) -> dict[str, torch.Tensor]:
 
 
 @contextlib.contextmanager
-def _quiet():
+def quiet():
     """transformers' deprecation notices (the old cache name) unsaid while a tiny instance runs."""
     logger = logging.getLogger("transformers")
     level = logger.level
