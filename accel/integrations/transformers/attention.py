@@ -66,6 +66,26 @@ def rope_probe(fn: Any) -> bool:
     return True
 
 
+def partial_probe(fn: Any) -> bool:
+    """Whether ``fn(q, k, cos, sin)`` rotates only the first ``cos.shape[-1]`` features of each head and passes the
+    rest through (Phi-3's ``apply_rotary_pos_emb``, for ``partial_rotary_factor < 1``: Phi-4-mini), bit for bit
+    against the reference on the rotated part; a function that cannot take such tables is not."""
+    gen = torch.Generator().manual_seed(1)
+    for dtype in (torch.float32, torch.bfloat16):
+        q, k = torch.randn(2, 3, 5, 16, generator=gen).to(dtype), torch.randn(2, 1, 5, 16, generator=gen).to(dtype)
+        cos, sin = torch.randn(2, 5, 8, generator=gen).to(dtype), torch.randn(2, 5, 8, generator=gen).to(dtype)
+        try:
+            with torch.no_grad():
+                theirs = fn(q, k, cos, sin)
+        except Exception:  # noqa: BLE001 - a function for whole heads only fails on partial tables
+            return False
+        qr, kr = rope_reference.rope(q[..., :8], k[..., :8], cos, sin, 1)
+        ours = (torch.cat([qr, q[..., 8:]], -1), torch.cat([kr, k[..., 8:]], -1))
+        if not all(a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b) for a, b in zip(theirs, ours)):
+            return False
+    return True
+
+
 def _plain(*tensors: Any) -> bool:
     """Whether every argument is a plain tensor (a ``DTensor`` of tensor or sequence parallelism, or another
     subclass, runs the model's own code, which its dispatch serves)."""
@@ -78,20 +98,35 @@ def _rope_key(k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, unsqueeze_d
 
 
 def rope_function(original: Any) -> Any:
-    """``apply_rotary_pos_emb`` on ``accel::rope`` where it takes the arguments, else ``original``."""
+    """``apply_rotary_pos_emb`` on ``accel::rope`` where it takes the arguments, else ``original``. Where
+    ``original`` rotates a leading part of each head (:func:`partial_probe`) and the tables are that narrow, the
+    op rotates that part (a view) and the rest is passed through, as the model's own code does."""
 
     memo = declines.Memo()  # this function's declined calls (declines.py)
+    partial = partial_probe(original)
+
+    def takes(q, k, cos, sin, unsqueeze_dim) -> bool:
+        if memo.__dict__ and declines.declined(memo, OP, q, *_rope_key(k, cos, sin, unsqueeze_dim)):
+            return False
+        if not rope_reference.accepts(q, k, cos, sin, unsqueeze_dim):
+            return False
+        if not accel_takes(OP, q, k, cos, sin, unsqueeze_dim):
+            declines.remember(memo, OP, q, *_rope_key(k, cos, sin, unsqueeze_dim))
+            return False
+        return True
 
     def apply_rotary_pos_emb(q, k, cos, sin, *args, **kwargs):
         unsqueeze_dim = kwargs.get("unsqueeze_dim", 1)
         if args or set(kwargs) - {"unsqueeze_dim"} or not _plain(q, k, cos, sin):
             return original(q, k, cos, sin, *args, **kwargs)  # the model's own code
-        if memo.__dict__ and declines.declined(memo, OP, q, *_rope_key(k, cos, sin, unsqueeze_dim)):
-            return original(q, k, cos, sin, *args, **kwargs)
-        if not rope_reference.accepts(q, k, cos, sin, unsqueeze_dim):
-            return original(q, k, cos, sin, *args, **kwargs)
-        if not accel_takes(OP, q, k, cos, sin, unsqueeze_dim):
-            declines.remember(memo, OP, q, *_rope_key(k, cos, sin, unsqueeze_dim))
+        rot = cos.shape[-1] if cos.dim() == 3 else 0
+        if partial and q.dim() == 4 and k.dim() == 4 and 0 < rot < q.shape[-1] == k.shape[-1]:
+            qr, kr = q[..., :rot], k[..., :rot]  # the rotated part (views: unit stride on the features kept)
+            if not takes(qr, kr, cos, sin, unsqueeze_dim):
+                return original(q, k, cos, sin, *args, **kwargs)
+            qe, ke = rope_ops.apply_rope(qr, kr, cos, sin, unsqueeze_dim)
+            return torch.cat([qe, q[..., rot:]], dim=-1), torch.cat([ke, k[..., rot:]], dim=-1)
+        if not takes(q, k, cos, sin, unsqueeze_dim):
             return original(q, k, cos, sin, *args, **kwargs)
         return rope_ops.apply_rope(q, k, cos, sin, unsqueeze_dim)
 
