@@ -63,7 +63,7 @@ def declined(module: Any, op: str, x: torch.Tensor, *more: Any) -> bool:
     registry's current epoch. One dict lookup where the module has declined nothing (the path every call whose
     kernel takes it stays on); never under :func:`.guards.forcing`."""
     memo = module.__dict__.get(ATTR)
-    if not memo:
+    if not memo or torch.compiler.is_compiling():  # (a traced graph guards on what it reads: not on the memo)
         return False
     k = key(x, *more)
     epoch = memo.get((op, k))

@@ -11,7 +11,6 @@ between the model's own projections (``mlp_recompute`` does not apply to it).
 from __future__ import annotations
 
 import inspect
-import weakref
 from typing import Any
 
 import torch
@@ -49,18 +48,18 @@ class _Probe:
     """Whether an activation module computes ``fn`` bit for bit, checked once per instance on fp32 and bf16: a
     class may compute different functions per instance (transformers' ``GELUTanh`` is ``F.gelu(approximate=
     "tanh")`` or, with ``use_gelu_tanh_python=True``, a formula one bf16 step away from it; ``nn.GELU`` by its
-    ``approximate``), so only the classes in ``known`` are taken on their class alone."""
+    ``approximate``), so only the classes in ``known`` are taken on their class alone. The answer is kept on the
+    instance (a plain attribute, ``attr``: ``torch.compile`` guards on it as on any module attribute)."""
 
-    def __init__(self, fn: Any, known: set[type]) -> None:
-        self.fn, self.known = fn, frozenset(known)
-        self.seen: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+    def __init__(self, fn: Any, known: set[type], attr: str) -> None:
+        self.fn, self.known, self.attr = fn, frozenset(known), attr
 
     def __call__(self, act: Any) -> bool:
         if type(act) in self.known:
             return True
         if not isinstance(act, nn.Module):
             return False
-        same = self.seen.get(act)
+        same = act.__dict__.get(self.attr)
         if same is None:
             t = torch.linspace(-8.0, 8.0, 97)
             try:
@@ -69,14 +68,14 @@ class _Probe:
                                for dt in (torch.float32, torch.bfloat16))
             except Exception:  # noqa: BLE001 - an activation that cannot run on a CPU vector is not taken for fn
                 same = False
-            self.seen[act] = same
+            act.__dict__[self.attr] = same
         return same
 
 
 #: ``is_silu(act)``: whether ``act`` (an activation module) computes ``F.silu``.
-is_silu = _Probe(F.silu, {nn.SiLU})
+is_silu = _Probe(F.silu, {nn.SiLU}, "_accel_is_silu")
 #: ``is_gelu_tanh(act)``: whether ``act`` computes ``F.gelu(approximate="tanh")`` (Gemma's ``gelu_pytorch_tanh``).
-is_gelu_tanh = _Probe(_gelu_tanh, set())
+is_gelu_tanh = _Probe(_gelu_tanh, set(), "_accel_is_gelu_tanh")
 
 
 def instance_reason(module: nn.Module) -> str | None:
