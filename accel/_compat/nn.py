@@ -9,7 +9,7 @@ import importlib.util
 
 import torch
 
-__all__ = ["TORCH_NN_CHUNKED", "torch_linear_cross_entropy", "torch_nn_chunked_ops", "upstream_overrides"]
+__all__ = ["TORCH_NN_CHUNKED", "torch_grouped_mm", "torch_linear_cross_entropy", "torch_nn_chunked_ops", "upstream_overrides"]
 
 #: torch's chunked ops (namespace ``torch_nn``): the scalar reductions, ``reduction="none"``.
 TORCH_NN_CHUNKED = ("_linear_cross_entropy_batch_chunked", "_linear_cross_entropy_batch_chunked_no_reduction")
@@ -27,6 +27,15 @@ def torch_linear_cross_entropy() -> tuple | None:
     names = (getattr(F, "linear_cross_entropy", None), getattr(torch.nn, "LinearCrossEntropyLoss", None),
              getattr(torch.nn, "LinearCrossEntropyOptions", None))
     return names if all(n is not None for n in names) else None
+
+
+def torch_grouped_mm():
+    """torch's grouped GEMM, ``(mat_a, mat_b, *, offs) -> out`` with autograd: ``torch.nn.functional.grouped_mm``
+    (public since torch 2.10), else the private ``torch._grouped_mm`` (torch 2.8-2.9), else ``None``. Which
+    devices and dtypes it takes is the caller's question (CUDA sm90+ and bf16 on torch 2.11's build)."""
+    import torch.nn.functional as F
+
+    return getattr(F, "grouped_mm", None) or getattr(torch, "_grouped_mm", None)
 
 
 @functools.cache
