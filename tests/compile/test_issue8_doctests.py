@@ -6,7 +6,8 @@ import importlib
 import pytest
 
 
-@pytest.mark.parametrize("name", ["accel.compile", "accel.quant", "accel.distributed", "accel.tunable"])
+@pytest.mark.parametrize("name", ["accel.compile", "accel.quant", "accel._quant_formats", "accel._quantize", "accel.distributed",
+                                  "accel.tunable"])
 def test_docstring_examples(name):
     import sys
 
