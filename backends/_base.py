@@ -10,13 +10,28 @@ functions, device properties), which is exactly what :mod:`accel.testing` fakes.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar
 
 import torch
+
+# a backend's answers (probe result, capabilities, kernel limits) are in _facts, compile plans in _compile_plan
+from ._compile_plan import CompilePlan, GemmTemplate, PlanItem, build, template_ok
+from ._compile_plan import _check_mode, _check_options  # noqa: F401 - importable from here too
+from ._facts import (  # noqa: F401 - dtypes_for: the vendor modules import it from here
+    TELEMETRY_QUERIES,
+    Capabilities,
+    KernelLimits,
+    ProbeResult,
+    always_false,
+    always_true,
+    constant,
+    dtypes_for,
+    no_op,
+    one_device_runtime,
+)
+from ._facts import _CURRENT_INDEX_DOC, _DEVICE_COUNT_DOC, _FP8_DTYPES  # noqa: F401 - importable from here too
 
 __all__ = [
     "Backend",
@@ -33,284 +48,6 @@ __all__ = [
     "no_op",
     "one_device_runtime",
 ]
-
-
-@dataclass(frozen=True)
-class ProbeResult:
-    """The answer of one backend's probe.
-
-    Attributes:
-        backend: backend name (``"cuda"``, ``"rocm"``, ...).
-        available: whether the backend can be used in this process.
-        reason: one line saying why (always set, also when available).
-        device_count: number of visible devices (0 when unavailable).
-        hidden_by: ``(variable, value)`` of each visible-devices variable that was set when the
-            torch build serves this backend but it sees no device: the variables hide them all
-            (``CUDA_VISIBLE_DEVICES=""`` or ``"-1"``). Empty otherwise.
-    """
-
-    backend: str
-    available: bool
-    reason: str
-    device_count: int = 0
-    hidden_by: tuple[tuple[str, str], ...] = ()
-
-
-@dataclass(frozen=True)
-class Capabilities:
-    """Feature flags of one device. Never compare compute capabilities across vendors.
-
-    Attributes:
-        dtypes: names of the floating dtypes the device computes with natively
-            (``"float32"``, ``"bfloat16"``, ``"float8_e4m3fn"``, ...).
-        fp8: fp8 flavour: ``"ocp"`` (``float8_e4m3fn``/``float8_e5m2``),
-            ``"fnuz"`` (``float8_e4m3fnuz``/``float8_e5m2fnuz``, AMD gfx942) or ``None``.
-        mxfp8, mxfp4: OCP microscaling formats (block 32, e8m0 scales) in hardware.
-        nvfp4: NVIDIA FP4 (block 16, e4m3 scales), Blackwell and later.
-        float64: float64 supported (False on MPS).
-        graph_capture: the device's graph capture (CUDA/HIP/XPU graphs) is usable.
-        symmetric_memory: torch symmetric memory can be used.
-        flex_attention: ``torch.nn.attention.flex_attention`` compiles for it.
-        grouped_gemm: ``torch._grouped_mm`` has a kernel for it.
-        tunable_op: ``torch.cuda.tunable`` (TunableOp) applies.
-        memory_telemetry: allocator statistics are tracked.
-    """
-
-    dtypes: tuple[str, ...]
-    fp8: str | None = None
-    mxfp8: bool = False
-    mxfp4: bool = False
-    nvfp4: bool = False
-    float64: bool = True
-    graph_capture: bool = False
-    symmetric_memory: bool = False
-    flex_attention: bool = False
-    grouped_gemm: bool = False
-    tunable_op: bool = False
-    memory_telemetry: bool = False
-
-    def as_dict(self) -> dict[str, Any]:
-        """The flags as a JSON-ready dict."""
-        d = dataclasses.asdict(self)
-        d["dtypes"] = list(self.dtypes)
-        return d
-
-
-@dataclass(frozen=True)
-class KernelLimits:
-    """What a hand-written kernel's launch config must respect on one device (the vendor's facts).
-
-    Attributes:
-        arch: the tuning-table arch key (``sm_90``, ``gfx942``, ``gfx1100``, ``pvc``, ...).
-        family: the config family: ``"nvidia"``, ``"cdna"`` (AMD wave64), ``"rdna"`` (AMD wave32),
-            ``"xe"`` (Intel), ``"host"`` (CPU, MPS, interpreter runs). A Triton ``num_warps`` measured
-            for one family is not assumed for another (:func:`accel.kernels.dsl.triton_configs.for_device`).
-        wave_size: threads per warp / wavefront / sub-group (32 NVIDIA, 64 CDNA, 32 RDNA, 32 Intel
-            Triton's default; 1 on the host).
-        shared_memory: bytes of shared memory / LDS one block (work-group) may use, or ``None`` where
-            unknown.
-        fp8: fp8 flavour for kernels that take fp8 (``"ocp"``, ``"fnuz"`` on gfx942, ``None``).
-        source: where the numbers come from (device properties, or the vendor document of the table).
-        cache_bytes: the last-level cache the device properties report, bytes (``None``: not reported);
-            the benchmark flushes twice this before each timed rep.
-    """
-
-    arch: str
-    family: str
-    wave_size: int
-    shared_memory: int | None
-    fp8: str | None
-    source: str
-    cache_bytes: int | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        """The limits as a JSON-ready dict."""
-        return dataclasses.asdict(self)
-
-
-_FP8_DTYPES = {
-    "ocp": ("float8_e4m3fn", "float8_e5m2"),
-    "fnuz": ("float8_e4m3fnuz", "float8_e5m2fnuz"),
-    None: (),
-}
-
-
-def dtypes_for(*, bf16: bool = True, float64: bool = True, fp8: str | None = None) -> tuple[str, ...]:
-    """The dtype names of a device with these features (shared by every vendor)."""
-    names = ["float16", "float32"]
-    if bf16:
-        names.insert(0, "bfloat16")
-    if float64:
-        names.append("float64")
-    return tuple(names) + _FP8_DTYPES[fp8]
-
-
-#: The telemetry queries a device module may have, each ``query(index)`` (see :class:`accel.memory.Telemetry`).
-TELEMETRY_QUERIES = ("device_memory_used", "utilization", "power_draw", "clock_rate", "temperature")
-
-_DEVICE_COUNT_DOC = ("Visible devices of the active backend: ``1`` on the CPU and MPS, else the backend's count "
-                     "(from its probe: never initialises a device). Takes no argument, as torch's.")
-_CURRENT_INDEX_DOC = "Index of the current device of the active backend: always ``0`` on the CPU and MPS (one device)."
-
-
-def constant(value: int, name: str, doc: str) -> Callable[[], int]:
-    """A function of no arguments returning ``value``, named and documented as the public ``accel.<name>``
-    it is on this backend (``help(accel.device_count)`` and a wrong call's TypeError name it)."""
-
-    def constant() -> int:
-        return value
-
-    constant.__name__ = constant.__qualname__ = name
-    constant.__module__ = "accel"
-    constant.__doc__ = doc
-    return constant
-
-
-def always_true() -> bool:
-    """``True`` (``is_initialized`` of a device without lazy initialisation)."""
-    return True
-
-
-def always_false() -> bool:
-    """``False`` (``is_initialized`` of a device that is never initialised)."""
-    return False
-
-
-def no_op(*_args: object) -> None:
-    """Does nothing (the operation has no effect on this backend)."""
-
-
-def one_device_runtime(count: int) -> dict[str, Callable[..., Any]]:
-    """The index functions of a backend with a single device (index 0) and no current-device switch."""
-    return {
-        "device_count": constant(count, "device_count", _DEVICE_COUNT_DOC),
-        "current": constant(0, "current_device_index", _CURRENT_INDEX_DOC),
-        "set_device": no_op,
-    }
-
-
-def _check_mode(mode: object) -> None:
-    """``mode`` is ``None`` or a ``torch.compile`` mode of the running torch; else CompileOptionError."""
-    from accel import _compat
-    from accel._options import did_you_mean
-    from accel.errors import CompileOptionError
-
-    if mode is None:
-        return
-    modes = _compat.inductor_modes()
-    if not isinstance(mode, str) or mode not in modes:
-        raise CompileOptionError(
-            f"compile plan: unknown torch.compile mode {mode!r} (torch {torch.__version__})."
-            f"{did_you_mean(mode, modes)} Valid: {', '.join(repr(m) for m in modes)}, or None."
-        )
-
-
-def _check_options(options: Mapping[str, Any]) -> None:
-    """Every key of ``options`` is an Inductor option of the running torch and its value of the declared type;
-    else one CompileOptionError naming each bad key and its closest valid ones."""
-    from accel import _compat
-    from accel._options import closest
-    from accel.errors import CompileOptionError
-
-    if not options:
-        return
-    known = _compat.inductor_options()
-    problems = []
-    for key, value in options.items():
-        why = _compat.inductor_option_problem(key, value, known)
-        if why == "unknown":
-            near = closest(key.replace("-", "_"), known)
-            problems.append(f"{key!r} is not an Inductor option" + (
-                f" (closest: {', '.join(repr(n) for n in near)})" if near else ""))
-        elif why is not None:
-            problems.append(why)
-    if problems:
-        raise CompileOptionError(
-            f"compile plan: options: {'; '.join(problems)}. torch.compile(options=...) takes the names and types "
-            f"of torch._inductor.config (torch {torch.__version__} has {len(known)}; "
-            f"accel._compat.inductor_options() lists them). Fix or drop those keys."
-        )
-
-
-class PlanItem(NamedTuple):
-    """One Inductor setting: ``key`` (dotted, as in ``torch._inductor.config``), ``value``, ``reason``."""
-
-    key: str
-    value: Any
-    reason: str
-
-
-class CompilePlan(list):
-    """The :class:`PlanItem` s to set (the list itself) plus :attr:`skipped` decisions with reasons.
-
-    Attributes:
-        skipped: items considered but not set (``value`` is what would have been set).
-        given: one item per option the caller passed (``options=``), saying what happens to it: passed to
-            ``torch.compile`` as given, and whether it overrides what the mode or accel would set. No key
-            given is dropped silently.
-    """
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.skipped: list[PlanItem] = []
-        self.given: list[PlanItem] = []
-
-    def account(self, options: Mapping[str, Any], mode: str | None, mode_opts: Mapping[str, Any]) -> None:
-        """Fill :attr:`given`: what happens to each of the caller's ``options``."""
-        for key, value in options.items():
-            name = key.replace("-", "_")
-            notes = [f"{s.value!r} ({s.reason.split('; ')[-1]})" for s in self.skipped
-                     if s.key == key and s.reason.startswith("you set")]
-            said = ["yours: passed to torch.compile as given"]
-            if name in mode_opts and mode_opts[name] != value:
-                said.append(f"overrides mode={mode!r}'s {mode_opts[name]!r}")
-            if notes:
-                said.append("overrides accel's " + "; ".join(notes))
-            self.given.append(PlanItem(key, value, ", ".join(said)))
-
-    @property
-    def options(self) -> dict[str, Any]:
-        """The items as a ``{key: value}`` dict for ``torch.compile(options=...)``."""
-        return {item.key: item.value for item in self}
-
-    def propose(self, key: str, value: Any, reason: str, user_options: dict[str, Any]) -> None:
-        """Plan ``key = value`` unless the running torch lacks the key or the user set it."""
-        from accel import _compat
-
-        if not _compat.inductor_config_has(key):
-            self.skip(key, value, f"the running torch has no Inductor config key {key!r} ({reason})")
-        elif key in user_options:
-            self.skip(key, value, f"you set {key}={user_options[key]!r}; yours wins (accel would: {reason})")
-        else:
-            self.append(PlanItem(key, value, reason))
-
-    def skip(self, key: str, value: Any, reason: str) -> None:
-        """Record a decision not taken."""
-        self.skipped.append(PlanItem(key, value, reason))
-
-
-@dataclass(frozen=True)
-class GemmTemplate:
-    """A GEMM template family Inductor adds under max-autotune (vendor facts as data).
-
-    Attributes:
-        token: its name in ``max_autotune_gemm_backends`` (``"NVGEMM"``, ``"CK"``).
-        description: one line saying what it is.
-        config_key: an Inductor config key that exists exactly when the running torch
-            has this backend (``"nvgemm_max_profiling_configs"``).
-        package: what provides it (for the reason text), e.g. ``"nvidia-cutlass-dsl"``.
-        install: how to install it (``"pip install nvidia-cutlass-dsl"``).
-        available: name of the :mod:`accel._compat` function that says whether torch finds it.
-        arch_ok: ``arch -> (ok, reason)``.
-    """
-
-    token: str
-    description: str
-    config_key: str
-    package: str
-    install: str
-    available: str
-    arch_ok: Callable[[str], tuple[bool, str]]
 
 
 class Backend:
@@ -449,65 +186,9 @@ class Backend:
         .. note:: Imports ``torch._inductor`` and reads the device arch (initialises
            the device runtime on real hardware).
         """
-        from collections.abc import Mapping
+        return build(self, mode=mode, options=options, index=index)
 
-        from accel import _compat
-        from accel.errors import CompileOptionError
-
-        if options is not None and not isinstance(options, Mapping):
-            raise CompileOptionError(
-                f"compile plan: options is {type(options).__name__} {options!r:.60}, not a dict. options maps "
-                f"Inductor option names to values, as torch.compile(options=...) takes. Pass a dict or None."
-            )
-        bad_key = next((k for k in options or {} if not isinstance(k, str)), None)
-        if bad_key is not None:
-            raise CompileOptionError(
-                f"compile plan: options has key {bad_key!r} ({type(bad_key).__name__}); Inductor option names are "
-                f"str (torch._inductor.config attributes). Pass e.g. {{'max_autotune': True}}."
-            )
-        options = dict(options or {})
-        _check_mode(mode)
-        _check_options(options)
-        mode_opts = _compat.inductor_mode_options(mode)
-        plan = CompilePlan()
-        autotune = bool(options.get("max_autotune", mode_opts.get("max_autotune", False))
-                        or options.get("max_autotune_gemm", False))
-        if self.gemm_templates:
-            arch = self.arch(index)
-            tokens = [t.token for t in self.gemm_templates if self._template_ok(t, arch, autotune, mode, plan)]
-            if tokens:
-                key = "max_autotune_gemm_backends"
-                base = str(options.get(key, _compat.inductor_config_get(key)))
-                have = [x.strip().upper() for x in base.split(",") if x.strip()]
-                added = [t for t in tokens if t not in have]
-                value = ",".join(have + added)
-                why = f"add {', '.join(added)} to the GEMM autotuning candidates on {arch} (" + "; ".join(
-                    t.description for t in self.gemm_templates if t.token in added) + ")"
-                if added:
-                    plan.propose(key, value, why, options)
-        self._vendor_plan(plan, mode_opts=mode_opts, options=options, autotune=autotune, index=index)
-        plan.account(options, mode, mode_opts)
-        return plan
-
-    @staticmethod
-    def _template_ok(t: GemmTemplate, arch: str, autotune: bool, mode: str | None, plan: CompilePlan) -> bool:
-        from accel import _compat
-
-        def skip(reason: str) -> bool:
-            plan.skip("max_autotune_gemm_backends", t.token, reason)
-            return False
-
-        if not autotune:
-            return skip(f"{t.token} is only used while autotuning GEMMs (mode={mode!r} does not autotune; "
-                        "use mode='max-autotune' or 'max-autotune-no-cudagraphs')")
-        if not _compat.inductor_config_has(t.config_key):
-            return skip(f"the running torch has no {t.token} GEMM backend (no Inductor config key {t.config_key!r})")
-        ok, why = t.arch_ok(arch)
-        if not ok:
-            return skip(f"{t.token} does not serve {arch}: {why}")
-        if not getattr(_compat, t.available)():
-            return skip(f"{t.token} needs {t.package}, which the running torch cannot find: {t.install}")
-        return True
+    _template_ok = staticmethod(template_ok)  # whether one template family is offered; a vendor may override it
 
     def _vendor_plan(self, plan: CompilePlan, *, mode_opts: dict[str, Any], options: dict[str, Any],
                      autotune: bool, index: int) -> None:
