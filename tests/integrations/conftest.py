@@ -11,12 +11,15 @@ def _references() -> dict:
     from accel.kernels.ops.add_rms_norm_hf import reference as arn
     from accel.kernels.ops.geglu import reference as gg
     from accel.kernels.ops.linear_cross_entropy import reference as lce
+    from accel.kernels.ops.moe import op as _moe_ops  # noqa: F401 - defines accel::grouped_mm
+    from accel.kernels.ops.moe import reference as moe
     from accel.kernels.ops.rms_norm_hf import reference as rn
     from accel.kernels.ops.rope import reference as rp
     from accel.kernels.ops.swiglu import reference as sw
 
     return {"accel::swiglu": sw.swiglu, "accel::geglu": gg.geglu, "accel::rope": rp.rope, "accel::rms_norm_hf": rn.rms_norm_hf,
-            "accel::add_rms_norm_hf": arn.add_rms_norm_hf, "accel::linear_cross_entropy": lce.forward}
+            "accel::add_rms_norm_hf": arn.add_rms_norm_hf, "accel::linear_cross_entropy": lce.forward,
+            "accel::grouped_mm": moe.grouped_mm}
 
 
 @pytest.fixture

@@ -8,6 +8,7 @@ from torch import nn
 
 from .causal_lm import as_options
 from .decoder_layer import link_layers
+from .experts import register as register_experts
 from .families import family_of, known, original
 from .guards import dispatch_keys
 from .report import check_module
@@ -43,7 +44,9 @@ def patch(model: nn.Module, *, norms: bool = True, mlp: bool = True, rope: bool 
             the two. Under ``torch.compile``, non-reentrant activation checkpointing and other saved-tensor hooks
             the layers run their own code; in inference mode nothing is handed off; a sharded (FSDP2) or
             subclass weight keeps the model's own add and norm.
-        mlp: replace the gated MLPs: SwiGLU (``accel::swiglu``), Gemma's GeGLU (``accel::geglu``).
+        mlp: replace the gated MLPs: SwiGLU (``accel::swiglu``), Gemma's GeGLU (``accel::geglu``); and the
+            routed experts of mixture-of-experts layers (transformers 5.x's experts modules: Qwen3-MoE, OLMoE,
+            Mixtral, GPT-OSS) with :func:`accel.nn.moe.experts` where torch's grouped GEMM takes the call.
         rope: replace the attention modules' RoPE (``accel::rope``).
         loss: replace the causal LM's loss (:func:`accel.nn.lm_head.lm_head_loss`, Gemma 2's final-logit
             softcap inside it, when ``labels`` are given; ``logits`` are then ``None`` unless the call passes ``return_logits=True``). Where an
@@ -108,7 +111,9 @@ def patch(model: nn.Module, *, norms: bool = True, mlp: bool = True, rope: bool 
 
         loss_options = as_options(lce, loss_options)
     dispatch_keys()
-    wanted = {"rms_norm": norms, "mlp": mlp, "attention": rope, "causal_lm": loss, "decoder_layer": norms}
+    register_experts()
+    wanted = {"rms_norm": norms, "mlp": mlp, "attention": rope, "causal_lm": loss, "decoder_layer": norms,
+              "experts": mlp}
     flags = {"mlp": mlp_recompute, "rms_norm": norm_recompute}
     cfgs = configs(model)
     with LOCK, config_keys():

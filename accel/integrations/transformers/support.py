@@ -9,7 +9,7 @@ import importlib
 
 import torch
 
-from .families import FAMILIES, OPS, ROLES, TINY
+from .families import FAMILIES, FROM_5, OPS, ROLES, TINY
 from .patching import patch
 from .report import report
 from .verify import quiet, verdict
@@ -17,12 +17,15 @@ from .verify import quiet, verdict
 __all__ = ["support", "support_table"]
 
 _ROLE_NAMES = {"rms_norm": "RMSNorm", "mlp": "MLP", "attention": "attention", "decoder_layer": "decoder layer",
-               "causal_lm": "LM-head loss"}
+               "causal_lm": "LM-head loss", "experts": "MoE experts"}
+
 
 
 def support() -> dict[str, dict[str, str]]:
     """Family -> role -> ``"yes"`` (replaced on a tiny model of the family with its default config),
-    ``"no"`` (its class is known but left: :func:`report` on a model says why) or ``"-"`` (no such class)."""
+    ``"no"`` (its class is known but left: :func:`report` on a model says why) or ``"-"`` (no such class);
+    ``"yes (5.x)"`` for the pairs of :data:`.families.FROM_5`: replaced on 5.x, and so written on a 4.x release too,
+    where they are not (the 5.x test envs check the claim)."""
     transformers = importlib.import_module("transformers")
     out: dict[str, dict[str, str]] = {}
     for family, (_, classes) in FAMILIES.items():
@@ -34,6 +37,8 @@ def support() -> dict[str, dict[str, str]]:
                 model = getattr(transformers, lm_name)(getattr(transformers, cfg_name)(**kwargs))
             replaced = report(patch(model)).replaced
             row.update({role: "yes" for role, name in roles.items() if name in replaced})
+            v4 = int(transformers.__version__.split(".")[0]) < 5
+            row.update({role: "yes (5.x)" for role in roles if (family, role) in FROM_5 and (v4 or row[role] == "yes")})
         elif roles:  # T5: its norm alone, verified without a model
             module = importlib.import_module(FAMILIES[family][0])
             for name, (role, variant) in classes.items():

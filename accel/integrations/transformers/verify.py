@@ -36,15 +36,15 @@ import accel.kernels as ak
 from accel._once import warn_once
 from accel.errors import IntegrationWarning
 
-from . import attention, causal_lm, decoder_layer, mlp, norm
+from . import attention, causal_lm, decoder_layer, experts, mlp, norm
 from .code import innermost
-from .families import EXPECTED, OPS, TESTED, TINY, family_of, known, original
+from .families import OPS, TESTED, TINY, expected, family_of, known, original
 from .guards import forcing
 
 __all__ = ["ROLE_MODULES", "quiet", "transformers_version", "verdict"]
 
 ROLE_MODULES = {"rms_norm": norm, "mlp": mlp, "attention": attention, "decoder_layer": decoder_layer,
-                "causal_lm": causal_lm}
+                "causal_lm": causal_lm, "experts": experts}
 
 LOCK = threading.RLock()
 #: (class, config key) -> (accel subclass or None, reason it is None).
@@ -85,7 +85,7 @@ def verdict(cls: type, role: str, variant: str | None, config: Any = None) -> tu
             except Exception as exc:  # noqa: BLE001 - a class accel cannot verify is left as it is, with the reason
                 found = (None, f"could not be verified ({type(exc).__name__}: {exc})")
             _VERDICTS[key] = found
-            if found[0] is None and role in EXPECTED.get(family or "", ()):
+            if found[0] is None and role in expected(family, int(transformers_version().split(".")[0])):
                 warn_once(_SAID, (cls, role),
                           f"accel.integrations.transformers: {cls.__name__} keeps its own code ({role} role, "
                           f"{OPS[role]} not used) on transformers {transformers_version()}: {found[1]}. Tested "
@@ -140,7 +140,7 @@ def _config_key(family: str | None, config: Any) -> tuple:
 
 _DIMS = {"hidden_size": 32, "n_embd": 32, "intermediate_size": 64, "num_hidden_layers": 2, "n_layer": 2,
          "num_attention_heads": 4, "n_head": 4, "vocab_size": _VOCAB, "max_position_embeddings": 64,
-         "n_positions": 64}
+         "n_positions": 64, "moe_intermediate_size": 16}
 _DROP = ("quantization_config", "architectures", "_name_or_path", "auto_map", "transformers_version")
 
 
@@ -156,6 +156,9 @@ def _tiny_config(family: str | None, config: Any) -> Any:
             d["num_key_value_heads"] = 4 if config.num_key_value_heads == config.num_attention_heads else 2
         if d.get("head_dim") is not None:  # 8 where it is hidden / heads (32 / 4), else 16: the same kind
             d["head_dim"] = 8 if config.head_dim * config.num_attention_heads == config.hidden_size else 16
+        for k in ("num_experts", "num_local_experts"):  # enough experts for the top-k, some of them idle
+            if isinstance(d.get(k), int):
+                d[k] = max(4, d.get("num_experts_per_tok") or 2)
         if isinstance(d.get("layer_types"), list):
             kinds = list(dict.fromkeys(d["layer_types"]))
             d["layer_types"] = (kinds * 2)[:2]
