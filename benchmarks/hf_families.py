@@ -12,6 +12,12 @@ every mode fits an 80 GB card with AdamW; ``--quick``: tiny versions):
   262144, sliding window 512) with 8 of its 26 layers, SDPA, 4 x 2048 tokens;
 - ``phi3``: ``Phi3ForCausalLM``, Phi-3-mini's shapes (d 3072, 32 heads of 96, MLP 8192, vocab 32064) with 8 of
   its 32 layers, 4 x 2048 tokens.
+- ``qwen3_moe``: ``Qwen3MoeForCausalLM``, Qwen3-30B-A3B's expert shapes at d 2048 (8 layers, 32 heads / 4 KV
+  heads of 128, 64 experts of 768, top-8, vocab 151936), 4 x 2048 tokens;
+- ``mixtral``: ``MixtralForCausalLM``, Mixtral's layout at d 2048 (8 layers, 16 heads / 8 KV heads, 8 experts of
+  5632, top-2, vocab 32000), 4 x 2048 tokens.
+- ``qwen3_moe_bmm``, ``mixtral_bmm``: the same models with transformers' ``batched_mm`` experts implementation
+  (the others run its default, ``grouped_mm``): the eager baseline is the faster of the two.
 
 :func:`train_flops`: a training step's model FLOPs, ``6 * tokens * (weights of every nn.Linear)`` plus the
 attention's score and value matmuls, ``12 * layers * heads * head_dim * tokens * seq / 2`` (causal: half the
@@ -26,7 +32,8 @@ from typing import Any
 PEAK_BF16_TFLOPS = {"H100": 989.0, "H200": 989.0, "B200": 2250.0, "MI300X": 1307.0}
 #: Liger-Kernel's patch function per family.
 LIGER = {"gemma2": "apply_liger_kernel_to_gemma2", "gemma3": "apply_liger_kernel_to_gemma3_text",
-         "phi3": "apply_liger_kernel_to_phi3"}
+         "phi3": "apply_liger_kernel_to_phi3", "qwen3_moe": "apply_liger_kernel_to_qwen3_moe",
+         "mixtral": "apply_liger_kernel_to_mixtral", "qwen3_moe_bmm": None, "mixtral_bmm": None}
 
 
 def _quick(**extra: Any) -> dict[str, Any]:
@@ -52,6 +59,17 @@ def configs(quick: bool) -> dict[str, tuple[str, str, dict[str, Any], str]]:
                  {"hidden_size": 3072, "intermediate_size": 8192, "num_hidden_layers": 8, "num_attention_heads": 32,
                   "num_key_value_heads": 32, "vocab_size": 32064, "max_position_embeddings": 4096, "pad_token_id": 0},
                  "sdpa"),
+        "qwen3_moe": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM",
+                      _quick(num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32) if quick else
+                      {"hidden_size": 2048, "num_hidden_layers": 8, "num_attention_heads": 32, "num_key_value_heads": 4,
+                       "head_dim": 128, "num_experts": 64, "num_experts_per_tok": 8, "moe_intermediate_size": 768,
+                       "intermediate_size": 6144, "vocab_size": 151936, "max_position_embeddings": 4096,
+                       "decoder_sparse_step": 1, "mlp_only_layers": []}, "sdpa"),
+        "mixtral": ("MixtralConfig", "MixtralForCausalLM",
+                    _quick(num_local_experts=4, num_experts_per_tok=2, head_dim=None) if quick else
+                    {"hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 8, "num_attention_heads": 16,
+                     "num_key_value_heads": 8, "num_local_experts": 8, "num_experts_per_tok": 2, "vocab_size": 32000,
+                     "max_position_embeddings": 4096}, "sdpa"),
     }
 
 
@@ -60,10 +78,14 @@ def build(family: str, quick: bool, device: Any, dtype: Any, make: Any) -> Any:
     (:func:`real_models._hf_causal_lm`)."""
     import transformers
 
-    cfg_name, cls_name, kwargs, attn = configs(quick)[family]
+    experts = "batched_mm" if family.endswith("_bmm") else None
+    cfg_name, cls_name, kwargs, attn = configs(quick)[family.removesuffix("_bmm")]
     kwargs = {k: v for k, v in kwargs.items() if v is not None}
     batch, seq = (2, 32) if quick else (4, 2048)
-    return make(cls_name, getattr(transformers, cfg_name)(**kwargs), batch, seq, device, dtype, attn)
+    config = getattr(transformers, cfg_name)(**kwargs)
+    if experts is not None:
+        config._experts_implementation = experts
+    return make(cls_name, config, batch, seq, device, dtype, attn)
 
 
 def train_flops(model: Any, tokens: int, seq: int) -> float | None:
@@ -82,6 +104,12 @@ def train_flops(model: Any, tokens: int, seq: int) -> float | None:
     if not (heads and layers and hidden):
         return None
     head_dim = getattr(config, "head_dim", None) or hidden // heads
+    # routed experts (3-D parameters, not nn.Linear): each token runs top_k experts' gate, up and down GEMMs
+    top_k = getattr(config, "num_experts_per_tok", None)
+    experts = [m for m in model.modules() if type(m).__name__.endswith("Experts") and hasattr(m, "down_proj")]
+    if top_k and experts:
+        per_expert = sum(p[0].numel() for p in (experts[0].gate_up_proj, experts[0].down_proj))
+        linear += top_k * per_expert * len(experts)
     return 6.0 * tokens * linear + 12.0 * layers * heads * head_dim * tokens * seq / 2
 
 

@@ -74,7 +74,8 @@ from typing import Any
 # module here named like a distribution would shadow it: ``kernels``, which transformers 5.25+ imports)
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != os.path.dirname(os.path.abspath(__file__))]
 
-MODELS = ("hf_llama", "titan_llama", "vit_b16", "gpt2", "qwen3", "gemma2", "gemma3", "phi3")
+MODELS = ("hf_llama", "titan_llama", "vit_b16", "gpt2", "qwen3", "gemma2", "gemma3", "phi3", "qwen3_moe", "mixtral",
+          "qwen3_moe_bmm", "mixtral_bmm")
 MODES = ("eager", "accel", "liger", "compile", "accel_compile")
 #: What ``accel.integrations.transformers.patch`` may replace (its keyword arguments), all by default.
 PATCH_ROLES = ("norms", "mlp", "rope", "loss")
@@ -84,7 +85,9 @@ OPTIMIZERS = ("adamw", "sgd")
 #: Liger-Kernel's patch function per model (``None``: Liger has none).
 LIGER = {"hf_llama": "apply_liger_kernel_to_llama", "qwen3": "apply_liger_kernel_to_qwen3", "titan_llama": None,
          "vit_b16": None, "gpt2": None, "gemma2": "apply_liger_kernel_to_gemma2",
-         "gemma3": "apply_liger_kernel_to_gemma3_text", "phi3": "apply_liger_kernel_to_phi3"}
+         "gemma3": "apply_liger_kernel_to_gemma3_text", "phi3": "apply_liger_kernel_to_phi3",
+         "qwen3_moe": "apply_liger_kernel_to_qwen3_moe", "mixtral": "apply_liger_kernel_to_mixtral",
+         "qwen3_moe_bmm": None, "mixtral_bmm": None}
 
 
 def _families():
@@ -258,9 +261,11 @@ def _family_builder(family: str) -> Callable[..., Bench]:
 
 BUILDERS = {"hf_llama": build_hf_llama, "titan_llama": build_titan_llama, "vit_b16": build_vit_b16,
             "gpt2": build_gpt2, "qwen3": build_qwen3,
-            **{f: _family_builder(f) for f in ("gemma2", "gemma3", "phi3")}}
+            **{f: _family_builder(f) for f in ("gemma2", "gemma3", "phi3", "qwen3_moe", "mixtral", "qwen3_moe_bmm",
+                                               "mixtral_bmm")}}
 NEEDS = {"hf_llama": "transformers", "qwen3": "transformers", "gpt2": "transformers", "vit_b16": "timm",
-         "titan_llama": None, "gemma2": "transformers", "gemma3": "transformers", "phi3": "transformers"}
+         "titan_llama": None, **{f: "transformers" for f in ("gemma2", "gemma3", "phi3", "qwen3_moe", "mixtral",
+                                                              "qwen3_moe_bmm", "mixtral_bmm")}}
 
 
 # ------------------------------------------------------------------------------------------- one run
