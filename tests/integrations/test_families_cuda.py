@@ -96,3 +96,45 @@ def test_a_patched_family_matches_the_unpatched_model_on_the_gpu(family, install
         cos = torch.nn.functional.cosine_similarity(g.flatten(), w.flatten(), dim=0)
         assert cos >= 0.99, f"{name}: cosine {float(cos):.4f}"
         assert abs(float(g.norm()) / float(w.norm()) - 1) <= 0.05, name
+
+
+@pytest.mark.parametrize("family", ["qwen3_moe", "mixtral"])
+def test_a_patched_moe_model_takes_accels_experts_and_matches_on_the_gpu(family, installed, monkeypatch):
+    """Qwen3-MoE (top-8 of 16) and Mixtral (top-2 of 8) in bf16: the experts run accel.nn.moe.experts (torch's
+    grouped GEMM takes bf16 on sm80+), loss and gradients as in the family test above."""
+    if int(transformers.__version__.split(".")[0]) < 5:
+        pytest.skip("transformers 4.x has no experts class")
+    from accel.integrations import transformers as hf
+    from accel.integrations.transformers import experts as hf_experts
+
+    t = transformers
+    common = dict(hidden_size=D, num_hidden_layers=2, num_attention_heads=8, num_key_value_heads=4, vocab_size=V,
+                  max_position_embeddings=2 * S, num_experts_per_tok=8 if family == "qwen3_moe" else 2)
+    if family == "qwen3_moe":
+        cls, cfg = t.Qwen3MoeForCausalLM, t.Qwen3MoeConfig(**common, head_dim=128, num_experts=16,
+                                                           moe_intermediate_size=512)
+    else:
+        cls, cfg = t.MixtralForCausalLM, t.MixtralConfig(**common, intermediate_size=2 * D, num_local_experts=8)
+    torch.manual_seed(0)
+    ref = cls(cfg).to("cuda", torch.bfloat16).train()
+    with torch.no_grad():  # expert weights as a checkpoint would hold them, whatever the release's init does
+        for p in ref.parameters():
+            if p.dim() == 3:
+                p.normal_(0.0, 0.02)
+    model = cls(cfg).to("cuda", torch.bfloat16).train()
+    model.load_state_dict(ref.state_dict())
+    hf.patch(model)
+    report = hf.report(model)
+    assert not report.left and any(v["op"] == "accel.nn.moe.experts" for v in report.replaced.values())
+    calls = []
+    real = hf_experts.experts_forward
+    monkeypatch.setattr(hf_experts, "experts_forward", lambda *a, **k: calls.append(1) or real(*a, **k))
+    ids = torch.randint(1, V, (2, S), device="cuda", generator=torch.Generator("cuda").manual_seed(1))
+    got, grads = _loss_and_grads(model, ids)
+    assert len(calls) == cfg.num_hidden_layers, "every MoE layer ran accel's experts"
+    want, want_grads = _loss_and_grads(ref, ids)
+    assert abs(float(got) - float(want)) <= 2e-2 * abs(float(want)), (float(got), float(want))
+    for name, w in want_grads.items():
+        g = grads[name]
+        cos = torch.nn.functional.cosine_similarity(g.flatten(), w.flatten(), dim=0)
+        assert cos >= 0.99, f"{name}: cosine {float(cos):.4f}"
