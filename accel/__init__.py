@@ -45,7 +45,7 @@ from accel.runtime import Event, Stream, device_index, elapsed_time, stream
 # Vendor features behind one vocabulary. accel.compile is the function; the module stays
 # importable as ``from accel.compile import ...``.
 from accel import distributed, quant, tunable
-from accel.compile import compile, compile_plan, flex_attention_kernel_options
+from accel.compile import compile, compile_plan, flex_attention_kernel_options, loss_pass_report
 
 __getattr__ = _resolve.lazy_exports(globals(), runtime.RESOLVED, lambda: {n: getattr(runtime, n) for n in runtime.RESOLVED})
 
@@ -74,6 +74,7 @@ __all__ = [
     "compile_plan",
     "distributed",
     "flex_attention_kernel_options",
+    "loss_pass_report",
     "quant",
     "tunable",
     "device",

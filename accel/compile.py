@@ -7,6 +7,10 @@ AMD Instinct, each only where the running torch has the config key, the package
 is installed and the arch is served. :func:`compile_plan` says what would be set
 and why (``accel info`` shows it). A user's explicit options always win.
 
+:func:`compile` also runs accel's LM-head loss pass (:mod:`accel._loss_pass`) on each graph Dynamo captures,
+before AOTAutograd: ``cross_entropy(linear(x, W), target)`` becomes accel's fused loss, whose ``[tokens, vocab]``
+logits are never stored; :func:`loss_pass_report` says what it rewrote and what it left, and why.
+
 :func:`flex_attention_kernel_options` gives ``kernel_options`` for
 ``torch.nn.attention.flex_attention.flex_attention`` (RDNA3 block sizes by sequence
 length; ``{}`` elsewhere).
@@ -26,7 +30,11 @@ import torch
 from accel._select import backend as _active_backend
 from accel.backends._base import CompilePlan, PlanItem
 
-__all__ = ["CompilePlan", "PlanItem", "compile", "compile_plan", "flex_attention_kernel_options"]
+__all__ = ["CompilePlan", "PlanItem", "compile", "compile_plan", "flex_attention_kernel_options", "loss_pass_report"]
+
+#: What :func:`compile_plan` lists for the loss pass.
+_LOSS_PASS_REASON = ("accel's graph pass: cross_entropy(linear(x, W), target) -> accel's fused LM-head loss, before "
+                     "AOTAutograd (no [tokens, vocab] logits stored); loss_pass=False turns it off")
 
 
 def compile_plan(mode: str | None = None, *, options: dict[str, Any] | None = None) -> CompilePlan:
@@ -59,12 +67,49 @@ def compile_plan(mode: str | None = None, *, options: dict[str, Any] | None = No
         >>> list(plan), plan.options
         ([], {})
     """
-    return _active_backend().compile_plan(mode=mode, options=options)
+    plan = _active_backend().compile_plan(mode=mode, options=options)
+    plan.passes.append(PlanItem("loss_pass", True, _LOSS_PASS_REASON))
+    return plan
+
+
+class _LossPassBackend:
+    """A ``torch.compile`` backend: the loss pass on each captured graph, then Inductor (``inner``)."""
+
+    def __init__(self, inner: Any) -> None:
+        from accel._loss_pass import LossPassReport
+
+        self.inner, self.report = inner, LossPassReport()
+
+    def __call__(self, gm: Any, example_inputs: Any, **kwargs: Any) -> Any:
+        from accel._loss_pass import rewrite
+
+        rewrite(gm, self.report)
+        return self.inner(gm, example_inputs, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:  # get_compiler_config, reset, compiler_name: Inductor's
+        return getattr(self.__dict__["inner"], name)
+
+
+def loss_pass_report(compiled: Any) -> Any:
+    """What :func:`compile`'s loss pass did in ``compiled``'s graphs so far (graphs are captured at the first
+    calls: ask after one): an :class:`accel._loss_pass.LossPassReport` with ``rewritten`` (each loss replaced by
+    accel's fused loss: the graph node and its source line) and ``left`` (each ``cross_entropy`` kept, and why:
+    logits read elsewhere, a class ``weight=``, soft labels, a weight that is a tensor subclass, ...).
+
+    Raises:
+        TypeError: ``compiled`` was not made by :func:`accel.compile` with the loss pass on (``backend="inductor"``,
+            ``loss_pass=True``).
+    """
+    backend = getattr(compiled, "_accel_loss_pass", None)
+    if backend is None:
+        raise TypeError(f"accel.loss_pass_report: {type(compiled).__name__} was not made by accel.compile with "
+                        "loss_pass=True and backend='inductor'; compile it that way to get a report.")
+    return backend.report
 
 
 def compile(model: Callable[..., Any] | None = None, /, *, mode: str | None = None,  # noqa: A001 - mirrors torch.compile
             options: dict[str, Any] | None = None, backend: str | Callable[..., Any] = "inductor",
-            **kwargs: Any) -> Any:
+            loss_pass: bool = True, **kwargs: Any) -> Any:
     """``torch.compile`` with the Inductor settings that serve the active vendor.
 
     The final Inductor options are, later ones winning: what ``mode`` means
@@ -79,6 +124,8 @@ def compile(model: Callable[..., Any] | None = None, /, *, mode: str | None = No
             (``torch.compile`` refuses both at once; accel merges them).
         options: Inductor options; yours always win over accel's.
         backend: the ``torch.compile`` backend.
+        loss_pass: with ``backend="inductor"``, run accel's LM-head loss pass on each captured graph (module
+            docstring; :func:`loss_pass_report` says what it did). ``False``: the graph is Dynamo's as captured.
         **kwargs: passed to ``torch.compile`` (``fullgraph``, ``dynamic``, ...).
 
     Returns:
@@ -98,6 +145,8 @@ def compile(model: Callable[..., Any] | None = None, /, *, mode: str | None = No
         [2.0, 2.0]
     """
     _check_compile_arguments(backend, kwargs)
+    if model is None:  # a decorator, as torch.compile(None, ...) is
+        return lambda fn: compile(fn, mode=mode, options=options, backend=backend, loss_pass=loss_pass, **kwargs)
     if backend != "inductor":
         if mode is not None and options is not None:
             from accel.errors import CompileOptionError
@@ -108,14 +157,24 @@ def compile(model: Callable[..., Any] | None = None, /, *, mode: str | None = No
             )
         return torch.compile(model, mode=mode, options=options, backend=backend, **kwargs)
     plan = compile_plan(mode, options=options)
-    if not plan and not (mode is not None and options is not None):
+    if plan or (mode is not None and options is not None):
+        from accel import _compat
+
+        merged = _compat.inductor_mode_options(mode)
+        merged.update(plan.options)
+        merged.update(options or {})
+        mode, options = None, merged
+    if not loss_pass:
         return torch.compile(model, mode=mode, options=options, backend=backend, **kwargs)
     from accel import _compat
 
-    merged = _compat.inductor_mode_options(mode)
-    merged.update(plan.options)
-    merged.update(options or {})
-    return torch.compile(model, options=merged, backend=backend, **kwargs)
+    wrapper = _LossPassBackend(_compat.inductor_backend(mode, options, kwargs.get("dynamic")))
+    compiled = torch.compile(model, backend=wrapper, **kwargs)
+    try:
+        compiled._accel_loss_pass = wrapper
+    except AttributeError:  # an object that takes no attribute: no report for it
+        pass
+    return compiled
 
 
 _TORCH_COMPILE = torch.compile

@@ -75,12 +75,15 @@ class CompilePlan(list):
         given: one item per option the caller passed (``options=``), saying what happens to it: passed to
             ``torch.compile`` as given, and whether it overrides what the mode or accel would set. No key
             given is dropped silently.
+        passes: accel's graph passes :func:`accel.compile` runs (``key`` the pass, ``value`` on/off), not Inductor
+            options.
     """
 
     def __init__(self) -> None:
         super().__init__()
         self.skipped: list[PlanItem] = []
         self.given: list[PlanItem] = []
+        self.passes: list[PlanItem] = []
 
     def account(self, options: Mapping[str, Any], mode: str | None, mode_opts: Mapping[str, Any]) -> None:
         """Fill :attr:`given`: what happens to each of the caller's ``options``."""

@@ -47,6 +47,7 @@ from .inductor import (
     cutedsl_available,
     find_spec,
     has_rdna3_flex_heuristics,
+    inductor_backend,
     inductor_config_get,
     inductor_config_has,
     inductor_mode_options,

@@ -13,6 +13,7 @@ __all__ = [
     "cutedsl_available",
     "find_spec",
     "has_rdna3_flex_heuristics",
+    "inductor_backend",
     "inductor_config_get",
     "inductor_config_has",
     "inductor_mode_options",
@@ -65,6 +66,15 @@ def inductor_mode_options(mode: str | None) -> dict[str, object]:
     import torch._inductor
 
     return dict(torch._inductor.list_mode_options(mode or "default"))
+
+
+def inductor_backend(mode: str | None, options: dict[str, object] | None, dynamic: bool | None) -> object:
+    """The backend object ``torch.compile(backend="inductor", mode=mode, options=options, dynamic=dynamic)`` builds
+    (``torch._TorchCompileInductorWrapper``, private; the same three arguments on torch 2.9-2.15), for a caller that
+    wraps it."""
+    import torch
+
+    return torch._TorchCompileInductorWrapper(mode, options, dynamic)
 
 
 def inductor_modes() -> tuple[str, ...]:

@@ -1,0 +1,118 @@
+"""accel.compile's LM-head loss pass: ``cross_entropy(linear(x, W), target)`` in a captured graph becomes accel's
+fused loss (the logits never stored), with the model's own loss and gradients; whatever it cannot prove the same
+is left as it is and named in :func:`accel.loss_pass_report`."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import accel
+from accel import _loss_pass
+
+pytestmark = pytest.mark.cpu
+V, D = 96, 32
+
+
+class Titan(nn.Module):
+    """A torchtitan-style causal LM head: norm, bias-free head, shifted cross-entropy on fp32 logits."""
+
+    def __init__(self, loss: str = "plain") -> None:
+        super().__init__()
+        self.emb, self.norm, self.output = nn.Embedding(V, D), nn.RMSNorm(D), nn.Linear(D, V, bias=False)
+        self.loss = loss
+
+    def forward(self, ids: torch.Tensor, soft: torch.Tensor | None = None):
+        logits = self.output(self.norm(self.emb(ids)))
+        flat, target = logits[:, :-1].flatten(0, 1).float(), ids[:, 1:].flatten()
+        if self.loss == "weighted":
+            return F.cross_entropy(flat, target, weight=torch.ones(V))
+        if self.loss == "soft":
+            return F.cross_entropy(flat, soft)
+        loss = F.cross_entropy(flat, target, ignore_index=-100, label_smoothing=0.1 if self.loss == "smooth" else 0.0)
+        return (loss, logits) if self.loss == "returns_logits" else loss
+
+
+def _aot_eager(report):
+    from torch._dynamo.backends.registry import lookup_backend
+
+    inner = lookup_backend("aot_eager")  # AOTAutograd without Inductor: the fused op's own backward runs
+
+    def backend(gm, example_inputs):
+        _loss_pass.rewrite(gm, report)
+        return inner(gm, example_inputs)
+    return backend
+
+
+def _ids(rows=2, cols=9, seed=0):
+    return torch.randint(0, V, (rows, cols), generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.mark.parametrize("loss", ["plain", "smooth"])
+def test_the_rewritten_loss_and_gradients_equal_the_models_own(loss):
+    torch.manual_seed(0)
+    ref = Titan(loss)
+    model = copy.deepcopy(ref)
+    report = _loss_pass.LossPassReport()
+    compiled = torch.compile(model, backend=_aot_eager(report))
+    ids = _ids()
+    want, got = ref(ids), compiled(ids)
+    want.backward()
+    got.backward()
+    assert len(report.rewritten) == 1 and not report.left, report
+    assert "F.cross_entropy" in report.rewritten[0]
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    for (name, p), q in zip(ref.named_parameters(), model.parameters()):
+        torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-6, msg=name)
+
+
+@pytest.mark.parametrize("loss, why", [("returns_logits", "other users"), ("weighted", "weight="),
+                                       ("soft", "soft labels")])
+def test_what_the_pass_cannot_prove_the_same_is_left_with_the_reason(loss, why):
+    torch.manual_seed(0)
+    ref = Titan(loss)
+    report = _loss_pass.LossPassReport()
+    compiled = torch.compile(copy.deepcopy(ref), backend=_aot_eager(report))
+    ids = _ids()
+    soft = torch.softmax(torch.randn(ids[:, 1:].numel(), V), -1) if loss == "soft" else None
+    got, want = compiled(ids, soft), ref(ids, soft)
+    assert not report.rewritten and len(report.left) == 1 and why in report.left[0][1], report
+    torch.testing.assert_close(got, want)
+
+
+def test_a_compiled_training_step_function_is_rewritten_with_dynamic_shapes():
+    """The loss computed outside the model, in the compiled step function; dynamic=True, fullgraph=True: one
+    graph for two batch shapes, the loss rewritten in it."""
+    torch.manual_seed(0)
+    ref = Titan()
+    model = copy.deepcopy(ref)
+    report = _loss_pass.LossPassReport()
+
+    def step(ids):
+        logits = model.output(model.norm(model.emb(ids)))
+        return F.cross_entropy(logits.view(-1, V)[:-1].float(), ids.view(-1)[1:])
+
+    compiled = torch.compile(step, backend=_aot_eager(report), dynamic=True, fullgraph=True)
+    for rows, cols in ((2, 9), (3, 5)):
+        ids = _ids(rows, cols)
+        want = F.cross_entropy(ref.output(ref.norm(ref.emb(ids))).view(-1, V)[:-1].float(), ids.view(-1)[1:])
+        torch.testing.assert_close(compiled(ids), want, rtol=1e-5, atol=1e-6)
+    assert len(report.rewritten) >= 1 and not report.left
+
+
+def test_accel_compile_runs_the_pass_under_inductor_and_reports_it():
+    torch.manual_seed(0)
+    ref = Titan()
+    compiled = accel.compile(copy.deepcopy(ref))
+    ids = _ids()
+    torch.testing.assert_close(compiled(ids), ref(ids), rtol=1e-5, atol=1e-6)
+    report = accel.loss_pass_report(compiled)
+    assert len(report.rewritten) == 1 and "1 rewritten, 0 left" in str(report)
+    assert [p.key for p in accel.compile_plan().passes] == ["loss_pass"]
+    off = accel.compile(copy.deepcopy(ref), loss_pass=False)
+    with pytest.raises(TypeError, match="loss_pass=True"):
+        accel.loss_pass_report(off)
