@@ -110,7 +110,7 @@ class CapturePlan:
         return s
 
 
-def _check_pool(pool: Any, label: str) -> None:
+def check_pool(pool: Any, label: str) -> None:
     """``pool`` is ``None`` or a pool id (a ``(int, int)`` tuple, as ``graph_pool_handle()`` and ``Graph.pool()`` return)."""
     if pool is None or (isinstance(pool, tuple) and len(pool) == 2
                         and all(isinstance(v, int) and not isinstance(v, bool) for v in pool)):
@@ -122,7 +122,7 @@ def _check_pool(pool: Any, label: str) -> None:
     )
 
 
-def _unsupported_error(what: str, support: GraphSupport) -> GraphCaptureUnsupported:
+def unsupported_error(what: str, support: GraphSupport) -> GraphCaptureUnsupported:
     return GraphCaptureUnsupported(
         f"{what}: graph capture is unsupported on {support.device} ({support.reason}). "
         "Only CUDA, ROCm and XPU devices have graphs. Check accel.graphs.is_supported() first, or use "

@@ -42,12 +42,12 @@ def _leaves(a: Any) -> list[torch.Tensor]:
     return []
 
 
-def _static_copy(a: Any) -> Any:
+def static_copy(a: Any) -> Any:
     """``a`` with every tensor replaced by a detached copy (the static input buffers); other values kept."""
     if isinstance(a, torch.Tensor):
         return a.detach().clone()
     if isinstance(a, (list, tuple)):
-        items = [_static_copy(x) for x in a]
+        items = [static_copy(x) for x in a]
         if isinstance(a, tuple) and hasattr(a, "_fields"):
             return type(a)(*items)  # a namedtuple
         if type(a) in (list, tuple):
@@ -181,14 +181,14 @@ class GraphedCallable:
         return f"<accel.graphs.GraphedCallable {name}: {'graph' if self.captured else 'eager'} ({self.reason})>"
 
 
-def _check_flag(label: str, what: str, value: Any) -> None:
+def check_flag(label: str, what: str, value: Any) -> None:
     """``value`` is a bool (``strict="no"`` would be truthy)."""
     if not isinstance(value, bool):
         raise GraphInputError(f"{label}: {what}={value!r:.60} ({type(value).__name__}) is not a bool. Pass "
                               f"{what}=True or {what}=False.")
 
 
-def _check_count(label: str, what: str, value: Any, minimum: int, meaning: str, example: int) -> None:
+def check_count(label: str, what: str, value: Any, minimum: int, meaning: str, example: int) -> None:
     """Raise :class:`GraphInputError` unless ``value`` is an int (not a bool) >= ``minimum``."""
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise GraphInputError(
@@ -196,7 +196,7 @@ def _check_count(label: str, what: str, value: Any, minimum: int, meaning: str, 
         )
 
 
-def _positional_args(sample_args: Any, label: str, called_with: str) -> tuple[Any, ...]:
+def positional_args(sample_args: Any, label: str, called_with: str) -> tuple[Any, ...]:
     """``sample_args`` as a tuple of positional arguments (a single tensor is wrapped); else GraphInputError."""
     if isinstance(sample_args, torch.Tensor):
         return (sample_args,)
@@ -208,7 +208,7 @@ def _positional_args(sample_args: Any, label: str, called_with: str) -> tuple[An
     )
 
 
-def _sample_device(args: tuple[Any, ...], name: str) -> torch.device | None:
+def sample_device(args: tuple[Any, ...], name: str) -> torch.device | None:
     devices = {a.device for a in _leaves(args)}
     if len(devices) > 1:
         raise GraphInputError(

@@ -50,10 +50,15 @@ import torch
 
 from accel import _caches, _compat
 # the public face is here; how a capture begins, ends and aborts is in _graph_capture, argument matching in _graphed
-from accel._graph_capture import Capture, CapturePlan, GraphSupport, _check_pool, _unsupported_error
-from accel._graph_capture import _EMPTY_GRAPH, _mentions_capture, _say_again  # noqa: F401 - importable from here too
-from accel._graphed import GraphedCallable, _check_count, _check_flag, _positional_args, _sample_device, _static_copy
-from accel._graphed import _describe, _is_nan, _leaves, _same_value, _spec  # noqa: F401 - importable from here too
+from accel._graph_capture import Capture, CapturePlan, GraphSupport
+from accel._graph_capture import check_pool as _check_pool
+from accel._graph_capture import unsupported_error as _unsupported_error
+from accel._graphed import GraphedCallable
+from accel._graphed import check_count as _check_count
+from accel._graphed import check_flag as _check_flag
+from accel._graphed import positional_args as _positional_args
+from accel._graphed import sample_device as _sample_device
+from accel._graphed import static_copy as _static_copy
 from accel._once import warn_once
 from accel._options import check_choice
 from accel._select import selection
