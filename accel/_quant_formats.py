@@ -18,7 +18,7 @@ from accel.errors import QuantizationError
 
 
 @dataclass(frozen=True)
-class _Format:
+class Format:
     name: str
     capability: str  # the Capabilities field that says "native"
     block: int | None  # elements per scale along dim; None: tensor / row
@@ -27,26 +27,19 @@ class _Format:
 
 
 #: The formats :func:`quantize` knows, by name (facts of the OCP MX v1.0 spec and NVIDIA's NVFP4).
-FORMATS: dict[str, _Format] = {
-    "fp8_e4m3": _Format("fp8_e4m3", "fp8", None, "fp8", "float32"),
-    "fp8_e5m2": _Format("fp8_e5m2", "fp8", None, "fp8", "float32"),
-    "mxfp8": _Format("mxfp8", "mxfp8", 32, "fp8", "e8m0"),
-    "mxfp4": _Format("mxfp4", "mxfp4", 32, "e2m1", "e8m0"),
-    "nvfp4": _Format("nvfp4", "nvfp4", 16, "e2m1", "e4m3+fp32"),
+FORMATS: dict[str, Format] = {
+    "fp8_e4m3": Format("fp8_e4m3", "fp8", None, "fp8", "float32"),
+    "fp8_e5m2": Format("fp8_e5m2", "fp8", None, "fp8", "float32"),
+    "mxfp8": Format("mxfp8", "mxfp8", 32, "fp8", "e8m0"),
+    "mxfp4": Format("mxfp4", "mxfp4", 32, "e2m1", "e8m0"),
+    "nvfp4": Format("nvfp4", "nvfp4", 16, "e2m1", "e4m3+fp32"),
 }
 
 _FP8_NAMES = {
     "ocp": {"e4m3": "float8_e4m3fn", "e5m2": "float8_e5m2"},
     "fnuz": {"e4m3": "float8_e4m3fnuz", "e5m2": "float8_e5m2fnuz"},
 }
-_FP8_FLAVOUR = {name: flavour for flavour, d in _FP8_NAMES.items() for name in d.values()}
-
-#: e2m1 magnitudes by 3-bit code (OCP MX v1.0, section 5.3.3) and the midpoints between them.
-_E2M1 = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
-_E2M1_MID = tuple((a + b) / 2 for a, b in zip(_E2M1, _E2M1[1:]))
-_E2M1_MAX = 6.0
-_E4M3_MAX = 448.0  # torch.finfo(torch.float8_e4m3fn).max
-
+FP8_FLAVOUR = {name: flavour for flavour, d in _FP8_NAMES.items() for name in d.values()}
 
 class Support(NamedTuple):
     """Whether a format runs natively on a device, and why (one line)."""
@@ -56,7 +49,7 @@ class Support(NamedTuple):
 
 
 # -- device support --------------------------------------------------------------------
-def _backend_for(device: Any) -> Any:
+def backend_for(device: Any) -> Any:
     from accel._select import backend
 
     return backend(device)
@@ -83,7 +76,7 @@ def fp8_dtype(kind: str = "e4m3", device: Any = None, /) -> torch.dtype:
     if not isinstance(kind, str) or kind not in ("e4m3", "e5m2"):
         raise QuantizationError(f"fp8_dtype: kind {kind!r} is not an fp8 kind.{did_you_mean(kind, ('e4m3', 'e5m2'))} "
                                 "Valid: 'e4m3', 'e5m2'.")
-    flavour = _backend_for(device).capabilities(_index(device)).fp8 or "ocp"
+    flavour = backend_for(device).capabilities(_index(device)).fp8 or "ocp"
     return getattr(torch, _FP8_NAMES[flavour][kind])
 
 
@@ -117,15 +110,15 @@ def native_support(format: str | torch.dtype, device: Any = None, /) -> Support:
         >>> accel.quant.native_support("mxfp8", "cpu").native
         False
     """
-    fmt, dtype = _resolve_format(format)
-    b = _backend_for(device)
+    fmt, dtype = resolve_format(format)
+    b = backend_for(device)
     idx = _index(device)
     caps = b.capabilities(idx)
     where = f"{b.name} {b.arch(idx)}"
     if fmt.capability == "fp8":
         if caps.fp8 is None:
             return Support(False, f"{where} has no fp8 GEMM")
-        want = _FP8_FLAVOUR[str(dtype).removeprefix("torch.")] if dtype is not None else caps.fp8
+        want = FP8_FLAVOUR[str(dtype).removeprefix("torch.")] if dtype is not None else caps.fp8
         if want != caps.fp8:
             return Support(False, f"{where} computes fp8 in the {caps.fp8!r} flavour, not {want!r} "
                                   f"(quantize with the name {fmt.name!r} to get the device's flavour)")
@@ -149,13 +142,13 @@ def native_formats(device: Any = None, /) -> list[str]:
     return [name for name in FORMATS if native_support(name, device).native]
 
 
-def _resolve_format(format: str | torch.dtype) -> tuple[_Format, torch.dtype | None]:  # noqa: A002
+def resolve_format(format: str | torch.dtype) -> tuple[Format, torch.dtype | None]:  # noqa: A002
     if isinstance(format, torch.dtype):
         name = str(format).removeprefix("torch.")
-        if name not in _FP8_FLAVOUR:
+        if name not in FP8_FLAVOUR:
             raise QuantizationError(
                 f"quantize: dtype {format} is not an fp8 dtype. Pass one of "
-                f"{sorted(_FP8_FLAVOUR)} or a format name: {', '.join(FORMATS)}."
+                f"{sorted(FP8_FLAVOUR)} or a format name: {', '.join(FORMATS)}."
             )
         return FORMATS["fp8_e5m2" if "e5m2" in name else "fp8_e4m3"], format
     if not isinstance(format, str) or format not in FORMATS:

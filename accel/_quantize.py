@@ -14,17 +14,14 @@ import torch
 
 from accel import _compat
 from accel._options import check_choice, did_you_mean
-from accel._quant_formats import (
-    _E2M1,
-    _E2M1_MAX,
-    _E2M1_MID,
-    _E4M3_MAX,
-    _FP8_FLAVOUR,
-    _Format,
-    _resolve_format,
-    fp8_dtype,
-)
+from accel._quant_formats import FP8_FLAVOUR, Format, fp8_dtype, resolve_format
 from accel.errors import NonFiniteInputError, QuantizationError, UnsupportedFormatError
+
+#: e2m1 magnitudes by 3-bit code (OCP MX v1.0, section 5.3.3) and the midpoints between them.
+_E2M1 = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
+_E2M1_MID = tuple((a + b) / 2 for a, b in zip(_E2M1, _E2M1[1:]))
+_E2M1_MAX = 6.0
+_E4M3_MAX = 448.0  # torch.finfo(torch.float8_e4m3fn).max
 
 
 @dataclass(frozen=True)
@@ -93,7 +90,7 @@ def quantize(x: torch.Tensor, format: str | torch.dtype, *, granularity: str | N
         >>> q.data.dtype, q.scale.shape, q.dequantize().tolist()
         (torch.float8_e4m3fn, torch.Size([2, 1]), [[1.0, -2.0], [0.5, 4.0]])
     """
-    fmt, dtype = _resolve_format(format)
+    fmt, dtype = resolve_format(format)
     if not isinstance(x, torch.Tensor) or not x.is_floating_point() or x.dim() == 0:
         raise QuantizationError(
             f"quantize: got {type(x).__name__} {getattr(x, 'dtype', '')} with shape {tuple(getattr(x, 'shape', ()))}. "
@@ -140,7 +137,7 @@ def quantize(x: torch.Tensor, format: str | torch.dtype, *, granularity: str | N
     return Quantized(data, scale, fmt.name, d, x.dtype)
 
 
-def _require_dtypes(fmt: _Format) -> None:
+def _require_dtypes(fmt: Format) -> None:
     need = {"e8m0": ["float8_e8m0fnu"], "e4m3+fp32": ["float8_e4m3fn"]}.get(fmt.scale, [])
     if fmt.element == "e2m1":
         need.append("float4_e2m1fn_x2")
@@ -188,7 +185,7 @@ def _blocks(xt: torch.Tensor, block: int) -> torch.Tensor:
     return xt.reshape(*xt.shape[:-1], xt.shape[-1] // block, block)
 
 
-def _quantize_mx(xt: torch.Tensor, xs: torch.Tensor, fmt: _Format) -> tuple[torch.Tensor, torch.Tensor]:
+def _quantize_mx(xt: torch.Tensor, xs: torch.Tensor, fmt: Format) -> tuple[torch.Tensor, torch.Tensor]:
     emax = _E4M3_MAX if fmt.element == "fp8" else _E2M1_MAX
     xb = _blocks(xt, fmt.block)
     amax = _blocks(xs, fmt.block).abs().amax(dim=-1, keepdim=True)
@@ -197,7 +194,7 @@ def _quantize_mx(xt: torch.Tensor, xs: torch.Tensor, fmt: _Format) -> tuple[torc
     exp = torch.where(amax > 0, exp, torch.full_like(exp, -127)).clamp(-127, 127)
     scale32 = torch.ldexp(torch.ones_like(amax), exp)
     q = (xb / scale32).clamp(-emax, emax).reshape(xt.shape)
-    data = q.to(torch.float8_e4m3fn) if fmt.element == "fp8" else _pack_e2m1(q)
+    data = q.to(torch.float8_e4m3fn) if fmt.element == "fp8" else pack_e2m1(q)
     scale = (exp + 127).to(torch.uint8).squeeze(-1).view(torch.float8_e8m0fnu)
     return data, scale
 
@@ -212,11 +209,11 @@ def _quantize_nvfp4(xt: torch.Tensor, xs: torch.Tensor) -> tuple[torch.Tensor, t
     # a block whose scale is 0 holds zeros, or (saturating) ±inf among zeros: those take the largest code
     empty = torch.where(torch.isinf(xb), torch.copysign(torch.full_like(xb, _E2M1_MAX), xb), torch.zeros_like(xb))
     q = torch.where(eff > 0, xb / torch.where(eff > 0, eff, torch.ones_like(eff)), empty)
-    data = _pack_e2m1(q.clamp(-_E2M1_MAX, _E2M1_MAX).reshape(xt.shape))
+    data = pack_e2m1(q.clamp(-_E2M1_MAX, _E2M1_MAX).reshape(xt.shape))
     return data, (block.squeeze(-1), glob)
 
 
-def _pack_e2m1(q: torch.Tensor) -> torch.Tensor:
+def pack_e2m1(q: torch.Tensor) -> torch.Tensor:
     """float32 ``[..., K]`` (already scaled into [-6, 6]) -> ``float4_e2m1fn_x2`` ``[..., K/2]``."""
     mag = q.abs().contiguous()
     mids = torch.tensor(_E2M1_MID, dtype=torch.float32, device=q.device)
@@ -228,7 +225,7 @@ def _pack_e2m1(q: torch.Tensor) -> torch.Tensor:
     return packed.contiguous().view(torch.float4_e2m1fn_x2)
 
 
-def _unpack_e2m1(data: torch.Tensor) -> torch.Tensor:
+def unpack_e2m1(data: torch.Tensor) -> torch.Tensor:
     """``float4_e2m1fn_x2`` ``[..., K/2]`` (packed along the last dim) -> float32 ``[..., K]``."""
     raw = data.contiguous().view(torch.uint8)
     code = torch.stack((raw & 0xF, raw >> 4), dim=-1).reshape(*raw.shape[:-1], raw.shape[-1] * 2).long()
@@ -240,13 +237,13 @@ def _shown(value: Any) -> str:
     return f"{type(value).__name__} {value!r:.60}"
 
 
-def _check_tensor(value: Any, fn: str, name: str) -> None:
+def check_tensor(value: Any, fn: str, name: str) -> None:
     if not isinstance(value, torch.Tensor):
         raise QuantizationError(f"{fn}: {name} is {_shown(value)}, not a tensor. Pass the tensor accel.quant.quantize "
                                 "returned (Quantized.data / Quantized.scale).")
 
 
-def _check_scale(scale: Any, fn: str, name: str) -> None:
+def check_scale(scale: Any, fn: str, name: str) -> None:
     """A scale is a tensor, or the NVFP4 ``(block scale, global scale)`` pair of tensors."""
     if isinstance(scale, torch.Tensor):
         return
@@ -274,8 +271,8 @@ def dequantize(data: torch.Tensor, scale: Any, *, dim: int = -1, dtype: torch.dt
         QuantizationError: ``data`` / ``scale`` are not tensors, their dtypes or shapes
             do not form a format, or ``dim`` is not a dimension of ``data``.
     """
-    _check_tensor(data, "dequantize", "data")
-    _check_scale(scale, "dequantize", "scale")
+    check_tensor(data, "dequantize", "data")
+    check_scale(scale, "dequantize", "scale")
     if isinstance(dim, bool) or not isinstance(dim, int):
         raise QuantizationError(f"dequantize: dim={dim!r} ({type(dim).__name__}) is not an int. Pass the dim "
                                 "quantize was given (-1 by default; 0 for the b operand of a matmul).")
@@ -286,8 +283,8 @@ def dequantize(data: torch.Tensor, scale: Any, *, dim: int = -1, dtype: torch.dt
     d = dim % data.dim()
     vt = data.movedim(d, -1)
     if data.dtype == getattr(torch, "float4_e2m1fn_x2", None):
-        vals = _unpack_e2m1(vt)
-    elif str(data.dtype).removeprefix("torch.") in _FP8_FLAVOUR:
+        vals = unpack_e2m1(vt)
+    elif str(data.dtype).removeprefix("torch.") in FP8_FLAVOUR:
         vals = vt.to(torch.float32)
     else:
         raise QuantizationError(f"dequantize: data dtype {data.dtype} is not a quantized dtype. "

@@ -56,29 +56,15 @@ import torch
 # formats and native support are in _quant_formats, quantize / dequantize in _quantize; scaled_mm is here
 from accel import _quant_formats
 from accel._options import check_choice
-from accel._quant_formats import _FP8_FLAVOUR, Support, _backend_for, _Format, fp8_dtype, native_formats, native_support
-from accel._quant_formats import (  # noqa: F401 - importable from here too
-    _E2M1,
-    _E2M1_MAX,
-    _E2M1_MID,
-    _E4M3_MAX,
-    _FP8_NAMES,
-    _index,
-    _resolve_format,
-)
-from accel._quantize import Quantized, _check_scale, _check_tensor, dequantize, quantize
-from accel._quantize import (  # noqa: F401 - importable from here too
-    NONFINITE,
-    _blocks,
-    _finite_part,
-    _pack_e2m1,
-    _quantize_fp8,
-    _quantize_mx,
-    _quantize_nvfp4,
-    _require_dtypes,
-    _shown,
-    _unpack_e2m1,
-)
+from accel._quant_formats import FP8_FLAVOUR as _FP8_FLAVOUR
+from accel._quant_formats import Format as _Format
+from accel._quant_formats import Support, fp8_dtype, native_formats, native_support
+from accel._quant_formats import backend_for as _backend_for
+from accel._quantize import NONFINITE, Quantized, dequantize, quantize  # noqa: F401 - NONFINITE: public here too
+from accel._quantize import check_scale as _check_scale
+from accel._quantize import check_tensor as _check_tensor
+from accel._quantize import pack_e2m1 as _pack_e2m1  # noqa: F401 - read as accel.quant._pack_e2m1 by its tests
+from accel._quantize import unpack_e2m1 as _unpack_e2m1  # noqa: F401 - read as accel.quant._unpack_e2m1 by its tests
 from accel.errors import QuantizationError, UnsupportedFormatError
 
 __all__ = [
