@@ -18,7 +18,6 @@ import torch
 
 # a backend's answers (probe result, capabilities, kernel limits) are in _facts, compile plans in _compile_plan
 from ._compile_plan import CompilePlan, GemmTemplate, PlanItem, build, template_ok
-from ._compile_plan import _check_mode, _check_options  # noqa: F401 - importable from here too
 from ._facts import (  # noqa: F401 - dtypes_for: the vendor modules import it from here
     TELEMETRY_QUERIES,
     Capabilities,
@@ -31,7 +30,6 @@ from ._facts import (  # noqa: F401 - dtypes_for: the vendor modules import it f
     no_op,
     one_device_runtime,
 )
-from ._facts import _CURRENT_INDEX_DOC, _DEVICE_COUNT_DOC, _FP8_DTYPES  # noqa: F401 - importable from here too
 
 __all__ = [
     "Backend",
