@@ -156,17 +156,19 @@ def compile(model: Callable[..., Any] | None = None, /, *, mode: str | None = No
                 "one of them (accel merges both only for 'inductor', whose mode options it knows). Pass one."
             )
         return torch.compile(model, mode=mode, options=options, backend=backend, **kwargs)
-    plan = compile_plan(mode, options=options)
-    if plan or (mode is not None and options is not None):
-        from accel import _compat
+    from accel import _compat
 
+    plan = compile_plan(mode, options=options)
+    merge = bool(plan) or (mode is not None and options is not None)
+    if merge:
         merged = _compat.inductor_mode_options(mode)
         merged.update(plan.options)
         merged.update(options or {})
         mode, options = None, merged
     if not loss_pass:
+        if merge:
+            return torch.compile(model, options=options, backend=backend, **kwargs)
         return torch.compile(model, mode=mode, options=options, backend=backend, **kwargs)
-    from accel import _compat
 
     wrapper = _LossPassBackend(_compat.inductor_backend(mode, options, kwargs.get("dynamic")))
     compiled = torch.compile(model, backend=wrapper, **kwargs)

@@ -217,7 +217,8 @@ def captured(monkeypatch):
 @requires_nvgemm
 def test_compile_merges_mode_plan_and_user_options(captured, all_packages):
     with fake_backend("cuda", arch="sm_90"):
-        accel.compile(len, mode="max-autotune", options={"coordinate_descent_tuning": False}, fullgraph=True)
+        accel.compile(len, mode="max-autotune", options={"coordinate_descent_tuning": False}, fullgraph=True,
+                      loss_pass=False)
     (kw,) = captured
     assert "mode" not in kw and kw["fullgraph"] is True and kw["backend"] == "inductor"
     opts = kw["options"]
@@ -228,16 +229,30 @@ def test_compile_merges_mode_plan_and_user_options(captured, all_packages):
 
 def test_compile_passes_through_when_nothing_to_add(captured):
     with fake_backend("cpu"):
-        f = accel.compile(len, mode="reduce-overhead", dynamic=False)
+        f = accel.compile(len, mode="reduce-overhead", dynamic=False, loss_pass=False)
     assert f is len
     assert captured == [{"mode": "reduce-overhead", "options": None, "backend": "inductor", "dynamic": False}]
 
 
 def test_compile_accepts_mode_and_options_together(captured):
     with fake_backend("cpu"):
-        accel.compile(len, mode="max-autotune-no-cudagraphs", options={"epilogue_fusion": False})
+        accel.compile(len, mode="max-autotune-no-cudagraphs", options={"epilogue_fusion": False}, loss_pass=False)
     assert captured[0]["options"] == {"max_autotune": True, "coordinate_descent_tuning": True, "epilogue_fusion": False}
     assert "mode" not in captured[0]
+
+
+@requires_nvgemm
+def test_the_loss_pass_wraps_the_inductor_backend_torch_compile_would_build(captured, all_packages):
+    """With the loss pass (the default) torch.compile gets accel's backend around the very Inductor backend
+    ``torch.compile(mode=..., options=...)`` builds: the same config, the same dynamic."""
+    with fake_backend("cuda", arch="sm_90"):
+        accel.compile(len, mode="max-autotune", options={"coordinate_descent_tuning": False}, dynamic=False)
+        accel.compile(len, mode="max-autotune", options={"coordinate_descent_tuning": False}, dynamic=False,
+                      loss_pass=False)
+    wrapped, plain = captured
+    assert set(wrapped) == {"backend", "dynamic"} and wrapped["dynamic"] is False
+    want = torch._TorchCompileInductorWrapper(None, plain["options"], False)
+    assert wrapped["backend"].inner == want and wrapped["backend"].config[KEY].endswith(",NVGEMM")
 
 
 def test_compile_other_backends_untouched(captured, all_packages):

@@ -64,7 +64,7 @@ def test_compile_modes_and_options_are_checked(no_torch_compile, call, kwargs, s
 def test_dash_spelling_and_good_options_still_pass(monkeypatch):
     seen = {}
     monkeypatch.setattr(torch, "compile", lambda model=None, **k: seen.update(k) or model)
-    accel.compile(len, options={"coordinate-descent-tuning": True})  # torch reads '-' as '_'
+    accel.compile(len, options={"coordinate-descent-tuning": True}, loss_pass=False)  # torch reads "-" as "_"
     assert seen["options"] == {"coordinate-descent-tuning": True}
 
 
