@@ -74,7 +74,7 @@ from typing import Any
 # module here named like a distribution would shadow it: ``kernels``, which transformers 5.25+ imports)
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != os.path.dirname(os.path.abspath(__file__))]
 
-MODELS = ("hf_llama", "titan_llama", "vit_b16", "gpt2", "qwen3", "gemma2", "gemma3", "phi3", "qwen3_moe", "mixtral",
+MODELS = ("hf_llama", "titan_llama", "titan_llama_lm", "titan_llama_128k", "vit_b16", "gpt2", "qwen3", "gemma2", "gemma3", "phi3", "qwen3_moe", "mixtral",
           "qwen3_moe_bmm", "mixtral_bmm")
 MODES = ("eager", "accel", "liger", "compile", "accel_compile")
 #: What ``accel.integrations.transformers.patch`` may replace (its keyword arguments), all by default.
@@ -84,6 +84,7 @@ PIPELINED_MIN_STEPS = 10
 OPTIMIZERS = ("adamw", "sgd")
 #: Liger-Kernel's patch function per model (``None``: Liger has none).
 LIGER = {"hf_llama": "apply_liger_kernel_to_llama", "qwen3": "apply_liger_kernel_to_qwen3", "titan_llama": None,
+         "titan_llama_lm": None, "titan_llama_128k": None,
          "vit_b16": None, "gpt2": None, "gemma2": "apply_liger_kernel_to_gemma2",
          "gemma3": "apply_liger_kernel_to_gemma3_text", "phi3": "apply_liger_kernel_to_phi3",
          "qwen3_moe": "apply_liger_kernel_to_qwen3_moe", "mixtral": "apply_liger_kernel_to_mixtral",
@@ -179,12 +180,16 @@ def build_vit_b16(quick: bool, device, dtype) -> Bench:
     return Bench(model, {"images": images, "labels": labels}, loss, hf=False)
 
 
-def build_titan_llama(quick: bool, device, dtype) -> Bench:
+def build_titan_llama(quick: bool, device, dtype, vocab_size: int | None = None, loss_inside: bool = False) -> Bench:
+    """torchtitan-style Llama (8 x d2048, vocab 32000 or ``vocab_size``); ``loss_inside``: its ``forward`` returns
+    the shifted cross-entropy (the compiled unit holds head and loss, as ``accel.compile``'s loss pass needs),
+    else the loss is computed outside the model."""
     import torch
     import torch.nn.functional as F
     from torch import nn
 
     d, layers, heads, kv, ffn, vocab = (64, 2, 4, 2, 176, 320) if quick else (2048, 8, 16, 8, 5632, 32000)
+    vocab = vocab_size if vocab_size and not quick else vocab
     batch, seq = (2, 32) if quick else (4, 2048)
     head = d // heads
 
@@ -235,18 +240,23 @@ def build_titan_llama(quick: bool, device, dtype) -> Bench:
             self.register_buffer("cos", ang.cos(), persistent=False)
             self.register_buffer("sin", ang.sin(), persistent=False)
 
-        def forward(self, ids):
+        def forward(self, ids, labels=None):
             h = self.tok_embeddings(ids)
             cos, sin = self.cos.to(h.dtype), self.sin.to(h.dtype)
             for layer in self.layers:
                 h = layer(h, cos, sin)
-            return self.output(self.norm(h))
+            logits = self.output(self.norm(h))
+            if labels is None:
+                return logits
+            return F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), labels[:, 1:].flatten())
 
     model = Transformer().to(device=device, dtype=dtype)
     g = torch.Generator().manual_seed(1)
     ids = torch.randint(0, vocab, (batch, seq), generator=g).to(device)
 
     def loss(model, b):
+        if loss_inside:
+            return model(b["ids"], b["ids"])
         logits = model(b["ids"])
         return F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), b["ids"][:, 1:].flatten())
 
@@ -260,11 +270,13 @@ def _family_builder(family: str) -> Callable[..., Bench]:
 
 
 BUILDERS = {"hf_llama": build_hf_llama, "titan_llama": build_titan_llama, "vit_b16": build_vit_b16,
+            "titan_llama_lm": lambda q, dev, dt: build_titan_llama(q, dev, dt, loss_inside=True),
+            "titan_llama_128k": lambda q, dev, dt: build_titan_llama(q, dev, dt, vocab_size=128256, loss_inside=True),
             "gpt2": build_gpt2, "qwen3": build_qwen3,
             **{f: _family_builder(f) for f in ("gemma2", "gemma3", "phi3", "qwen3_moe", "mixtral", "qwen3_moe_bmm",
                                                "mixtral_bmm")}}
 NEEDS = {"hf_llama": "transformers", "qwen3": "transformers", "gpt2": "transformers", "vit_b16": "timm",
-         "titan_llama": None, **{f: "transformers" for f in ("gemma2", "gemma3", "phi3", "qwen3_moe", "mixtral",
+         "titan_llama": None, "titan_llama_lm": None, "titan_llama_128k": None, **{f: "transformers" for f in ("gemma2", "gemma3", "phi3", "qwen3_moe", "mixtral",
                                                               "qwen3_moe_bmm", "mixtral_bmm")}}
 
 
@@ -468,6 +480,9 @@ def run_one(model_name: str, mode: str, *, quick: bool, steps: int, warmup: int,
         result.update(_utilisation(bench, ms, device, dtype))
     if patch_report is not None:
         result["patch"] = patch_report
+    if mode == "accel_compile":  # what accel.compile's loss pass rewrote in the captured graphs, and what it left
+        loss_pass = accel.loss_pass_report(model)
+        result["loss_pass"] = {"rewritten": loss_pass.rewritten, "left": [list(x) for x in loss_pass.left]}
     if mode in ("accel", "accel_compile"):
         import accel.kernels as ak
 
