@@ -30,9 +30,7 @@ import torch
 
 
 def per_call(fn, calls: int = 2000, reps: int = 5) -> float:
-    """Min over ``reps`` of the mean µs per call of ``fn()`` over ``calls`` calls (one sync per batch).
-
-    Also used by ``ci/gpu/launch_profile.py``."""
+    """Min over ``reps`` of the mean µs per call of ``fn()`` over ``calls`` calls (one sync per batch)."""
     for _ in range(50):
         fn()
     torch.cuda.synchronize()
@@ -173,9 +171,7 @@ def _bare_router(op, key: str):
 
 
 def profile(fn, label: str, calls: int = 3000, top: int = 30) -> str:
-    """cProfile of ``calls`` calls of ``fn``: the ``top`` functions by own time (text headed by ``label``).
-
-    Also used by ``ci/gpu/launch_profile.py``."""
+    """cProfile of ``calls`` calls of ``fn``: the ``top`` functions by own time (text headed by ``label``)."""
     import cProfile
     import io
     import pstats

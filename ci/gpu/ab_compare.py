@@ -1,4 +1,4 @@
-"""Compare `accel bench` JSON reports of an old and a new commit (the ``ab`` stage of ``ci/gpu/h200.sh``).
+"""Compare `accel bench` JSON reports of an old and a new commit (the ``ab`` stage of ``ci/gpu.sh``).
 
 Usage: ``python ci/gpu/ab_compare.py DIR [--json OUT]``: DIR holds ``old-*/kernels-*.json`` and
 ``new-*/kernels-*.json`` (one report per process, each the median of its ``--rounds``). Per row (op, dtype,

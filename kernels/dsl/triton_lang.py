@@ -129,7 +129,7 @@ def split_place(SPLIT: tl.constexpr):
     program-id order (CUDA starts a 1-D grid so): only the last group started can be incomplete,
     and every other resident program finishes. (Taking the place from an atomic ticket counter
     instead, which holds whatever the start order, was measured 5-20 % slower on the H200:
-    ``ci/gpu/split_smoke.py`` on the H200.)
+    the split-row probe in ``benchmarks/results/h200/README.md``.)
     """
     pid = tl.program_id(0)
     return (pid // SPLIT).to(tl.int64), pid % SPLIT

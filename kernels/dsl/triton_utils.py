@@ -2,7 +2,7 @@
 
 :func:`triton_launch` is ``fn[grid](*args, **constexprs)`` without Triton's per-call Python once a
 specialization is compiled: on the H200's host ``fn[grid](...)`` cost 14.9 µs per call and the compiled
-kernel's launcher called directly 6.6 µs (``ci/gpu/launch_profile.py``); Triton's own
+kernel's launcher called directly 6.6 µs (launch probe, ``benchmarks/results/h200/README.md``); Triton's own
 ``JITFunction.run`` (binding, specialization, cache key, knobs) is the difference. Inductor's generated
 launchers call ``CompiledKernel.run`` the same way. Device-side helpers shared by the kernels are in
 :mod:`.triton_lang` (which imports Triton).

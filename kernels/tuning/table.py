@@ -44,7 +44,7 @@ Everything else declines, with the reason (``"no tuning entry for gfx942 fp16 ..
 Run time never autotunes: Helion kernels are always built with an explicit config (this table's, or
 the op's fixed default), and ``accel bench --tune`` times an explicit list of configs itself rather than
 entering Helion's autotuner, whose one-config initial population fails as a whole when its benchmark
-subprocess cannot start (``ci/gpu/helion_autotune_probe.py`` reproduces each cause).
+subprocess cannot start (the Helion autotune probe in ``benchmarks/results/h200/README.md``).
 """
 
 from __future__ import annotations

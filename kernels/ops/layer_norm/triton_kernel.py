@@ -29,7 +29,7 @@ next row's loads issued before this row's wait), the parts exchanging their two 
 sums through the slots buffer (:mod:`accel.kernels.dsl.triton_lang`) before writing ``dx``, and
 keeping ``dw``/``db`` partials for their own columns only (``PART`` fp32 each: no spill) in
 ``[groups, N]`` buffers. On the H200 (8192x16384 bf16): 266-272 us against the rows kernel's
-608, Helion's 408 and ATen's 511-525 (``ci/gpu/split_smoke.py`` on the H200).
+608, Helion's 408 and ATen's 511-525 (split-row probe, ``benchmarks/results/h200/README.md``).
 """
 
 from __future__ import annotations
@@ -202,7 +202,7 @@ def split_bwd_candidates(n: int) -> list[dict]:
     """Split backward configs for rows of ``n >= 8192``: 2, 4 or 8 parts of at least 1024 columns, 4 or 8
     warps with 4-32 elements per thread, 1, 2 or 4 programs per SM (so ``M / groups`` rows per group,
     ``[groups, N]`` fp32 partials for dw and db). Measured on the H200, 8192x16384 bf16
-    (``ci/gpu/split_smoke.py`` on the H200): about one program per SM is
+    (split-row probe, ``benchmarks/results/h200/README.md``): about one program per SM is
     best (groups of 128 rows at 2 parts: 269 us; 16 rows: 329 us; 256 rows, half the SMs idle: 460 us);
     16 warps were 1.7x slower."""
     out = []

@@ -167,7 +167,7 @@ def candidate_configs(n: int) -> list[dict]:
     - split kernels whose 2-16 parts wait for each other through a zeroed slots buffer
       (:mod:`accel.kernels.dsl.triton_lang`; the exchange that wins for the LayerNorm backward): forward
       287.4 us vs 291.2-293.3, backward 393.3 vs 384.1-386.9, no gain worth a kernel
-      (``ci/gpu/split_smoke.py`` on the H200, ``accel bench --tune`` for softmax).
+      (split-row probe, ``benchmarks/results/h200/README.md``; ``accel bench --tune`` for softmax).
     """
     block_n = next_power_of_2(n)
     out = [default_config(n)]

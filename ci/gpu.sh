@@ -2,13 +2,13 @@
 # One batched run on the lent GPU machine (no network there): install accel and the carried
 # wheels (.whl: helion 1.4.0, filecheck, Liger-Kernel, platformdirs; optionally quack + CuTeDSL),
 # then run the stages named on the command line, writing logs and results under $OUT (or ./gpu-out).
-#   stages: facts tests rng host launch graphs example plan kernels tune demo-kernels helion-probe cpp-probe compile quant ops
-#           route lce lce-gap bench models generate
-#           allreduce split-smoke cutedsl-smoke config-probe rms-variants ab
-# Usage (device tool, carry [".whl"]): bash ci/gpu/h200.sh facts tests rng host graphs
+#   stages: facts tests rng host launch graphs example plan kernels tune demo-kernels compile quant ops
+#           lce bench models generate allreduce cutedsl-smoke ab
+# Helpers it calls live in ci/gpu/. Results and the command of each latest run: benchmarks/results/<gpu>/README.md.
+# Usage (device tool, carry [".whl"]): bash ci/gpu.sh facts tests rng host graphs
 set -u
 export PYTHONUNBUFFERED=1
-REPO=$(cd "$(dirname "$0")/../.." && pwd)
+REPO=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${OUT:-$REPO/gpu-out}
 mkdir -p "$OUT"
 SITE=/tmp/site
@@ -59,20 +59,6 @@ for stage in "$@"; do
       ;;
     cutedsl-smoke) timeout ${ACCEL_GPU_CUTEDSL_TIMEOUT:-400} python3 "$REPO/ci/gpu/cutedsl_smoke.py" --json "$OUT/cutedsl_smoke.json" \
                      ${ACCEL_GPU_CUTEDSL_ARGS:-} 2>&1 | tee "$OUT/cutedsl_smoke.txt" | tail -90 ;;
-    config-probe)
-      # ACCEL_GPU_PROBE_ARGS: '|'-separated argument sets of ci/gpu/config_probe.py, e.g.
-      # "--family rms_norm --shape 32768x4096 --dsl triton|--family softmax --shape 16384x8192"
-      IFS='|' read -ra sets <<< "${ACCEL_GPU_PROBE_ARGS:---family rms_norm --shape 32768x4096}"
-      i=0
-      for a in "${sets[@]}"; do
-        i=$((i+1))
-        timeout 300 python3 "$REPO/ci/gpu/config_probe.py" $a --json "$OUT/config_probe-$i.json" 2>&1 \
-          | tee "$OUT/config_probe-$i.txt" | tail -40
-      done
-      ;;
-    rms-variants) timeout ${ACCEL_GPU_VARIANTS_TIMEOUT:-540} python3 "$REPO/ci/gpu/rms_variants.py" ${ACCEL_GPU_VARIANTS_ARGS:-} \
-      --sass "$OUT/sass" 2>&1 | tee "$OUT/rms_variants.txt" ;;  # ACCEL_GPU_VARIANTS_ARGS: e.g. "--shapes 32768x4096 --rounds 7"
-    split-smoke) timeout 120 python3 "$REPO/ci/gpu/split_smoke.py" 2>&1 | tee "$OUT/split_smoke.txt" | tail -40 ;;
     rng) python3 "$REPO/ci/gpu/rng_check.py" 2>&1 | tee "$OUT/rng_check.txt" ;;
     host) python3 "$REPO/benchmarks/host_overhead.py" --out "$OUT" 2>&1 | tail -40 ;;
     launch) timeout 200 python3 "$REPO/benchmarks/launch_cost.py" --profile --out "$OUT" 2>&1 | tail -75 ;;
@@ -141,13 +127,8 @@ print('wide', w['config'], 'step ms on', round(w['step_ms_on'], 3), 'off', round
 print('wide routed', {n: c for n, c in w['counts'].items() if c['routed'] or c['failed']})
 " "$OUT/demo-kernels-on.json"
       ;;
-    # cpp-probe builds a C++/CUDA extension: the image has g++, nvcc (CUDA 13.0) and ninja
-    cpp-probe) timeout 400 python3 "$REPO/ci/gpu/cpp_dispatch_probe.py" --out "$OUT" 2>&1 | tail -20 ;;
-    helion-probe) timeout 400 python3 "$REPO/ci/gpu/helion_autotune_probe.py" --timeout 120 2>&1 | tail -100 ;;
     compile) timeout 240 python3 "$REPO/ci/gpu/compile_demo.py" --mode "${ACCEL_GPU_COMPILE_MODE:-max-autotune-no-cudagraphs}" --out "$OUT" 2>&1 | tail -12 ;;
     allreduce) timeout 180 python3 "$REPO/ci/gpu/allreduce.py" --out "$OUT" 2>&1 | tail -15 ;;  # nvidia-h200-x2
-    route) timeout 120 python3 "$REPO/ci/gpu/route_probe.py" --json "$OUT/route_probe.json" 2>&1 | tail -40 ;;
-    lce-gap) timeout 300 python3 "$REPO/ci/gpu/lce_gap.py" 2>&1 | tee "$OUT/lce_gap.txt" | tail -150 ;;
     lce) timeout 300 python3 "$REPO/benchmarks/linear_cross_entropy.py" --out "$OUT" ${ACCEL_GPU_LCE_ARGS:-} 2>&1 | tail -40 ;;  # e.g. ACCEL_GPU_LCE_ARGS="--reps 20"
     generate) timeout 500 python3 "$REPO/benchmarks/generate.py" --out "$OUT/generate.jsonl" ${ACCEL_GPU_GEN_ARGS:-} 2>&1 | tail -20 ;;  # e.g. ACCEL_GPU_GEN_ARGS="--batches 1"
     bench) mkdir -p "$OUT/bench"; timeout 240 python3 -m accel.cli bench --rounds 5 --out "$OUT/bench" 2>&1 | tail -60 ;;
