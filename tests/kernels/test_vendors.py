@@ -179,7 +179,7 @@ def test_sm_90_routes_as_before_except_the_fp16_layer_norm_backward_it_lost():
     sources = {d.why.split(":")[0] for d in _tuning.defaults("sm_90").values()}
     assert sources == {"bf16, measured", "bf16, not measured by accel bench",
                        "bf16, not measured against the op's default kernel", "fp16, measured in one run only (benchmarks/"
-                       "results/h200/session8/kernels-20261201-120206.json", "fp16, not measured on the H200",
+                       "results/h200/sm_90-table/kernels-20261201-120206.json", "fp16, not measured on the H200",
                        "fp32, not measured on the H200"}, sources
     assert {k[1] for k in _tuning.defaults("sm_90")} == {"float32", "bfloat16", "float16"}
 

@@ -669,7 +669,7 @@ def test_the_chunk_matmuls_split_at_the_aligned_classes_on_a_gpu(dtype, policy, 
 
 def test_the_triton_impl_runs_row_chunks_unless_told_tiles(monkeypatch):
     """``schedule="auto"`` (the default) is the row-chunked loop even where a tile fits; ``"tiles"`` takes the
-    tiled schedule (measured slower on every H200 row: benchmarks/results/h200/session15)."""
+    tiled schedule (measured slower on every H200 row: benchmarks/results/h200/README.md, "Linear cross-entropy")."""
     from accel.kernels.ops.linear_cross_entropy import reference as ref
     from accel.kernels.ops.linear_cross_entropy import tiled, triton_impl
 

@@ -41,7 +41,7 @@ class Partials:
     ``buffer[k * stride : k * stride + groups * n]`` is the ``[groups, n]`` partials of the ``k``-th wanted
     output (dw first); ``stride`` keeps each part 16-byte aligned. One launch, because on the H200's host
     (``[4, 1024]``) ``torch.sum`` and ``.to`` took 20 of the CuTeDSL plan's 33.5 µs per call (the cProfile
-    log is not kept; ``benchmarks/results/README.md`` records the numbers).
+    log is not kept; ``benchmarks/results/h200/README.md`` records the numbers).
     """
 
     __slots__ = ("want_dw", "want_db", "parts", "groups", "n", "stride", "cast", "finisher")
