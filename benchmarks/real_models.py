@@ -41,7 +41,7 @@ parameters take 0.95 GiB in bf16).
 Usage::
 
     python benchmarks/real_models.py --model hf_llama --mode accel           # one run, one JSON line on stdout
-    python benchmarks/real_models.py --all --out benchmarks/results/h200/<session>/real_models.jsonl
+    python benchmarks/real_models.py --all --out benchmarks/results/h200/runs/<name>/real_models.jsonl
     python benchmarks/real_models.py --all --models hf_llama,qwen3 --modes eager,accel --out FILE
     python benchmarks/real_models.py --all --quick --out /tmp/real_models.jsonl   # CPU smoke test
     python benchmarks/real_models.py --ops                                    # each accel op alone, fwd+bwd

@@ -157,7 +157,7 @@ def eager_autograd(op: Any, setup_context: Callable, backward: Callable) -> Call
     differentiates; what is skipped is the custom op's Python autograd layer (argument defaults filled, a
     redispatch), about a fifth of a small routed norm's host time per forward and backward on this project's
     CPU host (44.7 against 35.9 µs: ``benchmarks/eager_autograd_host.py``,
-    ``benchmarks/results/eager_autograd_host_cpu.md``). Used where that holds: eager, no ``torch.func`` transform, every
+    ``benchmarks/results/cpu/eager_autograd_host_cpu.md``). Used where that holds: eager, no ``torch.func`` transform, every
     tensor argument a plain ``Tensor`` or ``Parameter``; anywhere else (``torch.compile``, transforms, tensor
     subclasses) the call is ``op(*args)`` itself. With grad disabled the op runs below autograd directly.
 

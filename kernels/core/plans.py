@@ -49,7 +49,7 @@ def signature(args: tuple) -> tuple | None:
 
     Costs about 1.5 µs for two tensors on this project's CPU host; the whole routed path with the
     memo is 1.8-1.9x cheaper than without (``benchmarks/routed_host_cpu.py``,
-    ``benchmarks/results/routed_host_cpu.md``).
+    ``benchmarks/results/cpu/routed_host_cpu.md``).
     """
     try:
         parts = []
