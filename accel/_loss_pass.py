@@ -11,8 +11,11 @@ per 8192 tokens).
 
 A match is rewritten only where it is provably the same computation: every intermediate has the loss as its only
 user, the weight is a plain tensor (no tensor subclass: a quantised or sharded weight computes something else),
-the target holds class indices (integer dtype: soft labels are left), and ``cross_entropy`` has no class
-``weight=``. Anything else is left as it is, with the reason (:class:`LossPassReport`).
+the target holds class indices (integer dtype: soft labels are left), the loss's input is ``[N, C]`` or ``[C]``
+fp32 logits (a bf16 loss is left: the fused loss computes in fp32, a different number), and ``cross_entropy`` has
+no class ``weight=``. Anything else is left as it is, with the reason (:class:`LossPassReport`). A target outside
+``[0, C)`` that is not ``ignore_index`` raises at run time (``torch._assert_async``: a ``RuntimeError``, where eager
+``cross_entropy`` raises ``IndexError`` on a CPU), never a NaN.
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ _LINEAR = {torch._C._nn.linear, F.linear}
 _CROSS_ENTROPY = {F.cross_entropy}
 _SHAPE_METHODS = {"flatten", "view", "reshape", "contiguous"}
 _CE_KWARGS = {"ignore_index", "reduction", "label_smoothing"}
+#: ``F.cross_entropy``'s parameters in order (``nn.CrossEntropyLoss`` calls it with all of them positionally)
+_CE_PARAMS = ("input", "target", "weight", "size_average", "ignore_index", "reduce", "reduction", "label_smoothing")
 
 
 @dataclass
@@ -59,6 +64,11 @@ def fused_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.
     if not all(isinstance(s, int) for s in hidden.shape):  # dynamic shapes: chunks sized as for a large batch
         rows = model_chunk_rows(1 << 20, weight.shape[1], weight.shape[0], hidden.dtype, hidden.device)
         options = LinearCrossEntropyOptions(batch_chunk_size=rows, chunking_method=None)
+    # the range check without a host read (lm_head_loss's reads one; a traced graph cannot): an error, as eager
+    # cross_entropy raises, never the NaN an out-of-range index gives the kernel
+    bad = (target != ignore_index) & ((target < 0) | (target >= weight.shape[0]))
+    torch._assert_async(~bad.any(), "accel.compile loss pass: a target is outside [0, num_classes) and is not "
+                                    "ignore_index (cross_entropy raises IndexError for it)")
     loss = lm_head_loss(hidden, weight, target, bias=bias, ignore_index=ignore_index, reduction=reduction,
                         label_smoothing=label_smoothing, options=options, check_target_range=False)
     return loss if out_dtype is None or loss.dtype == out_dtype else loss.to(out_dtype)
@@ -80,7 +90,7 @@ def _plain(t: Any) -> bool:
     return isinstance(t, torch.Tensor) and type(t) in (torch.Tensor, torch.nn.Parameter, FakeTensor)
 
 
-def _step(node: Any, ndim: int) -> tuple[str, Any] | str:
+def _step(node: Any, ndim: int, vocab: int) -> tuple[str, Any] | str:
     """``(kind, data)`` for one row-wise step between the logits and the loss, else the reason it is not one."""
     if node.op == "call_method" and node.target == "float" and len(node.args) == 1 and not node.kwargs:
         return "cast", None
@@ -103,6 +113,8 @@ def _step(node: Any, ndim: int) -> tuple[str, Any] | str:
             sizes = tuple(sizes[0])
         if node.kwargs or not sizes or not isinstance(sizes[-1], int):
             return f"{node.name}: {node.target} whose last size is not a constant"
+        if sizes[-1] != vocab:
+            return f"{node.name}: {node.target} to a last size of {sizes[-1]}, not the vocabulary's {vocab}"
         return "resize", (node.target, tuple(sizes))
     if node.op == "call_function" and node.target is operator.getitem:
         index = node.args[1] if isinstance(node.args[1], tuple) else (node.args[1],)
@@ -114,29 +126,39 @@ def _step(node: Any, ndim: int) -> tuple[str, Any] | str:
     return f"{node.name}: {node.op} {getattr(node.target, '__name__', node.target)} between the head and the loss"
 
 
-def _match(ce: Any) -> tuple[Any, list, Any] | str:
-    """``(linear node, the row-wise steps from it to the loss's input in order, target node)``, or why not."""
-    args, kwargs = ce.args, ce.kwargs
-    if len(args) > 2 or set(kwargs) - _CE_KWARGS - {"input", "target"}:
-        extra = sorted(set(kwargs) - _CE_KWARGS - {"input", "target"}) or ["positional arguments after target"]
-        return f"cross_entropy with {', '.join(extra)} (a class weight= or the old size_average/reduce)"
-    inp = args[0] if args else kwargs.get("input")
-    target = args[1] if len(args) > 1 else kwargs.get("target")
-    t = _value(target)
+def _match(ce: Any) -> tuple | str:
+    """``(linear node, the row-wise steps from it to the loss's input in order, target node, the call's arguments
+    by name, the nodes from the loss's input back to the linear)``, or why not."""
+    if len(ce.args) > len(_CE_PARAMS) or set(ce.kwargs) - set(_CE_PARAMS):
+        return "cross_entropy with arguments it does not have"
+    call = {**dict(zip(_CE_PARAMS, ce.args)), **ce.kwargs}
+    for name in ("weight", "size_average", "reduce"):
+        if call.get(name) is not None:
+            return f"cross_entropy with {name}= (a class weight, or the old size_average/reduce)"
+    inp, target = call.get("input"), call.get("target")
+    t, x = _value(target), _value(inp)
     if t is None or t.dtype.is_floating_point or t.dtype == torch.bool:
         return "its target is not integer class indices (soft labels, probabilities)"
-    steps, node = [], inp
+    if x is None or x.dim() not in (1, 2):
+        return "its input is not [N, C] or [C] (a K-dimensional loss reads classes from dim 1, not the last)"
+    if x.dtype != torch.float32:
+        return (f"the loss is computed on {x.dtype} logits; the fused loss computes in fp32, a different number "
+                f"(cast the logits with .float() to opt in)")
+    steps, node, chain = [], inp, []
     while True:
         if not hasattr(node, "op"):
             return "its input is not a graph value"
         if node.op == "call_function" and node.target in _LINEAR:
             break
+        if node.op == "placeholder":
+            return "the logits come from outside this graph (a graph break between the head and the loss)"
         if len(node.users) != 1:
             return f"{node.name} has other users than the loss"
         v = _value(node.args[0]) if node.args else None
         if v is None:
             return f"{node.name}: no example value to check"
-        step = _step(node, v.dim())
+        chain.append(node)
+        step = _step(node, v.dim(), v.shape[-1])
         if isinstance(step, str):
             return step
         steps.append(step)
@@ -146,7 +168,7 @@ def _match(ce: Any) -> tuple[Any, list, Any] | str:
     weight = node.args[1] if len(node.args) > 1 else node.kwargs.get("weight")
     if not _plain(_value(weight)):
         return f"the head's weight is a {type(_value(weight)).__name__}, not a plain tensor"
-    return node, steps[::-1], target
+    return node, steps[::-1], target, call, chain + [node]
 
 
 def rewrite(gm: torch.fx.GraphModule, report: LossPassReport | None = None) -> LossPassReport:
@@ -158,9 +180,9 @@ def rewrite(gm: torch.fx.GraphModule, report: LossPassReport | None = None) -> L
     for ce in [n for n in graph.nodes if n.op == "call_function" and n.target in _CROSS_ENTROPY]:
         found = _match(ce)
         if isinstance(found, str):
-            report.left.append((_where(ce), found))
+            _add(report.left, (_where(ce), found))
             continue
-        linear, steps, target = found
+        linear, steps, target, call, chain = found
         hidden = linear.args[0]
         bias = linear.args[2] if len(linear.args) > 2 else linear.kwargs.get("bias")
         width = _value(hidden).shape[-1]
@@ -173,16 +195,24 @@ def rewrite(gm: torch.fx.GraphModule, report: LossPassReport | None = None) -> L
                     x = graph.call_method(data[0], (x, *data[1]), data[2])
                 elif kind == "resize":
                     x = graph.call_method(data[0], (x, *data[1][:-1], width))
-            kw = {k: ce.kwargs[k] for k in _CE_KWARGS if k in ce.kwargs}
+            kw = {k: call[k] for k in _CE_KWARGS if k in call}
             out = _value(ce)
             fused = graph.call_function(fused_cross_entropy, (x, linear.args[1], bias, target),
                                         {**kw, "out_dtype": out.dtype if out is not None else None})
         fused.meta.update({k: v for k, v in ce.meta.items() if k != "example_value"})
         ce.replace_all_uses_with(fused)
         graph.erase_node(ce)
-        report.rewritten.append(_where(fused))
+        for node in chain:  # the old logits and their steps, now unread (nothing else: a global dead-code pass
+            if not node.users:  # would drop in-place updates whose results are unused, buffers' add_)
+                graph.erase_node(node)
+        _add(report.rewritten, _where(fused))
         changed = True
     if changed:
-        graph.eliminate_dead_code()
         gm.recompile()
     return report
+
+
+def _add(entries: list, entry: Any) -> None:
+    """Append ``entry`` once (a recompile of the same code, for a new shape or grad mode, finds it again)."""
+    if entry not in entries:
+        entries.append(entry)

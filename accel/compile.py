@@ -87,7 +87,10 @@ class _LossPassBackend:
         return self.inner(gm, example_inputs, **kwargs)
 
     def __getattr__(self, name: str) -> Any:  # get_compiler_config, reset, compiler_name: Inductor's
-        return getattr(self.__dict__["inner"], name)
+        inner = self.__dict__.get("inner")
+        if inner is None:  # (an object being copied or unpickled has no attributes yet)
+            raise AttributeError(name)
+        return getattr(inner, name)
 
 
 def loss_pass_report(compiled: Any) -> Any:
@@ -100,7 +103,7 @@ def loss_pass_report(compiled: Any) -> Any:
         TypeError: ``compiled`` was not made by :func:`accel.compile` with the loss pass on (``backend="inductor"``,
             ``loss_pass=True``).
     """
-    backend = getattr(compiled, "_accel_loss_pass", None)
+    backend = vars(compiled).get("_accel_loss_pass") if hasattr(compiled, "__dict__") else None
     if backend is None:
         raise TypeError(f"accel.loss_pass_report: {type(compiled).__name__} was not made by accel.compile with "
                         "loss_pass=True and backend='inductor'; compile it that way to get a report.")
@@ -172,9 +175,9 @@ def compile(model: Callable[..., Any] | None = None, /, *, mode: str | None = No
 
     wrapper = _LossPassBackend(_compat.inductor_backend(mode, options, kwargs.get("dynamic")))
     compiled = torch.compile(model, backend=wrapper, **kwargs)
-    try:
-        compiled._accel_loss_pass = wrapper
-    except AttributeError:  # an object that takes no attribute: no report for it
+    try:  # on the compiled object itself (OptimizedModule's setattr would put it on the user's module)
+        object.__setattr__(compiled, "_accel_loss_pass", wrapper)
+    except (AttributeError, TypeError):  # an object that takes no attribute: no report for it
         pass
     return compiled
 

@@ -116,3 +116,85 @@ def test_accel_compile_runs_the_pass_under_inductor_and_reports_it():
     off = accel.compile(copy.deepcopy(ref), loss_pass=False)
     with pytest.raises(TypeError, match="loss_pass=True"):
         accel.loss_pass_report(off)
+
+
+class _Counting(nn.Module):
+    """A head and loss beside in-place buffer updates whose results nothing reads (BatchNorm's counter)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bn, self.out = nn.BatchNorm1d(D), nn.Linear(D, V)
+        self.register_buffer("steps", torch.zeros((), dtype=torch.long))
+
+    def forward(self, h, y):
+        self.steps.add_(1)
+        return F.cross_entropy(self.out(self.bn(h)).float(), y)
+
+
+def test_in_place_updates_elsewhere_in_the_graph_survive_the_rewrite():
+    report = _loss_pass.LossPassReport()
+    model = _Counting()
+    compiled = torch.compile(model, backend=_aot_eager(report))
+    h, y = torch.randn(6, D), torch.randint(0, V, (6,))
+    for _ in range(3):
+        compiled(h, y)
+    assert len(report.rewritten) == 1 and int(model.steps) == 3 and int(model.bn.num_batches_tracked) == 3
+
+
+@pytest.mark.parametrize("case, why", [("k_dim", "[N, C]"), ("split_vocab", "not the vocabulary"),
+                                       ("bf16", "fp32"), ("module_weight", "weight=")])
+def test_patterns_that_compute_something_else_are_left(case, why):
+    torch.manual_seed(0)
+    head = nn.Linear(D, V)
+    h, y = torch.randn(4, 5, D), torch.randint(0, V, (4, 5))
+
+    def loss(h, y):
+        if case == "k_dim":  # classes read from dim 1: [4, 5, V] is N=4, C=5 here
+            return F.cross_entropy(head(h).transpose(1, 2), y)
+        if case == "split_vocab":
+            return F.cross_entropy(head(h).view(-1, V // 2), torch.randint(0, V // 2, (40,)))
+        if case == "bf16":
+            return F.cross_entropy(head.bfloat16()(h.bfloat16()).flatten(0, 1), y.flatten())
+        return nn.CrossEntropyLoss(weight=torch.ones(V))(head(h).flatten(0, 1).float(), y.flatten())
+
+    report = _loss_pass.LossPassReport()
+    torch.manual_seed(1)
+    got = torch.compile(loss, backend=_aot_eager(report))(h, y)
+    torch.manual_seed(1)
+    torch.testing.assert_close(got, loss(h, y))
+    assert not report.rewritten and why in report.left[0][1], report
+
+
+def test_cross_entropy_loss_module_and_recompiles_report_once():
+    """nn.CrossEntropyLoss passes every argument positionally; two batch shapes recompile the same code: one entry."""
+    torch.manual_seed(0)
+    head, crit = nn.Linear(D, V), nn.CrossEntropyLoss(ignore_index=3)
+    report = _loss_pass.LossPassReport()
+    compiled = torch.compile(lambda h, y: crit(head(h).float(), y), backend=_aot_eager(report))
+    for n in (6, 9):
+        h, y = torch.randn(n, D), torch.randint(0, V, (n,))
+        torch.testing.assert_close(compiled(h, y), crit(head(h).float(), y), rtol=1e-5, atol=1e-6)
+    assert len(report.rewritten) == 1 and not report.left, report
+
+
+def test_an_out_of_range_target_raises_not_nan():
+    head = nn.Linear(D, V)
+    compiled = torch.compile(lambda h, y: F.cross_entropy(head(h).float(), y),
+                             backend=_aot_eager(_loss_pass.LossPassReport()))
+    with pytest.raises(RuntimeError, match="outside"):
+        compiled(torch.randn(4, D), torch.tensor([1, 2, V, 0]))
+
+
+def test_a_compiled_module_copies_and_pickles_and_keeps_its_own_report():
+    import pickle
+
+    model = Titan()
+    first = accel.compile(model)
+    first(_ids())
+    second = accel.compile(model, loss_pass=False)
+    assert len(accel.loss_pass_report(first).rewritten) == 1
+    with pytest.raises(TypeError):
+        accel.loss_pass_report(second)
+    assert "_accel_loss_pass" not in vars(model)
+    copy.deepcopy(model)
+    pickle.loads(pickle.dumps(model))
