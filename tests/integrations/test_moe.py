@@ -125,3 +125,32 @@ def test_an_experts_class_outside_transformers_interface_is_left_with_the_reason
     assert cls is None and "experts interface" in why
     accel_cls, why = hf_experts.build(module.Qwen3MoeExperts, None)
     assert why is None and accel_cls.accel_original is module.Qwen3MoeExperts
+
+
+@pytest.mark.skipif(MAJOR < 5, reason="transformers 4.x has no experts interface")
+def test_experts_implementation_accel_hands_what_it_does_not_compute_to_transformers(cpu_kernels):
+    """A norm after each expert, or expert-parallel sentinel ids (>= E, weight 0): transformers' batched_mm
+    computes them, not accel's experts."""
+    from transformers.integrations import moe as hf_moe
+
+    model = _model("qwen3_moe")
+    module = next(m for m in model.modules() if type(m).__name__ == "Qwen3MoeExperts")
+    gen = torch.Generator().manual_seed(2)
+    h = torch.randn(5, 32, generator=gen)
+    ids = torch.randint(0, 4, (5, 2), generator=gen)
+    w = torch.rand(5, 2, generator=gen)
+    module._is_expert_parallel = True
+    ids[0, 1], w[0, 1] = 4, 0.0  # a sentinel: an expert on another rank
+    before = _routed(cpu_kernels["accel::grouped_mm"])
+    got = hf_experts.experts_forward(module, h, ids, w)
+    assert _routed(cpu_kernels["accel::grouped_mm"]) == before
+    torch.testing.assert_close(got, hf_moe.batched_mm_experts_forward(module, h, ids, w))
+
+
+def test_the_report_says_whether_the_experts_take_accels_path(cpu_kernels):
+    if MAJOR < 5:
+        pytest.skip("transformers 4.x has no experts class")
+    model = hf.patch(_model("mixtral"))
+    assert "accel.nn.moe.experts" not in (hf.report(model).idle or "")  # a CPU accel::grouped_mm serves them
+    ak.unregister(cpu_kernels.pop("accel::grouped_mm"))
+    assert "accel.nn.moe.experts" in hf.report(model).idle

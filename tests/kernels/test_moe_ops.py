@@ -127,3 +127,25 @@ def test_torchs_grouped_mm_is_taken_only_where_it_runs():
     x, w = torch.randn(4, 8), torch.randn(2, 8, 8)
     assert not moe.native_grouped_mm_takes(x, w)
     assert not moe.native_grouped_mm_takes(x.bfloat16(), w.bfloat16())  # a CPU
+
+
+def test_fake_kernels_lay_out_outputs_as_the_kernels_do():
+    """Non-contiguous router weights (a transposed view) and expert weights: the fake kernels' strides are the real
+    ones (opcheck's fake-tensor test), so the backward compiles."""
+    gen = torch.Generator().manual_seed(3)
+    ids, e = _routing("top1", gen)
+    t, k = ids.shape
+    _, perm = torch.sort(ids.reshape(-1))
+    y = torch.randn(t * k, 6, generator=gen, requires_grad=True)
+    w = torch.rand(k, t, generator=gen).t().requires_grad_()
+    torch.library.opcheck(moe_op.combine, (y, perm, w, k))
+    offs = torch.bincount(ids.reshape(-1), minlength=e).cumsum(0).to(torch.int32)
+    wm = torch.randn(e, 5, 6, generator=gen).transpose(1, 2).requires_grad_()
+    torch.library.opcheck(moe_op.grouped_mm, (y, wm, offs))
+
+
+@pytest.mark.parametrize("offs", [[2, 3, 4], [3, 8, 6], [6, 2, 6]])
+def test_grouped_mm_refuses_offsets_that_do_not_count_its_rows(offs):
+    x, w = torch.randn(6, 4), torch.randn(3, 4, 2)
+    with pytest.raises(RuntimeError, match="cumulative count of the 6 rows"):
+        moe_op.grouped_mm(x, w, torch.tensor(offs, dtype=torch.int32))

@@ -30,7 +30,7 @@ from .code import subclass
 from .guards import accel_takes, device_type, instance_forward, is_sharded, live
 from .mlp import is_gelu_tanh, is_silu
 
-__all__ = ["GEMM_OP", "build", "experts_forward", "instance_reason", "register"]
+__all__ = ["GEMM_OP", "build", "experts_forward", "instance_reason", "register", "serves"]
 
 GEMM_OP = "accel::grouped_mm"
 #: experts implementations that are kernels the user chose (the hub's): accel steps aside for them
@@ -82,11 +82,29 @@ def _takes(module: nn.Module, x: torch.Tensor, w: torch.Tensor) -> bool:
     return moe.native_grouped_mm_takes(x, w) or live(GEMM_OP, device_type(x)) is not None
 
 
+def serves(device: str, dtype: torch.dtype) -> bool:
+    """Whether replaced experts with weights of ``dtype`` on a ``device`` device take accel's path (torch's grouped
+    GEMM takes the call, or an accel kernel serves ``accel::grouped_mm``): what :func:`report` says."""
+    if live(GEMM_OP, device) is not None:
+        return True
+    if device != "cuda" or dtype != torch.bfloat16 or not torch.cuda.is_available():
+        return False
+    probe = torch.empty(0, 8, dtype=dtype, device="cuda")
+    return moe.native_grouped_mm_takes(probe, torch.empty(1, 8, 8, dtype=dtype, device="cuda"))
+
+
 def experts_forward(self: nn.Module, hidden_states: torch.Tensor, top_k_index: torch.Tensor,
                     top_k_weights: torch.Tensor) -> torch.Tensor:
     """transformers' experts call (``ALL_EXPERTS_FUNCTIONS``' signature) on :func:`accel.nn.moe.experts`:
     ``hidden_states`` ``[T, D]``, ``top_k_index`` and ``top_k_weights`` ``[T, K]``; returns ``[T, D]`` in
-    ``hidden_states``' dtype."""
+    ``hidden_states``' dtype. Experts accel does not compute (a norm after each expert, expert-parallel shards
+    whose foreign ids are sentinels, other than 2-D tokens) run transformers' own ``batched_mm`` function (its
+    ``grouped_mm`` needs 16-byte aligned strides on a CPU that transformers checks on torch <= 2.10 only)."""
+    if (getattr(self, "has_post_expert_norm", False) or getattr(self, "_is_expert_parallel", False)
+            or hidden_states.dim() != 2):
+        from transformers.integrations import moe as hf_moe
+
+        return hf_moe.batched_mm_experts_forward(self, hidden_states, top_k_index, top_k_weights)
     w_in = self.gate_up_proj if getattr(self, "has_gate", True) else self.up_proj
     w_out = self.down_proj
     if not getattr(self, "is_transposed", False):
@@ -117,7 +135,7 @@ def build(cls: type, variant: str | None) -> tuple[type | None, str | None]:
         w_in = self._parameters.get("gate_up_proj" if getattr(self, "has_gate", True) else "up_proj")
         if (extra or index is None or weights is None or type(hidden_states) is not torch.Tensor
                 or hidden_states.dim() != 2 or w_in is None or type(w_in.data) is not torch.Tensor
-                or getattr(self, "_is_expert_parallel", False)
+                or getattr(self, "_is_expert_parallel", False) or getattr(self, "has_post_expert_norm", False)
                 or not _takes(self, hidden_states, w_in.transpose(-2, -1) if not self.is_transposed else w_in)):
             return forward(self, hidden_states, *args, **kwargs)
         return experts_forward(self, hidden_states, index, weights)

@@ -7,7 +7,8 @@ from typing import Any
 
 from torch import nn
 
-from .families import FAMILIES, ROUTES, family_of, known, original
+from . import experts
+from .families import FAMILIES, OPS, ROUTES, family_of, known, original
 from .causal_lm import head_reason
 from .guards import device_type, instance_forward, live
 from .verify import ROLE_MODULES, config_keys, configs, verdict
@@ -138,7 +139,8 @@ def _idle(model: nn.Module, replaced: dict[str, dict[str, Any]]) -> str | None:
         return None
     device = device_type(param)
     ops = sorted({e["op"] for e in replaced.values()})
-    idle = [op for op in ops if live(OP_OF.get(op, op), device) is None]
+    idle = [op for op in ops if not (experts.serves(device, param.dtype) if op == OPS["experts"]
+                                     else live(OP_OF.get(op, op), device) is not None)]
     if not idle:
         return None
     which = "any replaced module's op" if len(idle) == len(ops) else ", ".join(idle)

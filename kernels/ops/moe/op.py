@@ -20,15 +20,21 @@ from . import reference as ref
 __all__ = ["combine", "combine_backward", "gather", "grouped_mm", "grouped_mm_backward"]
 
 
+def _check_gather(x, perm, top_k) -> None:
+    ref.check_perm(x, perm, top_k, "accel::moe_gather")
+    torch._check(perm.shape[0] == x.shape[0] * top_k, lambda: f"accel::moe_gather: perm has {perm.shape[0]} entries, "
+                                                               f"not tokens x top_k = {x.shape[0]} x {top_k}")
+
+
 @torch.library.custom_op("accel::moe_gather", mutates_args=())
 def gather(x: torch.Tensor, perm: torch.Tensor, top_k: int) -> torch.Tensor:
-    ref.check_perm(x, perm, top_k, "accel::moe_gather")
+    _check_gather(x, perm, top_k)
     return ref.gather(x, perm, top_k)
 
 
 @gather.register_fake
 def _(x, perm, top_k):
-    ref.check_perm(x, perm, top_k, "accel::moe_gather")
+    _check_gather(x, perm, top_k)
     return x.new_empty(perm.shape[0], x.shape[1])
 
 
@@ -65,8 +71,8 @@ def combine_backward(grad_out: torch.Tensor, y: torch.Tensor, perm: torch.Tensor
 
 @combine_backward.register_fake
 def _(grad_out, y, perm, weights, top_k):
-    _check_combine(y, perm, weights, top_k)
-    return torch.empty_like(y), (torch.empty_like(weights) if weights is not None else grad_out.new_empty(0))
+    _check_combine(y, perm, weights, top_k)  # contiguous, as the kernels write them
+    return y.new_empty(y.shape), (weights.new_empty(weights.shape) if weights is not None else grad_out.new_empty(0))
 
 
 def _gather_setup(ctx, inputs, output):
@@ -108,8 +114,9 @@ def _check_mm(x, w, offs, where: str) -> None:
     torch._check(offs.dim() == 1 and offs.shape[0] == w.shape[0] and offs.dtype in (torch.int32, torch.int64),
                  lambda: f"{where}: offs must be [experts] int32 cumulative row counts, got {list(offs.shape)} "
                          f"{offs.dtype}")
-    torch._check(x.dtype == w.dtype and x.device == w.device,
-                 lambda: f"{where}: x is {x.dtype} on {x.device}, w {w.dtype} on {w.device}")
+    torch._check(x.dtype == w.dtype and x.device == w.device and x.is_floating_point(),
+                 lambda: f"{where}: x is {x.dtype} on {x.device}, w {w.dtype} on {w.device}: both must be one "
+                         f"floating dtype on one device")
 
 
 @torch.library.custom_op("accel::grouped_mm", mutates_args=())
@@ -133,7 +140,7 @@ def grouped_mm_backward(grad_out: torch.Tensor, x: torch.Tensor, w: torch.Tensor
 
 @grouped_mm_backward.register_fake
 def _(grad_out, x, w, offs):
-    return torch.empty_like(x), torch.empty_like(w)
+    return x.new_empty(x.shape), w.new_empty(w.shape)
 
 
 def _mm_setup(ctx, inputs, output):

@@ -68,13 +68,26 @@ def combine_backward(grad_out: torch.Tensor, y: torch.Tensor, perm: torch.Tensor
     return grad_y, grad_w
 
 
+def _ends(offs: torch.Tensor, rows: int) -> list[int]:
+    """``offs`` read on the host (one read), checked: non-decreasing, from 0, ending at ``rows``.
+
+    Raises:
+        RuntimeError: ``offs`` is not a cumulative count of ``rows`` rows.
+    """
+    ends = offs.tolist()
+    if any(b < a for a, b in zip([0, *ends], ends)) or (ends and ends[-1] != rows) or (not ends and rows):
+        raise RuntimeError(f"accel::grouped_mm: offs {ends[:8]}{'...' if len(ends) > 8 else ''} is not a "
+                           f"non-decreasing cumulative count of the {rows} rows (offs[-1] must equal the rows)")
+    return ends
+
+
 def grouped_mm(x: torch.Tensor, w: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
     """``[S, N]``: rows ``offs[e-1]:offs[e]`` of ``x`` (``[S, K]``) times ``w[e]`` (``[E, K, N]``; ``offs`` ``[E]``
     int32 cumulative row counts, ``offs[-1] == S``); one ``torch.mm`` per non-empty group (one host read of
     ``offs``)."""
     out = x.new_zeros(x.shape[0], w.shape[2])
     start = 0
-    for e, end in enumerate(offs.tolist()):
+    for e, end in enumerate(_ends(offs, x.shape[0])):
         if end > start:
             torch.mm(x[start:end], w[e], out=out[start:end])
         start = end
@@ -84,9 +97,9 @@ def grouped_mm(x: torch.Tensor, w: torch.Tensor, offs: torch.Tensor) -> torch.Te
 def grouped_mm_backward(grad_out: torch.Tensor, x: torch.Tensor, w: torch.Tensor, offs: torch.Tensor
                         ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(grad_x [S, K], grad_w [E, K, N])`` of :func:`grouped_mm`; an empty group's ``grad_w[e]`` is zero."""
-    grad_x, grad_w = torch.zeros_like(x), torch.zeros_like(w)
+    grad_x, grad_w = x.new_zeros(x.shape), w.new_zeros(w.shape)
     start = 0
-    for e, end in enumerate(offs.tolist()):
+    for e, end in enumerate(_ends(offs, x.shape[0])):
         if end > start:
             torch.mm(grad_out[start:end], w[e].t(), out=grad_x[start:end])
             torch.mm(x[start:end].t(), grad_out[start:end], out=grad_w[e])
