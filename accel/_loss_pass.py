@@ -3,7 +3,8 @@
     linear(x, W[, b]) -> [.float() / .to(float32)] -> [row slices, flatten/view/reshape of the leading dims]
         -> F.cross_entropy(logits, target[, ignore_index=, reduction=, label_smoothing=])
 
-becomes accel's fused loss (:func:`accel.nn.lm_head.lm_head_loss`: the chunked ``accel::linear_cross_entropy``
+(or ``nll_loss(log_softmax(logits, dim=-1), target)``) becomes accel's fused loss
+(:func:`accel.nn.lm_head.lm_head_loss`: the chunked ``accel::linear_cross_entropy``
 op, whose backward is the op's own), the slicing and reshaping moved onto ``x`` (a linear layer is row-wise:
 ``linear(x)[rows] == linear(x[rows])``). The ``[tokens, vocab]`` logits, their fp32 copy and their gradient are
 never stored. Inductor materialises all three (torchtitan's Llama-3 vocabulary of 128256: 4 GiB of fp32 logits
@@ -35,6 +36,25 @@ _SHAPE_METHODS = {"flatten", "view", "reshape", "contiguous"}
 _CE_KWARGS = {"ignore_index", "reduction", "label_smoothing"}
 #: ``F.cross_entropy``'s parameters in order (``nn.CrossEntropyLoss`` calls it with all of them positionally)
 _CE_PARAMS = ("input", "target", "weight", "size_average", "ignore_index", "reduce", "reduction", "label_smoothing")
+_NLL_PARAMS = _CE_PARAMS[:-1]
+_NLL = {F.nll_loss}
+
+
+def _log_softmax_input(node: Any) -> Any | str:
+    """The input of ``node`` where it is a log-softmax over the last dimension read by the loss alone, else why
+    not (``F.log_softmax(x, dim=-1)`` or ``x.log_softmax(-1)``, no ``dtype=``)."""
+    if not hasattr(node, "op") or len(node.users) != 1:
+        return "nll_loss's input is not a log_softmax that only the loss reads"
+    if node.op == "call_function" and node.target is F.log_softmax:
+        params = dict(zip(("input", "dim", "_stacklevel", "dtype"), node.args)) | dict(node.kwargs)
+    elif node.op == "call_method" and node.target == "log_softmax":
+        params = dict(zip(("input", "dim", "dtype"), node.args)) | dict(node.kwargs)
+    else:
+        return "nll_loss's input is not a log_softmax"
+    x = _value(params.get("input"))
+    if params.get("dtype") is not None or x is None or params.get("dim") not in (-1, x.dim() - 1):
+        return "the log_softmax is not over the last dimension, or casts (dtype=)"
+    return params["input"]
 
 
 @dataclass
@@ -129,9 +149,18 @@ def _step(node: Any, ndim: int, vocab: int) -> tuple[str, Any] | str:
 def _match(ce: Any) -> tuple | str:
     """``(linear node, the row-wise steps from it to the loss's input in order, target node, the call's arguments
     by name, the nodes from the loss's input back to the linear)``, or why not."""
-    if len(ce.args) > len(_CE_PARAMS) or set(ce.kwargs) - set(_CE_PARAMS):
-        return "cross_entropy with arguments it does not have"
-    call = {**dict(zip(_CE_PARAMS, ce.args)), **ce.kwargs}
+    nll = ce.target in _NLL
+    names = _NLL_PARAMS if nll else _CE_PARAMS
+    if len(ce.args) > len(names) or set(ce.kwargs) - set(names):
+        return "a loss call with arguments it does not have"
+    call = {**dict(zip(names, ce.args)), **ce.kwargs}
+    chain = []
+    if nll:  # log_softmax + nll_loss: cross_entropy of the log_softmax's input
+        inner = _log_softmax_input(call.get("input"))
+        if isinstance(inner, str):
+            return inner
+        chain.append(call["input"])
+        call["input"] = inner
     for name in ("weight", "size_average", "reduce"):
         if call.get(name) is not None:
             return f"cross_entropy with {name}= (a class weight, or the old size_average/reduce)"
@@ -144,7 +173,7 @@ def _match(ce: Any) -> tuple | str:
     if x.dtype != torch.float32:
         return (f"the loss is computed on {x.dtype} logits; the fused loss computes in fp32, a different number "
                 f"(cast the logits with .float() to opt in)")
-    steps, node, chain = [], inp, []
+    steps, node = [], inp
     while True:
         if not hasattr(node, "op"):
             return "its input is not a graph value"
@@ -177,7 +206,7 @@ def rewrite(gm: torch.fx.GraphModule, report: LossPassReport | None = None) -> L
     report = report if report is not None else LossPassReport()
     graph = gm.graph
     changed = False
-    for ce in [n for n in graph.nodes if n.op == "call_function" and n.target in _CROSS_ENTROPY]:
+    for ce in [n for n in graph.nodes if n.op == "call_function" and n.target in _CROSS_ENTROPY | _NLL]:
         found = _match(ce)
         if isinstance(found, str):
             _add(report.left, (_where(ce), found))

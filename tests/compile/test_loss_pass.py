@@ -198,3 +198,23 @@ def test_a_compiled_module_copies_and_pickles_and_keeps_its_own_report():
     assert "_accel_loss_pass" not in vars(model)
     copy.deepcopy(model)
     pickle.loads(pickle.dumps(model))
+
+
+@pytest.mark.parametrize("form", ["function", "method", "wrong_dim"])
+def test_log_softmax_and_nll_loss_is_the_same_loss(form):
+    torch.manual_seed(0)
+    head = nn.Linear(D, V)
+    h, y = torch.randn(7, D), torch.randint(0, V, (7,))
+
+    def loss(h, y):
+        z = head(h).float()
+        lp = {"function": lambda: F.log_softmax(z, dim=-1), "method": lambda: z.log_softmax(-1),
+              "wrong_dim": lambda: F.log_softmax(z, dim=0)}[form]()
+        return F.nll_loss(lp, y, ignore_index=2)
+
+    report = _loss_pass.LossPassReport()
+    torch.testing.assert_close(torch.compile(loss, backend=_aot_eager(report))(h, y), loss(h, y), rtol=1e-5, atol=1e-6)
+    if form == "wrong_dim":
+        assert not report.rewritten and "last dimension" in report.left[0][1]
+    else:
+        assert len(report.rewritten) == 1 and not report.left
