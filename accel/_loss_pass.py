@@ -99,9 +99,18 @@ def _value(node: Any) -> Any:
 
 
 def _where(node: Any) -> str:
-    stack = node.meta.get("stack_trace") or ""
-    line = stack.strip().splitlines()[-2].strip() if stack.strip() else ""
-    return f"{node.name} ({line})" if line else node.name
+    """``node``'s name with the user's source line Dynamo recorded: ``name (file.py:12 in forward: code)``; the
+    code where the trace holds it (torch 2.9's traces end at the ``File`` line)."""
+    import re
+
+    lines = (node.meta.get("stack_trace") or "").strip().splitlines()
+    at = max((i for i, ln in enumerate(lines) if ln.strip().startswith('File "')), default=None)
+    if at is None:
+        return node.name
+    m = re.match(r'\s*File "(?:.*/)?([^"/]+)", line (\d+), in (\S+)', lines[at])
+    where = f"{m.group(1)}:{m.group(2)} in {m.group(3)}" if m else lines[at].strip()
+    code = lines[at + 1].strip() if at + 1 < len(lines) else ""
+    return f"{node.name} ({where}: {code})" if code else f"{node.name} ({where})"
 
 
 def _plain(t: Any) -> bool:
