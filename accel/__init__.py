@@ -39,15 +39,14 @@ from accel.backends import Backend, Capabilities, ProbeResult
 # Public submodules: accel.random (portable RNG state), accel.graphs (portable graph capture),
 # accel.memory and accel.runtime (device runtime, resolved once per backend; see accel.runtime).
 # accel.kernels: DSL kernels as ATen overrides (imports no DSL runtime).
-from accel import _resolve, graphs, kernels, memory, random, runtime
-from accel.runtime import Event, Stream, device_index, elapsed_time, stream
+from accel import graphs, kernels, memory, random, runtime
+from accel.runtime import (Event, Stream, current_device_index, current_stream, device_count, device_index,
+                           elapsed_time, set_device_index, set_stream, stream, synchronize)
 
 # Vendor features behind one vocabulary. accel.compile is the function; the module stays
 # importable as ``from accel.compile import ...``.
 from accel import distributed, quant, tunable
 from accel.compile import compile, compile_plan, flex_attention_kernel_options, loss_pass_report
-
-__getattr__ = _resolve.lazy_exports(globals(), runtime.RESOLVED, lambda: {n: getattr(runtime, n) for n in runtime.RESOLVED})
 
 from accel._version import __version__  # noqa: E402
 

@@ -1,10 +1,11 @@
-"""Public functions resolved once for the active backend, forgotten by :func:`accel.clear_cache`.
+"""Implementations resolved once for the active backend, forgotten by :func:`accel.clear_cache`.
 
-A module lists the names it resolves and a ``build()`` that returns them for the
-backend :func:`accel.backend` selects. The first attribute access builds every name
-at once and stores the results in the module's namespace, so later look-ups are
-plain dictionary hits: the function a caller gets is the resolved one itself
-(torch's own function where it is exact), with no dispatch layer in between.
+A module's public functions are plain module-level definitions (visible to editors and
+static type checkers); each calls the implementation for the active backend
+(:func:`accel.backend`) through a :class:`Resolved` namespace. The first attribute access
+builds every implementation at once and stores them as the namespace's attributes, so
+later look-ups are plain attribute hits: the function called is the resolved one itself
+(torch's own function where it is exact).
 
 .. note:: Changing ``ACCEL_DEVICE`` after the first use takes effect after
    :func:`accel.clear_cache` (which :func:`accel.testing.fake_backend` calls).
@@ -17,46 +18,52 @@ from typing import Any
 
 from accel import _probe
 
-__all__ = ["lazy_exports", "forget"]
+__all__ = ["Resolved", "forget"]
 
-_EXPORTS: list[tuple[dict[str, Any], frozenset[str]]] = []
+_ALL: list[Resolved] = []
 
 
-def lazy_exports(namespace: dict[str, Any], names: Iterable[str],
-                 build: Callable[[], dict[str, Any]]) -> Callable[[str], Any]:
-    """A module ``__getattr__`` that resolves ``names`` with ``build()`` on first access.
+class Resolved:
+    """The implementations of ``names`` for the active backend, built by ``build()`` at first access.
 
     Args:
-        namespace: the module's ``globals()``; resolved names are stored there.
+        module: the module the implementations serve (for messages).
         names: the names ``build`` returns.
-        build: returns ``{name: object}`` for every name, for the active backend.
+        build: returns ``{name: callable}`` for every name, for the active backend.
 
-    Returns:
-        The ``__getattr__`` function to assign in the module.
+    Example:
+        >>> from accel._resolve import Resolved
+        >>> impl = Resolved("demo", ["f"], lambda: {"f": len})
+        >>> impl.f("abc")
+        3
     """
-    wanted = frozenset(names)
-    module = namespace["__name__"]
 
-    def __getattr__(name: str) -> Any:
-        if name not in wanted:
-            raise AttributeError(f"module {module!r} has no attribute {name!r}")
-        table = build()
-        namespace.update({k: table[k] for k in wanted})
+    # The slots hold the namespace's own state; the instance dict holds only resolved implementations,
+    # so forgetting them is ``__dict__.clear()`` and a resolved look-up is one instance-dict hit.
+    __slots__ = ("_module", "_names", "_build", "__dict__")
+
+    def __init__(self, module: str, names: Iterable[str], build: Callable[[], dict[str, Any]]) -> None:
+        self._module = module
+        self._names = frozenset(names)
+        self._build = build
+        _ALL.append(self)
+
+    def __getattr__(self, name: str) -> Any:
+        if name not in self._names:
+            raise AttributeError(f"{self._module}: no resolved implementation named {name!r}")
+        table = self._build()
+        vars(self).update({k: table[k] for k in self._names})
         return table[name]
 
-    def __dir__() -> list[str]:
-        return sorted(set(namespace) | wanted)
-
-    namespace["__dir__"] = __dir__  # dir(accel.memory) lists the lazily resolved names too
-    _EXPORTS.append((namespace, wanted))
-    return __getattr__
+    def forget(self) -> None:
+        """Drop the resolved implementations; the next access resolves again for the then-active backend."""
+        vars(self).clear()
 
 
 def forget() -> None:
-    """Drop every resolved name; the next access resolves again for the then-active backend."""
-    for namespace, names in _EXPORTS:
-        for name in names:
-            namespace.pop(name, None)
+    """Drop every resolved implementation; the next access resolves again for the then-active backend."""
+    for resolved in _ALL:
+        resolved.forget()
 
 
 _probe.on_clear(forget)

@@ -1,7 +1,8 @@
 """Device memory: allocator counters, cache control and telemetry, on every vendor and torch 2.9+.
 
-Every size is in bytes. The functions are resolved once for the active backend
-(:func:`accel.backend`) at first use; :func:`accel.clear_cache` resolves them again.
+Every size is in bytes. The functions are plain module-level functions; their
+implementations are resolved once for the active backend (:func:`accel.backend`) at
+first use; :func:`accel.clear_cache` resolves them again.
 
 ====================================  ==================================================
 function                              meaning
@@ -53,6 +54,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
+from typing import TypeAlias
 
 import torch
 
@@ -75,7 +77,7 @@ __all__ = [
     "telemetry",
 ]
 
-#: The names resolved per backend at first use.
+#: The functions whose implementation is resolved per backend at first use.
 RESOLVED = ("allocated", "reserved", "max_allocated", "max_reserved", "reset_peak", "reset_accumulated",
             "empty_cache", "empty_host_cache", "get_memory_info", "stats", "telemetry")
 
@@ -359,4 +361,174 @@ def _build() -> dict[str, object]:
     return _build_allocator(rt)
 
 
-__getattr__ = _resolve.lazy_exports(globals(), RESOLVED, _build)
+#: The active backend's implementations, built at first use (forgotten by ``accel.clear_cache``).
+_impl = _resolve.Resolved(__name__, RESOLVED, _build)
+
+#: What a ``device`` argument may be: an index, ``"cuda:1"``-style str, ``torch.device`` or ``None`` (current).
+DeviceLike: TypeAlias = "int | str | torch.device | None"
+
+
+# The public functions: plain module-level definitions, each calling the active backend's implementation.
+
+def allocated(device: DeviceLike = None, /) -> int:
+    """Bytes occupied by live tensors on ``device`` (default: current).
+
+    Args:
+        device: ``None`` (current device), an index, ``"cuda:1"``-style str or ``torch.device``.
+
+    Returns:
+        int, bytes. ``0`` on CPU (not tracked), and before the device runtime is initialised.
+        See :mod:`accel.memory` for MPS.
+
+    Raises:
+        DeviceIndexError, DeviceMismatchError, InvalidDeviceError: bad ``device``.
+
+    .. note:: Never initialises the device runtime.
+    """
+    return _impl.allocated(device)
+
+
+def reserved(device: DeviceLike = None, /) -> int:
+    """Bytes the caching allocator holds on ``device`` (live tensors plus cached blocks).
+
+    Args:
+        device: ``None`` (current device), an index, ``"cuda:1"``-style str or ``torch.device``.
+
+    Returns:
+        int, bytes. ``0`` on CPU (not tracked), and before the device runtime is initialised.
+        See :mod:`accel.memory` for MPS.
+
+    Raises:
+        DeviceIndexError, DeviceMismatchError, InvalidDeviceError: bad ``device``.
+
+    .. note:: Never initialises the device runtime.
+    """
+    return _impl.reserved(device)
+
+
+def max_allocated(device: DeviceLike = None, /) -> int:
+    """Peak of :func:`allocated` in bytes since the start or the last :func:`reset_peak`.
+
+    Args:
+        device: ``None`` (current device), an index, ``"cuda:1"``-style str or ``torch.device``.
+
+    Returns:
+        int, bytes. ``0`` on CPU (not tracked), and before the device runtime is initialised.
+        See :mod:`accel.memory` for MPS.
+
+    Raises:
+        DeviceIndexError, DeviceMismatchError, InvalidDeviceError: bad ``device``.
+
+    .. note:: Never initialises the device runtime.
+    """
+    return _impl.max_allocated(device)
+
+
+def max_reserved(device: DeviceLike = None, /) -> int:
+    """Peak of :func:`reserved` in bytes since the start or the last :func:`reset_peak`.
+
+    Args:
+        device: ``None`` (current device), an index, ``"cuda:1"``-style str or ``torch.device``.
+
+    Returns:
+        int, bytes. ``0`` on CPU (not tracked), and before the device runtime is initialised.
+        See :mod:`accel.memory` for MPS.
+
+    Raises:
+        DeviceIndexError, DeviceMismatchError, InvalidDeviceError: bad ``device``.
+
+    .. note:: Never initialises the device runtime.
+    """
+    return _impl.max_reserved(device)
+
+
+def reset_peak(device: DeviceLike = None, /) -> None:
+    """Restart :func:`max_allocated` and :func:`max_reserved` at the current values.
+
+    Args:
+        device: ``None`` (current device), an index, ``"cuda:1"``-style str or ``torch.device``.
+
+    Raises:
+        DeviceIndexError, DeviceMismatchError, InvalidDeviceError: bad ``device``.
+
+    .. note:: A no-op before the device runtime is initialised, and on CPU and MPS.
+    """
+    _impl.reset_peak(device)
+
+
+def reset_accumulated(device: DeviceLike = None, /) -> None:
+    """Zero the accumulated counters (``*.allocated``, ``*.freed``, ``num_alloc_retries``, ``num_ooms``, ...).
+
+    Args:
+        device: ``None`` (current device), an index, ``"cuda:1"``-style str or ``torch.device``.
+
+    Raises:
+        DeviceIndexError, DeviceMismatchError, InvalidDeviceError: bad ``device``.
+
+    .. note:: A no-op before the device runtime is initialised, and on CPU and MPS.
+    """
+    _impl.reset_accumulated(device)
+
+
+def empty_cache() -> None:
+    """Return the caching allocator's cached, unused device memory to the driver.
+
+    Takes no arguments, like torch's ``torch.accelerator.empty_cache()``. A no-op on the CPU (no
+    device memory cache); on MPS ``torch.mps.empty_cache()``.
+    """
+    _impl.empty_cache()
+
+
+def empty_host_cache() -> None:
+    """Return the cached, unused pinned host memory (where the backend's torch has a host cache).
+
+    Takes no arguments, like torch's ``torch.accelerator.empty_host_cache()``. A no-op on the CPU
+    and MPS, and on a torch without the function (no pinned host cache).
+    """
+    _impl.empty_host_cache()
+
+
+def get_memory_info(device: DeviceLike = None, /) -> tuple[int, int]:
+    """``(free, total)`` bytes of ``device``'s memory, as the driver reports them (all processes).
+
+    Returns:
+        ``(free, total)`` ints in bytes. CPU: ``(0, 0)`` (not tracked). MPS: Metal's
+        recommended working-set size minus what the driver holds, and that size.
+
+    Raises:
+        DeviceIndexError, DeviceMismatchError, InvalidDeviceError: bad ``device``.
+
+    .. note:: Initialises the device runtime (CUDA/HIP/XPU: it needs a context).
+    """
+    return _impl.get_memory_info(device)
+
+
+def stats(device: DeviceLike = None, /) -> dict[str, int]:
+    """The allocator's statistics, flat and sorted, with torch's ``memory_stats`` keys.
+
+    Returns:
+        ``{"active.all.allocated": ..., "allocated_bytes.all.current": ..., ...}``; byte
+        counters end in ``_bytes``. ``{}`` before the runtime is initialised and on CPU.
+        MPS: ``allocated_bytes.all.current`` and ``reserved_bytes.all.current`` only.
+
+    Raises:
+        DeviceIndexError, DeviceMismatchError, InvalidDeviceError: bad ``device``.
+
+    .. note:: Never initialises the device runtime.
+    """
+    return _impl.stats(device)
+
+
+def telemetry(device: DeviceLike = None, /) -> Telemetry:
+    """:class:`Telemetry` of ``device`` from NVML / amd-smi / Level Zero; ``None`` fields where unavailable.
+
+    All ``None`` on the CPU and MPS (no management-library telemetry there).
+
+    Raises:
+        DeviceIndexError, DeviceMismatchError, InvalidDeviceError: bad ``device``.
+
+    .. note:: Queries the vendor management library (no device runtime initialisation on
+       CUDA/ROCm, which use NVML / amd-smi; XPU initialises). Slow: use it for monitoring,
+       not in a hot loop.
+    """
+    return _impl.telemetry(device)

@@ -1,10 +1,11 @@
 """Device runtime: synchronize, device index, streams and events, on every vendor and torch 2.9+.
 
 One API over ``torch.accelerator`` and the device modules (``torch.cuda``,
-``torch.xpu``, ``torch.mps``). The functions are resolved once for the active
-backend (:func:`accel.backend`) at first use, through :mod:`accel._compat`;
-where torch has a function that gives exactly accel's answer, that function
-itself is handed out, unchanged. :func:`accel.clear_cache` resolves them again.
+``torch.xpu``, ``torch.mps``). The functions are plain module-level functions; the
+torch functions behind them are resolved once for the active backend
+(:func:`accel.backend`) at first use, through :mod:`accel._compat` (where torch has a
+function that gives exactly accel's answer, that function itself is called, unchanged).
+:func:`accel.clear_cache` resolves them again.
 
 =============================  =====================================================
 function                       what it does (CPU behaviour)
@@ -49,9 +50,11 @@ Example:
 
 from __future__ import annotations
 
+from typing import TypeAlias
+
 import torch
 
-from accel import _compat, _probe, _resolve
+from accel import _compat, _probe
 from accel._select import backend as _active_backend
 from accel._select import parse_index, split_spec
 from accel.backends import registered
@@ -77,10 +80,6 @@ __all__ = [
     "stream",
     "synchronize",
 ]
-
-#: The names resolved per backend at first use (see :mod:`accel._resolve`).
-RESOLVED = ("synchronize", "device_count", "current_device_index", "set_device_index", "current_stream",
-            "set_stream")
 
 #: ``torch.Stream``: the generic stream class (``torch.cuda.Stream`` is a subclass).
 Stream = _compat.stream_class()
@@ -258,103 +257,120 @@ def _forget() -> None:
 _probe.on_clear(_forget)
 
 
-def _build() -> dict[str, object]:
-    rt = _runtime()
-    is_init, sync, sync_device, current, index = rt.is_initialized, rt.sync, rt.sync_device, rt.current, rt.index
-    set_device, get_stream, set_stream_raw, check_stream = rt.set_device, rt.get_stream, rt.set_stream, rt.check_stream
-    raw_checks = rt.set_stream_checks
-
-    def synchronize(device=None, /) -> None:
-        """Wait until all work queued on ``device`` (default: the current device) has finished.
-
-        Args:
-            device: ``None``, an index, ``"cuda:1"``-style str or ``torch.device``.
-
-        Raises:
-            DeviceIndexError, DeviceMismatchError, InvalidDeviceError: bad ``device``.
-
-        .. note:: A no-op on the CPU, and while the device runtime is not initialised
-           (nothing can be queued then); it never initialises a device.
-        """
-        if device is None:
-            if is_init():
-                sync()
-            return
-        i = index(device, "accel.synchronize")
-        if is_init():
-            # The current device's sync is the cheap one (cudaDeviceSynchronize); a device
-            # sync of another index swaps the current device around it (~1 us more on the H200).
-            if i == current():
-                sync()
-            else:
-                sync_device(i)
-
-    def set_device_index(device, /) -> None:
-        """Make ``device`` the current device (an index, ``"cuda:1"``-style str or ``torch.device``).
-
-        Raises:
-            DeviceIndexError, DeviceMismatchError, InvalidDeviceError: bad ``device``
-            (``None`` too: say which device).
-
-        .. note:: Initialises the device runtime (CUDA/HIP/XPU). A no-op on CPU and MPS
-           (one device, index 0).
-        """
-        if device is None:
-            raise InvalidDeviceError(
-                f"accel.set_device_index: got None. Say which device to make current: {rt.valid()}."
-            )
-        set_device(index(device, "accel.set_device_index"))
-
-    def current_stream(device=None, /) -> torch.Stream:
-        """The current :class:`Stream` of ``device`` (default: the current device).
-
-        Returns:
-            ``torch.Stream`` (on CUDA through ``torch.cuda`` fallbacks, a ``torch.cuda.Stream``,
-            a subclass). On CPU the CPU's one stream, ``torch.Stream("cpu")``.
-
-        Raises:
-            DeviceIndexError, DeviceMismatchError, InvalidDeviceError: bad ``device``.
-
-        .. note:: Initialises the device runtime (CUDA/HIP/XPU).
-        """
-        if device is None:
-            return get_stream(current())
-        return get_stream(index(device, "accel.current_stream"))
-
-    def set_stream(stream, /) -> None:
-        """Make ``stream`` the current stream of its device, and its device the current device.
-
-        Raises:
-            InvalidStreamError: ``stream`` is not a ``torch.Stream``.
-            DeviceMismatchError, DeviceIndexError: a stream of another backend, or of a device
-            that is not visible.
-
-        .. note:: A no-op on CPU (after validation).
-        """
-        if raw_checks:
-            # torch's binding checks the stream itself (not a stream -> TypeError, another device
-            # type or a device that is not visible -> RuntimeError) before it changes anything, so
-            # the typed validation runs only when it refuses: no cost on the good path.
-            try:
-                set_stream_raw(stream)
-            except (TypeError, RuntimeError, ValueError):
-                check_stream(stream, "accel.set_stream")
-                raise
-            return
-        check_stream(stream, "accel.set_stream")
-        set_stream_raw(stream)
-
-    return {
-        "synchronize": synchronize,
-        "device_count": rt.device_count,
-        "current_device_index": current,
-        "set_device_index": set_device_index,
-        "current_stream": current_stream,
-        "set_stream": set_stream,
-    }
+#: What a ``device`` argument may be: an index, ``"cuda:1"``-style str, ``torch.device`` or ``None`` (current).
+DeviceLike: TypeAlias = "int | str | torch.device | None"
 
 
-__getattr__ = _resolve.lazy_exports(globals(), RESOLVED, _build)
+# The public functions below are plain module-level definitions (visible to editors and type checkers);
+# each reads the active backend's resolved operations from ``_RT`` (built once by :func:`active_runtime`,
+# forgotten by ``accel.clear_cache``), so a call costs one global look-up over the resolved function.
+
+def synchronize(device: DeviceLike = None, /) -> None:
+    """Wait until all work queued on ``device`` (default: the current device) has finished.
+
+    Args:
+        device: ``None``, an index, ``"cuda:1"``-style str or ``torch.device``.
+
+    Raises:
+        DeviceIndexError, DeviceMismatchError, InvalidDeviceError: bad ``device``.
+
+    .. note:: A no-op on the CPU, and while the device runtime is not initialised
+       (nothing can be queued then); it never initialises a device.
+    """
+    rt = _RT or active_runtime()
+    if device is None:
+        if rt.is_initialized():
+            rt.sync()
+        return
+    i = rt.index(device, "accel.synchronize")
+    if rt.is_initialized():
+        # The current device's sync is the cheap one (cudaDeviceSynchronize); a device
+        # sync of another index swaps the current device around it (~1 us more on the H200).
+        if i == rt.current():
+            rt.sync()
+        else:
+            rt.sync_device(i)
+
+
+def device_count() -> int:
+    """Visible devices of the active backend: ``1`` on the CPU and MPS, else the backend's count.
+
+    Returns:
+        int, the number of devices the active backend sees (after the visible-devices variables).
+
+    .. note:: Takes no argument, as torch's. Never initialises the device runtime.
+    """
+    return (_RT or active_runtime()).device_count()
+
+
+def current_device_index() -> int:
+    """Index of the current device of the active backend: always ``0`` on the CPU and MPS (one device).
+
+    Returns:
+        int, in ``0 .. device_count() - 1``.
+    """
+    return (_RT or active_runtime()).current()
+
+
+def set_device_index(device: DeviceLike, /) -> None:
+    """Make ``device`` the current device (an index, ``"cuda:1"``-style str or ``torch.device``).
+
+    Raises:
+        DeviceIndexError, DeviceMismatchError, InvalidDeviceError: bad ``device``
+        (``None`` too: say which device).
+
+    .. note:: Initialises the device runtime (CUDA/HIP/XPU). A no-op on CPU and MPS
+       (one device, index 0).
+    """
+    rt = _RT or active_runtime()
+    if device is None:
+        raise InvalidDeviceError(
+            f"accel.set_device_index: got None. Say which device to make current: {rt.valid()}."
+        )
+    rt.set_device(rt.index(device, "accel.set_device_index"))
+
+
+def current_stream(device: DeviceLike = None, /) -> torch.Stream:
+    """The current :class:`Stream` of ``device`` (default: the current device).
+
+    Returns:
+        ``torch.Stream`` (on CUDA through ``torch.cuda`` fallbacks, a ``torch.cuda.Stream``,
+        a subclass). On CPU the CPU's one stream, ``torch.Stream("cpu")``.
+
+    Raises:
+        DeviceIndexError, DeviceMismatchError, InvalidDeviceError: bad ``device``.
+
+    .. note:: Initialises the device runtime (CUDA/HIP/XPU).
+    """
+    rt = _RT or active_runtime()
+    if device is None:
+        return rt.get_stream(rt.current())
+    return rt.get_stream(rt.index(device, "accel.current_stream"))
+
+
+def set_stream(stream: torch.Stream, /) -> None:
+    """Make ``stream`` the current stream of its device, and its device the current device.
+
+    Raises:
+        InvalidStreamError: ``stream`` is not a ``torch.Stream``.
+        DeviceMismatchError, DeviceIndexError: a stream of another backend, or of a device
+        that is not visible.
+
+    .. note:: A no-op on CPU (after validation).
+    """
+    rt = _RT or active_runtime()
+    if rt.set_stream_checks:
+        # torch's binding checks the stream itself (not a stream -> TypeError, another device
+        # type or a device that is not visible -> RuntimeError) before it changes anything, so
+        # the typed validation runs only when it refuses: no cost on the good path.
+        try:
+            rt.set_stream(stream)
+        except (TypeError, RuntimeError, ValueError):
+            rt.check_stream(stream, "accel.set_stream")
+            raise
+        return
+    rt.check_stream(stream, "accel.set_stream")
+    rt.set_stream(stream)
 
 
 class device_index:  # noqa: N801 - a context manager named like torch.accelerator.device_index

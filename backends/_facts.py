@@ -132,7 +132,7 @@ _CURRENT_INDEX_DOC = "Index of the current device of the active backend: always 
 
 def constant(value: int, name: str, doc: str) -> Callable[[], int]:
     """A function of no arguments returning ``value``, named and documented as the public ``accel.<name>``
-    it is on this backend (``help(accel.device_count)`` and a wrong call's TypeError name it)."""
+    that calls it on this backend (what a traceback through it names)."""
 
     def constant() -> int:
         return value

@@ -122,12 +122,20 @@ def test_cpu_bad_stream(cpu, value, error, message):
 # -- resolution: once per backend, torch's own function where exact ---------------------------------
 
 def test_resolved_once_and_forgotten_by_clear_cache(cpu):
-    first = accel.synchronize
-    assert vars(accel)["synchronize"] is first is accel.runtime.synchronize
-    assert accel.synchronize is first  # a plain attribute now: no dispatch layer
+    # the public functions are fixed module-level definitions; what they call is resolved once per backend
+    assert accel.synchronize is accel.runtime.synchronize is vars(accel.runtime)["synchronize"]
+    first = accel.runtime.active_runtime()
+    accel.synchronize()
+    assert accel.runtime.active_runtime() is first  # resolved once, reused
+    accel.memory.allocated()
+    first_memory = vars(accel.memory._impl)["allocated"]
     accel.clear_cache()
-    assert "synchronize" not in vars(accel) and "synchronize" not in vars(accel.runtime)
-    assert accel.synchronize is not first
+    assert accel.runtime._RT is None and "allocated" not in vars(accel.memory._impl)
+    accel.synchronize()
+    accel.memory.allocated()
+    assert accel.runtime.active_runtime() is not first
+    assert vars(accel.memory._impl)["allocated"] is not first_memory
+    assert accel.synchronize is accel.runtime.synchronize  # the public function itself never changes
 
 
 def test_unknown_attribute_is_an_attribute_error():
@@ -135,10 +143,12 @@ def test_unknown_attribute_is_an_attribute_error():
         accel.runtime.no_such_thing  # noqa: B018
 
 
-def test_fake_cuda_hands_out_torch_functions_unchanged(fake_cuda):
-    assert accel.current_device_index is _compat.resolve("cuda", "current_device") is fake_cuda.impl["current_device"]
-    assert accel.device_count is torch.cuda.device_count
-    assert accel.memory.empty_cache is torch.cuda.empty_cache
+def test_fake_cuda_calls_torch_functions_unchanged(fake_cuda):
+    rt = accel.runtime.active_runtime()
+    assert rt.current is _compat.resolve("cuda", "current_device") is fake_cuda.impl["current_device"]
+    assert rt.device_count is torch.cuda.device_count
+    assert accel.memory._impl.empty_cache is torch.cuda.empty_cache
+    assert accel.device_count() == torch.cuda.device_count()
 
 
 def test_fallback_to_public_torch_function_when_raw_binding_is_missing():
@@ -146,7 +156,8 @@ def test_fallback_to_public_torch_function_when_raw_binding_is_missing():
         fake.patch.delattr(torch._C, "_cuda_getDevice", raising=False)
         marker = lambda: 1  # noqa: E731
         fake.patch.setattr(torch.cuda, "current_device", marker)
-        assert accel.current_device_index is marker
+        assert accel.runtime.active_runtime().current is marker
+        assert accel.current_device_index() == 1
         assert fake.initialized is False
 
 
@@ -362,7 +373,7 @@ def test_docstring_examples(module):
 
 @pytest.mark.cuda
 def test_cuda_resolves_raw_bindings():
-    assert accel.current_device_index is _compat.resolve("cuda", "current_device")
+    assert accel.runtime.active_runtime().current is _compat.resolve("cuda", "current_device")
     assert accel.current_device_index() == torch.cuda.current_device()
     assert accel.device_count() == torch.cuda.device_count()
 
